@@ -1,0 +1,214 @@
+"""The ``tune-agent`` command line: thin click commands over the services in ``agent.tuning``.
+
+Each command parses, calls one service function and renders. :func:`main` is the one place that
+maps exceptions to exit codes: a :class:`~agent.errors.TuneAgentError` or a usage error becomes one
+line on stderr and exit code 2. Every option can come from the environment as
+``TUNE_AGENT_<OPTION>`` (e.g. ``TUNE_AGENT_TRACKING_URI``); ``MLFLOW_TRACKING_URI`` is honoured too.
+Heavy libraries are imported inside the commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from agent.errors import TuneAgentError
+
+tracking_option = click.option(
+    "--tracking-uri", default=None, help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI or sqlite:///mlflow/mlflow.db]"
+)
+artifact_option = click.option(
+    "--artifact-root", default=None, help="Where new experiments store artifacts [default: mlflow/artifacts for the embedded store]"
+)
+
+
+@click.group(context_settings={"auto_envvar_prefix": "TUNE_AGENT", "help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tune-agent")
+def cli() -> None:
+    """Bayesian optimisation of PyTorch Lightning jobs, with every run kept in MLflow."""
+
+
+def study_options(fn: Any) -> Any:
+    options = [
+        click.option("--dataset", required=True, help="Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like 'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."),
+        click.option("--job", required=True, help="Built-in job (cnn, mlp) or a user job 'package.module:attr'."),
+        click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
+        click.option("--trials", type=int, default=20, show_default=True, help="Trials in the study's budget."),
+        click.option("--epochs", type=int, default=5, show_default=True, help="Epochs per trial."),
+        click.option("--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."),
+        click.option("--metric", default=None, help="Objective metric [default: the job's, e.g. val_loss]."),
+        click.option("--mode", type=click.Choice(["min", "max"]), default=None, help="Minimise or maximise the metric [default: the job's]."),
+        click.option("--init", "init", type=click.Choice(["random", "lhs", "sobol", "halton"]), default="sobol", show_default=True, help="Initial design."),
+        click.option("--n-init", type=int, default=None, help="Initial design size [default: min(5, trials)]."),
+        click.option("--acq", type=click.Choice(["logei", "ucb"]), default="logei", show_default=True, help="Acquisition function."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--val-fraction", type=float, default=0.2, show_default=True, help="Share of data held out for validation (stratified, seeded)."),
+        click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),
+        tracking_option,
+        artifact_option,
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _request(kwargs: dict[str, Any]) -> Any:
+    from agent.tuning.service import StartRequest
+
+    return StartRequest(**kwargs)
+
+
+@cli.command()
+@study_options
+def start(**kwargs: Any) -> None:
+    """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
+    from agent.tuning.progress import ProgressReporter
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import prepare_study
+
+    study, job, dataset, split = prepare_study(_request(kwargs))
+    _run(study, job, dataset, split, ProgressReporter())
+
+
+@cli.command()
+@study_options
+def create(**kwargs: Any) -> None:
+    """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
+    from agent.tuning.service import prepare_study
+
+    study, *_ = prepare_study(_request(kwargs))
+    click.echo(f"created study {study.name} ({study.settings.trials} trials)")
+
+
+def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any) -> None:
+    from agent.tuning.runner import run_study
+
+    try:
+        run_study(study, job, dataset, split, reporter)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted; continue with: tune-agent resume {study.name}", err=True)
+        sys.exit(130)
+
+
+@cli.command()
+@click.argument("study_name")
+@click.option("--job", default=None, help="Refuse to resume unless the study used this job.")
+@click.option("--dataset", default=None, help="Refuse to resume unless the study used this dataset.")
+@tracking_option
+@artifact_option
+def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Continue an interrupted study from what MLflow holds."""
+    from agent.tuning.progress import ProgressReporter
+    from agent.tuning.service import check_resume_matches, load_study_data, open_study
+
+    study, job_obj = open_study(study_name, tracking_uri, artifact_root)
+    check_resume_matches(study, job_obj, job, dataset)
+    data, split = load_study_data(study)
+    closed = study.recover()
+    reporter = ProgressReporter()
+    for t in closed:
+        reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
+    if study.remaining() <= 0:
+        study.set_status("finished")
+        reporter.line(f"study {study_name} already has all {study.settings.trials} trials")
+        return
+    _run(study, job_obj, data, split, reporter)
+
+
+@cli.command()
+@click.argument("study_name")
+@tracking_option
+def ask(study_name: str, tracking_uri: str | None) -> None:
+    """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}."""
+    from agent.tuning.service import open_study
+
+    study, _ = open_study(study_name, tracking_uri)
+    trial = study.ask()
+    click.echo(json.dumps({"trial": trial.number, "origin": trial.origin, "config": dict(trial.config)}))
+
+
+@cli.command()
+@click.argument("study_name")
+@click.argument("trial", type=int)
+@click.option("--value", type=float, default=None, help="The objective the trial reached.")
+@click.option("--failed", default=None, help="Mark the trial failed with this reason.")
+@tracking_option
+def tell(study_name: str, trial: int, value: float | None, failed: str | None, tracking_uri: str | None) -> None:
+    """Close trial TRIAL of a study with its objective value (or --failed REASON)."""
+    from agent.tuning.service import open_study
+
+    if (value is None) == (failed is None):
+        raise TuneAgentError("give exactly one of --value or --failed")
+    study, _ = open_study(study_name, tracking_uri)
+    record = study.tell(study.trial_by_number(trial), value=value, failed=failed)
+    study.set_status("finished" if study.remaining() <= 0 else "running")
+    click.echo(f"trial {trial}: {record.state}")
+
+
+@cli.command()
+@click.argument("study_name")
+@tracking_option
+def best(study_name: str, tracking_uri: str | None) -> None:
+    """Print the best configuration of a study as JSON."""
+    from agent.tuning.service import open_study
+
+    study, _ = open_study(study_name, tracking_uri)
+    trial = study.best()
+    if trial is None:
+        raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
+    out = {"study": study_name, "trial": trial.number, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
+    click.echo(json.dumps(out, indent=2))
+
+
+@cli.command()
+@tracking_option
+def history(tracking_uri: str | None) -> None:
+    """List studies and the datasets they ran on."""
+    from agent.tuning.history import render_history
+
+    click.echo(render_history(tracking_uri))
+
+
+@cli.command()
+@click.option("--port", type=int, default=5000, show_default=True)
+@tracking_option
+@artifact_option
+def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Serve the MLflow UI for the store on 127.0.0.1."""
+    import os
+
+    from agent.knowledge.mlflow_store import DEFAULT_ARTIFACT_ROOT, check_reachable, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    check_reachable(uri)
+    if uri.startswith(("http://", "https://")):
+        raise TuneAgentError(f"{uri} is already a tracking server: open it in a browser")
+    root = artifact_root or DEFAULT_ARTIFACT_ROOT
+    args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", "127.0.0.1", "--port", str(port)]
+    click.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)")
+    os.execv(sys.executable, args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: maps errors to one line and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="tune-agent", standalone_mode=False)
+    except TuneAgentError as exc:
+        click.echo(f"tune-agent: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("tune-agent: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"tune-agent: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("tune-agent: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

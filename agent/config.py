@@ -1,0 +1,69 @@
+"""Study settings: one frozen record, built once at the CLI edge and stored on the study run.
+
+Everything a study needs to be resumed in another process lives here, so ``tune-agent resume``
+reads it back from the knowledge base instead of asking the user again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+from agent.errors import TuneAgentError
+from agent.tuning.bo import ACQUISITIONS
+from agent.tuning.design import INIT_METHODS
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    job: str
+    job_name: str
+    dataset: str
+    dataset_name: str
+    fingerprint: str
+    space_signature: str
+    metric: str
+    mode: str
+    trials: int
+    epochs: int = 5
+    time_limit: float | None = None
+    init: str = "sobol"
+    n_init: int = 5
+    acq: str = "logei"
+    seed: int = 0
+    val_fraction: float = 0.2
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        check_positive("--trials", self.trials)
+        check_positive("--epochs", self.epochs)
+        if self.n_init < 1:
+            raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
+        if self.mode not in ("min", "max"):
+            raise TuneAgentError(f"--mode must be 'min' or 'max', got {self.mode!r}")
+        if self.init not in INIT_METHODS:
+            raise TuneAgentError(f"--init must be one of {', '.join(INIT_METHODS)}, got {self.init!r}")
+        if self.acq not in ACQUISITIONS:
+            raise TuneAgentError(f"--acq must be one of {', '.join(ACQUISITIONS)}, got {self.acq!r}")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise TuneAgentError(f"--time-limit must be positive seconds, got {self.time_limit}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StudySettings":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @property
+    def sign(self) -> float:
+        """Multiplies the objective so that the optimiser always maximises."""
+        return -1.0 if self.mode == "min" else 1.0
+
+
+def check_positive(option: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise TuneAgentError(f"{option} must be a positive integer, got {value!r}")

@@ -1,0 +1,157 @@
+"""The built-in ``cnn`` job: the target CNN of paper 003 (section 5.1.2, Table 1).
+
+Owns the six-dimensional search space of Table 1, the backbone (:class:`ConvNet`), its
+LightningModule (:class:`CNNModule`: Adam with exponential learning-rate decay per optimisation
+step, ``lr_t = 10**lr_log10 * exp(-10**decay_log10 * t)``) and the job object (:class:`CNNJob`).
+
+Architecture: ``conv_layers`` blocks of 3x3 convolution (padding 1) + BatchNorm + ReLU, with
+filters rising then falling from 32 (five layers: 32, 64, 128, 64, 32); after each block a max-pool
+of kernel ``(min(2, H), min(2, W))`` while the feature map is larger than 1x1, so 8x8 digits and
+1 x L sequences work with any depth. Global average pooling then feeds ``fc_layers`` x 256 ReLU
+units with dropout and a final linear layer. Sequences ``n x C x L`` are treated as ``C x 1 x L``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch import nn
+
+from agent.errors import JobError
+from agent.jobs.base import check_arrays, require
+from agent.jobs.classifier import ClassifierModule, exponential_decay
+from agent.jobs.datamodule import ArrayDataModule
+from agent.space import Float, Int, SearchSpace
+
+FC_UNITS = 256
+BASE_FILTERS = 32
+
+
+def conv_filters(n_layers: int) -> list[int]:
+    """Filter counts rising then falling: layer ``i`` of ``n`` has ``32 * 2**min(i, n-1-i)``."""
+    return [BASE_FILTERS * 2 ** min(i, n_layers - 1 - i) for i in range(n_layers)]
+
+
+class ConvNet(nn.Module):
+    """Plain backbone: conv blocks with adaptive pooling, global average pool, dropout FC head."""
+
+    def __init__(
+        self,
+        in_shape: tuple[int, int, int],
+        num_classes: int,
+        conv_layers: int,
+        fc_layers: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        channels, height, width = in_shape
+        blocks: list[nn.Module] = []
+        for filters in conv_filters(conv_layers):
+            blocks += [
+                nn.Conv2d(channels, filters, kernel_size=3, padding=1),
+                nn.BatchNorm2d(filters),
+                nn.ReLU(inplace=True),
+            ]
+            if height > 1 or width > 1:
+                kernel = (min(2, height), min(2, width))
+                blocks.append(nn.MaxPool2d(kernel))
+                height, width = height // kernel[0], width // kernel[1]
+            channels = filters
+        blocks += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        self.features = nn.Sequential(*blocks)
+        head: list[nn.Module] = []
+        for _ in range(fc_layers):
+            head += [nn.Linear(channels, FC_UNITS), nn.ReLU(inplace=True), nn.Dropout(dropout)]
+            channels = FC_UNITS
+        head.append(nn.Linear(channels, num_classes))
+        self.classifier = nn.Sequential(*head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class CNNModule(ClassifierModule):
+    """The paper-003 CNN trained with Adam and per-step exponential learning-rate decay."""
+
+    def __init__(
+        self,
+        in_shape: tuple[int, int, int],
+        num_classes: int,
+        conv_layers: int = 3,
+        fc_layers: int = 1,
+        dropout: float = 0.5,
+        lr_log10: float = -3.0,
+        decay_log10: float = -6.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = ConvNet(tuple(in_shape), num_classes, conv_layers, fc_layers, dropout)
+
+    def configure_optimizers(self) -> dict:
+        hp = self.hparams
+        optimizer = torch.optim.Adam(self.parameters(), lr=10.0 ** hp.lr_log10)
+        scheduler = exponential_decay(optimizer, 10.0 ** hp.decay_log10)
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+def as_images(X: np.ndarray) -> np.ndarray:
+    """Images pass through; sequences ``n x C x L`` become ``n x C x 1 x L``."""
+    return X[:, :, None, :] if X.ndim == 3 else X
+
+
+class CNNJob:
+    """Job ``cnn``: the Table-1 space over the paper-003 CNN; minimises ``val_loss``."""
+
+    name = "cnn"
+    metric = "val_loss"
+    mode = "min"
+
+    def __init__(self) -> None:
+        self.space = SearchSpace(
+            [
+                Float("lr_log10", -5.0, 0.0),
+                Float("decay_log10", -8.0, -4.0),
+                Int("batch_size", 100, 400),
+                Int("conv_layers", 1, 9),
+                Int("fc_layers", 1, 3),
+                Float("dropout", 0.0, 0.9),
+            ]
+        )
+
+    def check_dataset(self, dataset: Any) -> None:
+        kind = getattr(dataset, "kind", None)
+        if kind not in ("image", "sequence"):
+            raise JobError(
+                f"job 'cnn' needs image or sequence data; dataset {dataset.name} is {kind} "
+                "(use --job mlp)"
+            )
+        check_arrays(self.name, dataset)
+        expected = 4 if kind == "image" else 3
+        if dataset.X.ndim != expected:
+            raise JobError(
+                f"job 'cnn' needs {kind} X with {expected} dimensions; "
+                f"dataset {dataset.name} has shape {dataset.X.shape}"
+            )
+
+    def build(
+        self, config: dict, dataset: Any, train_idx: np.ndarray, val_idx: np.ndarray, seed: int
+    ) -> tuple[pl.LightningModule, pl.LightningDataModule]:
+        require(config, tuple(self.space.names), self.name)
+        self.check_dataset(dataset)
+        X = as_images(dataset.X)
+        torch.manual_seed(int(seed))
+        model = CNNModule(
+            in_shape=tuple(int(s) for s in X.shape[1:]),
+            num_classes=int(dataset.num_classes),
+            conv_layers=int(config["conv_layers"]),
+            fc_layers=int(config["fc_layers"]),
+            dropout=float(config["dropout"]),
+            lr_log10=float(config["lr_log10"]),
+            decay_log10=float(config["decay_log10"]),
+        )
+        batch_size = int(config["batch_size"])
+        data = ArrayDataModule(X, dataset.y, train_idx, val_idx, batch_size, seed=seed)
+        return model, data

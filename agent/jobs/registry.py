@@ -1,0 +1,77 @@
+"""Finding jobs by name: the built-ins and user jobs given as ``package.module:attr``.
+
+Owns :data:`BUILTIN_JOBS` and :func:`load_job`, which resolves a spec to an object meeting the
+job protocol (checked by :func:`agent.jobs.base.validate_job`) or raises a one-line
+:class:`~agent.errors.JobError` saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from agent.errors import JobError
+from agent.jobs.base import Job, validate_job
+from agent.jobs.cnn import CNNJob
+from agent.jobs.mlp import MLPJob
+
+BUILTIN_JOBS = ("cnn", "mlp")
+_BUILTIN_CLASSES: dict[str, Callable[[], Job]] = {"cnn": CNNJob, "mlp": MLPJob}
+
+
+def load_job(spec: str) -> Job:
+    """Returns the job named by ``spec``: ``"cnn"``, ``"mlp"`` or ``"package.module:attr"``.
+
+    ``attr`` may be a job instance, a job class (instantiated without arguments) or a zero-argument
+    factory returning a job.
+    """
+    spec = str(spec).strip()
+    if spec in BUILTIN_JOBS:
+        return _BUILTIN_CLASSES[spec]()
+    if ":" not in spec:
+        raise JobError(
+            f"unknown job {spec!r}; built-in jobs: {', '.join(BUILTIN_JOBS)} "
+            "(or give package.module:attr)"
+        )
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise JobError(f"job spec {spec!r} must look like package.module:attr")
+    target = _import_attr(module_name, attr, spec)
+    return validate_job(_instantiate(target, spec), spec)
+
+
+def _import_attr(module_name: str, attr: str, spec: str) -> Any:
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise JobError(f"cannot import module {module_name!r} for job {spec!r}: {exc}") from None
+    except Exception as exc:  # a user's module failing at import time
+        raise JobError(
+            f"importing module {module_name!r} for job {spec!r} failed: "
+            f"{type(exc).__name__}: {_one_line(exc)}"
+        ) from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise JobError(f"module {module_name!r} has no attribute {attr!r} (job {spec!r})")
+        target = getattr(target, part)
+    return target
+
+
+def _instantiate(target: Any, spec: str) -> Any:
+    """Instances pass through; classes and zero-argument factories are called."""
+    looks_like_job = not isinstance(target, type) and hasattr(target, "space")
+    if looks_like_job or not callable(target):
+        return target
+    factory: Callable[[], Any] = target
+    try:
+        return factory()
+    except Exception as exc:
+        raise JobError(
+            f"creating job {spec!r} failed: {type(exc).__name__}: {_one_line(exc)}"
+        ) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."

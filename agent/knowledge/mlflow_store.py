@@ -1,0 +1,338 @@
+"""The MLflow knowledge base: the only module of tune-agent that imports mlflow.
+
+Layout in MLflow (what a person sees in the UI):
+- one experiment per job, named ``tune-agent/<job>``;
+- one parent run per study, named after the study, tagged ``tune_agent.kind=study`` with the
+  dataset name and fingerprint, job, search-space signature, objective, seed, status and best result;
+  its artifacts hold ``dataset/summary.json``, ``dataset/sample.npz`` (a fixed seeded sample, so
+  meta-feature models can be retrained from MLflow alone), ``space.json`` and the trace plot;
+- one nested child run per trial (``mlflow.parentRunId``), named ``<study>/trial-<n>``, with every
+  hyperparameter as a param, per-epoch metrics from Lightning's ``MLFlowLogger``, ``objective``,
+  ``duration_s`` and tags for state, origin and failure reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+from urllib.parse import urlparse
+
+from agent.errors import StoreError
+from agent.knowledge.base import (
+    TRIAL_KILLED,
+    TRIAL_RUNNING,
+    KnowledgeBase,
+    StudyRecord,
+    TrialRecord,
+)
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow/mlflow.db"
+DEFAULT_ARTIFACT_ROOT = "mlflow/artifacts"
+T = "tune_agent."  # tag prefix
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """``--tracking-uri`` beats ``MLFLOW_TRACKING_URI`` beats the embedded store."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///") :])
+
+
+def check_reachable(uri: str) -> None:
+    """Raises :class:`StoreError` in one line when ``uri`` cannot serve requests."""
+    scheme = urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        import requests
+
+        try:
+            requests.get(uri.rstrip("/") + "/health", timeout=5).raise_for_status()
+        except requests.RequestException as exc:
+            reason = type(exc).__name__
+            raise StoreError(f"cannot reach tracking server {uri} ({reason})") from None
+    elif scheme == "sqlite":
+        path = _sqlite_path(uri)
+        if path is None or (path.parent != Path("") and not path.parent.exists()):
+            raise StoreError(f"tracking store directory does not exist: {uri}")
+    elif scheme not in ("", "file"):
+        raise StoreError(f"unsupported tracking URI scheme {scheme!r}: {uri}")
+
+
+def store_exists(uri: str) -> bool:
+    """False only when ``uri`` is an embedded sqlite store whose file was never created."""
+    path = _sqlite_path(uri)
+    return path is None or path.exists()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+class MlflowKnowledgeBase(KnowledgeBase):
+    """Studies and trials in an MLflow tracking store (sqlite file or ``mlflow server``)."""
+
+    def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None) -> None:
+        self.tracking_uri = resolve_tracking_uri(tracking_uri)
+        check_reachable(self.tracking_uri)
+        self.artifact_root = artifact_root
+        if artifact_root is None and self.tracking_uri == DEFAULT_TRACKING_URI:
+            self.artifact_root = DEFAULT_ARTIFACT_ROOT
+        from mlflow import MlflowClient
+
+        self._client = MlflowClient(self.tracking_uri)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return fn(*args, **kwargs)
+        except MlflowException as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"tracking store {self.tracking_uri}: {first}") from None
+
+    def _experiment_ids(self) -> list[str]:
+        exps = self._call(self._client.search_experiments, max_results=1000)
+        return [e.experiment_id for e in exps if e.name.startswith("tune-agent/")]
+
+    def _search(self, filter_string: str, experiment_ids: list[str] | None = None) -> Iterator[Any]:
+        ids = experiment_ids if experiment_ids is not None else self._experiment_ids()
+        if not ids:
+            return
+        token = None
+        while True:
+            page = self._call(
+                self._client.search_runs,
+                ids,
+                filter_string,
+                max_results=1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
+            yield from page
+            token = page.token
+            if not token:
+                return
+
+    def _experiment_for(self, job: str) -> str:
+        name = f"tune-agent/{job}"
+        exp = self._call(self._client.get_experiment_by_name, name)
+        if exp is not None:
+            return exp.experiment_id
+        location = None
+        if self.artifact_root:
+            root = self.artifact_root
+            location = root if "://" in root else Path(root).resolve().as_uri()
+            location = f"{location.rstrip('/')}/{job}"
+        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`: one parent run per study."}
+        return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
+
+    def _to_study(self, run: Any) -> StudyRecord:
+        tags = run.data.tags
+        best = tags.get(T + "best_value")
+        return StudyRecord(
+            study_id=run.info.run_id,
+            name=tags.get(T + "study", run.info.run_name),
+            job=tags.get(T + "job", ""),
+            dataset=tags.get(T + "dataset", ""),
+            fingerprint=tags.get(T + "fingerprint", ""),
+            space_signature=tags.get(T + "space_signature", ""),
+            status=tags.get(T + "status", ""),
+            settings=json.loads(tags.get(T + "settings", "{}")),
+            best_value=float(best) if best not in (None, "") else None,
+            best_config=json.loads(tags[T + "best_config"]) if T + "best_config" in tags else None,
+            start_time=run.info.start_time or 0,
+        )
+
+    def _to_trial(self, run: Any) -> TrialRecord:
+        tags, metrics = run.data.tags, run.data.metrics
+        state = tags.get(T + "state", TRIAL_RUNNING)
+        if state == TRIAL_RUNNING and run.info.status in ("FAILED", "KILLED"):
+            state = TRIAL_KILLED
+        value = metrics.get("objective")
+        return TrialRecord(
+            trial_id=run.info.run_id,
+            number=int(tags.get(T + "trial", -1)),
+            state=state,
+            config=json.loads(tags.get(T + "config", "{}")),
+            value=None if value is None or not math.isfinite(value) else float(value),
+            origin=tags.get(T + "origin", ""),
+            reason=tags.get(T + "reason", ""),
+            duration=metrics.get("duration_s"),
+            extra={k: v for k, v in metrics.items() if k not in ("objective", "duration_s")},
+        )
+
+    # -- studies -------------------------------------------------------------------------------
+    def create_study(
+        self,
+        name: str,
+        settings: Mapping[str, Any],
+        space: list[dict[str, Any]],
+        dataset_summary: Mapping[str, Any],
+        dataset_sample: tuple[Any, Any] | None,
+        description: str,
+    ) -> StudyRecord:
+        import numpy as np
+        from mlflow.entities import Param, RunTag
+
+        exp_id = self._experiment_for(settings["job_name"])
+        tags = {
+            T + "kind": "study",
+            T + "study": name,
+            T + "job": settings["job_name"],
+            T + "dataset": settings["dataset_name"],
+            T + "fingerprint": settings["fingerprint"],
+            T + "space_signature": settings["space_signature"],
+            T + "objective": f"{settings['mode']} {settings['metric']}",
+            T + "seed": str(settings["seed"]),
+            T + "status": "created",
+            T + "settings": _json(settings),
+            "mlflow.note.content": description,
+        }
+        run = self._call(self._client.create_run, exp_id, run_name=name, tags=tags)
+        rid = run.info.run_id
+        params = {f"study.{k}": v for k, v in settings.items() if not isinstance(v, (dict, list))}
+        params.update({f"dataset.{k}": v for k, v in dataset_summary.items()})
+        self._call(
+            self._client.log_batch,
+            rid,
+            params=[Param(k, str(v)[:6000]) for k, v in params.items()],
+            tags=[RunTag(T + "dataset_kind", str(dataset_summary.get("kind", "")))],
+        )
+        self._call(self._client.log_dict, rid, dict(dataset_summary), "dataset/summary.json")
+        self._call(self._client.log_dict, rid, {"params": space}, "space.json")
+        if dataset_sample is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "sample.npz"
+                np.savez_compressed(path, X=dataset_sample[0], y=dataset_sample[1])
+                self._call(self._client.log_artifact, rid, str(path), "dataset")
+        return self._to_study(self._call(self._client.get_run, rid))
+
+    def find_study(self, name: str) -> StudyRecord | None:
+        if not store_exists(self.tracking_uri):
+            return None
+        safe = name.replace("'", "\\'")
+        flt = f"tags.`{T}kind` = 'study' and tags.`{T}study` = '{safe}'"
+        runs = list(self._search(flt))
+        return self._to_study(runs[-1]) if runs else None
+
+    def list_studies(self) -> list[StudyRecord]:
+        if not store_exists(self.tracking_uri):
+            return []
+        return [self._to_study(r) for r in self._search(f"tags.`{T}kind` = 'study'")]
+
+    def update_study(
+        self,
+        study: StudyRecord,
+        status: str,
+        best_value: float | None = None,
+        best_config: Mapping[str, Any] | None = None,
+    ) -> StudyRecord:
+        from mlflow.entities import Metric, RunTag
+
+        tags = [RunTag(T + "status", status)]
+        metrics = []
+        if best_value is not None:
+            tags += [RunTag(T + "best_value", repr(best_value)), RunTag(T + "best_config", _json(best_config))]
+            metrics.append(Metric("best_objective", best_value, int(time.time() * 1000), 0))
+        self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
+        run_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status)
+        if run_status:
+            self._call(self._client.set_terminated, study.study_id, run_status)
+        else:
+            self._call(self._client.update_run, study.study_id, status="RUNNING")
+        return self._to_study(self._call(self._client.get_run, study.study_id))
+
+    def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
+        self._call(self._client.log_figure, study.study_id, figure, artifact_file)
+
+    # -- trials --------------------------------------------------------------------------------
+    def trials(self, study: StudyRecord) -> list[TrialRecord]:
+        run = self._call(self._client.get_run, study.study_id)
+        flt = f"tags.`mlflow.parentRunId` = '{study.study_id}'"
+        records = [self._to_trial(r) for r in self._search(flt, [run.info.experiment_id])]
+        return sorted(records, key=lambda t: (t.number, t.trial_id))
+
+    def start_trial(
+        self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
+    ) -> TrialRecord:
+        from mlflow.entities import Param
+
+        exp_id = self._call(self._client.get_run, study.study_id).info.experiment_id
+        summary = ", ".join(f"{k}={_short(v)}" for k, v in config.items())
+        tags = {
+            "mlflow.parentRunId": study.study_id,
+            T + "kind": "trial",
+            T + "study": study.name,
+            T + "trial": str(number),
+            T + "state": TRIAL_RUNNING,
+            T + "origin": origin,
+            T + "config": _json(dict(config)),
+            T + "dataset": study.dataset,
+            T + "job": study.job,
+            "mlflow.note.content": f"Trial {number} of study `{study.name}` ({origin}): {summary}",
+        }
+        run = self._call(
+            self._client.create_run, exp_id, run_name=f"{study.name}/trial-{number}", tags=tags
+        )
+        params = [Param(k, str(v)) for k, v in config.items()]
+        self._call(self._client.log_batch, run.info.run_id, params=params)
+        return self._to_trial(run)
+
+    def finish_trial(
+        self,
+        study: StudyRecord,
+        trial: TrialRecord,
+        value: float | None,
+        state: str,
+        reason: str = "",
+        duration: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> TrialRecord:
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        values = dict(metrics or {})
+        if value is not None:
+            values["objective"] = value
+        if duration is not None:
+            values["duration_s"] = duration
+        batch = [Metric(k, float(v), now, 0) for k, v in values.items() if math.isfinite(float(v))]
+        tags = [RunTag(T + "state", state)] + ([RunTag(T + "reason", reason[:4000])] if reason else [])
+        self._call(self._client.log_batch, trial.trial_id, metrics=batch, tags=tags)
+        status = {"ok": "FINISHED", "failed": "FAILED"}.get(state, "KILLED")
+        self._call(self._client.set_terminated, trial.trial_id, status)
+        return self._to_trial(self._call(self._client.get_run, trial.trial_id))
+
+    def close_running_trials(self, study: StudyRecord, reason: str) -> list[TrialRecord]:
+        closed = []
+        for trial in self.trials(study):
+            if trial.state == TRIAL_RUNNING:
+                closed.append(self.finish_trial(study, trial, None, TRIAL_KILLED, reason))
+        return closed
+
+    def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        class TrialLogger(MLFlowLogger):
+            """Keeps the trial's params as logged: hyperparameters already set are skipped."""
+
+            def log_hyperparams(self, params: Any) -> None:
+                known = set(trial.config)
+                extra = {k: v for k, v in dict(vars(params) if not isinstance(params, Mapping) else params).items() if k not in known}
+                if extra:
+                    super().log_hyperparams(extra)
+
+        return TrialLogger(tracking_uri=self.tracking_uri, run_id=trial.trial_id)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,153 @@
+"""One Bayesian-optimisation step: fit the surrogate, optimise the acquisition, snap to the space.
+
+Used by :class:`agent.tuning.sampler.BoSampler` after the initial design (paper 000, Algorithm 1).
+Everything here maximises: a ``min`` objective is negated by the caller. The surrogate is a BoTorch
+``SingleTaskGP`` with an ARD Matérn-5/2 kernel on standardised outcomes; failed trials are imputed
+with the worst observed value so the GP steers away from them without a separate classifier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from typing import Any, Iterator
+
+import numpy as np
+
+from agent.space import SearchSpace
+
+ACQUISITIONS = ("logei", "ucb")
+UCB_DELTA = 0.1
+MAX_ENUMERATED_CATEGORIES = 32
+
+
+@contextlib.contextmanager
+def torch_threads(n: int = 1) -> Iterator[None]:
+    """Pins torch's intra-op threads; tiny GP fits oversubscribe busy cores otherwise."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def ucb_beta(iteration: int, dim: int, delta: float = UCB_DELTA) -> float:
+    """GP-UCB's growing β_t = 2 log(d t² π² / 6δ) (Srinivas et al. 2010, used by paper 000).
+
+    BoTorch's ``beta`` is κ², so this is passed as is.
+    """
+    t = max(iteration, 1)
+    return 2.0 * math.log(dim * t**2 * math.pi**2 / (6.0 * delta))
+
+
+def impute_failures(y: np.ndarray) -> np.ndarray:
+    """Replaces NaN (failed trials) with the worst finite value."""
+    y = np.asarray(y, dtype=float).copy()
+    ok = np.isfinite(y)
+    if ok.any():
+        y[~ok] = y[ok].min()
+    return y
+
+
+def fit_gp(train_X: Any, train_Y: Any, mean_module: Any = None) -> Any:
+    """Fits a ``SingleTaskGP`` (ARD Matérn-5/2, standardised outcomes) to `n x d` / `n x 1` data.
+
+    Args:
+        mean_module: an optional GPyTorch mean (e.g. the neighbours' prior mean); constant if None.
+    """
+    from botorch.fit import fit_gpytorch_mll
+    from botorch.models import SingleTaskGP
+    from botorch.models.transforms.outcome import Standardize
+    from gpytorch.kernels import MaternKernel, ScaleKernel
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+    from gpytorch.priors import LogNormalPrior
+
+    d = train_X.shape[-1]
+    # Dimension-scaled lengthscale prior (Hvarfner et al. 2024) keeps ARD sane with few points.
+    prior = LogNormalPrior(loc=math.sqrt(2.0) + 0.5 * math.log(d), scale=math.sqrt(3.0))
+    kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=d, lengthscale_prior=prior))
+    model = SingleTaskGP(
+        train_X,
+        train_Y,
+        covar_module=kernel,
+        mean_module=mean_module,
+        outcome_transform=Standardize(m=1),
+    )
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
+    try:
+        fit_gpytorch_mll(mll)
+    except Exception:  # noqa: BLE001 - a failed fit keeps the prior hyperparameters, still usable
+        pass
+    return model
+
+
+def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: int) -> Any:
+    from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
+
+    if acq == "logei":
+        return LogExpectedImprovement(model, best_f=train_Y.max())
+    if acq == "ucb":
+        return UpperConfidenceBound(model, beta=ucb_beta(iteration, dim))
+    raise ValueError(f"unknown acquisition {acq!r}")
+
+
+def optimize_on_space(acqf: Any, space: SearchSpace, seed: int) -> np.ndarray:
+    """Maximises ``acqf`` over the cube; categoricals are enumerated when there are few combos."""
+    import torch
+    from botorch.optim import optimize_acqf, optimize_acqf_mixed
+
+    d = space.dim
+    bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
+    options = {"seed": seed, "maxiter": 100}
+    cat_dims = space.categorical_dims()
+    combos = list(
+        itertools.product(*[range(len(space.params[i].choices)) for i in cat_dims])  # type: ignore[union-attr]
+    )
+    if cat_dims and len(combos) <= MAX_ENUMERATED_CATEGORIES:
+        fixed = [
+            {i: (k + 0.5) / len(space.params[i].choices) for i, k in zip(cat_dims, combo)}  # type: ignore[union-attr]
+            for combo in combos
+        ]
+        x, _ = optimize_acqf_mixed(
+            acqf, bounds, q=1, num_restarts=4, raw_samples=64, fixed_features_list=fixed, options=options
+        )
+    else:
+        x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=6, raw_samples=192, options=options)
+    return x.detach().cpu().numpy().reshape(-1)
+
+
+def propose_next(
+    space: SearchSpace,
+    U: np.ndarray,
+    y: np.ndarray,
+    acq: str,
+    iteration: int,
+    seed: int,
+    mean_module: Any = None,
+) -> np.ndarray:
+    """Next point (`d`) given observed points `n x d` and values `n` (maximised; NaN = failed)."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    y = impute_failures(y)
+    if not np.isfinite(y).any():
+        return space.snap(rng.random(space.dim))[0]
+    with torch_threads(1):
+        train_X = torch.as_tensor(np.asarray(U), dtype=torch.double)
+        train_Y = torch.as_tensor(y, dtype=torch.double).reshape(-1, 1)
+        model = fit_gp(train_X, train_Y, mean_module=mean_module)
+        acqf = build_acquisition(model, train_Y, acq, iteration, space.dim)
+        torch.manual_seed(seed)
+        x = optimize_on_space(acqf, space, seed)
+    candidate = space.snap(x)[0]
+    seen = {tuple(np.round(u, 9)) for u in space.snap(U)}
+    tries = 0
+    while tuple(np.round(candidate, 9)) in seen and tries < 100:
+        # The acquisition peaked on an evaluated configuration (integer lattice): explore instead.
+        candidate = space.snap(rng.random(space.dim))[0]
+        tries += 1
+    return candidate

@@ -1,0 +1,30 @@
+"""`tune-agent history`: the studies in a store and the datasets they covered, as text tables."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+
+def render_history(tracking_uri: str | None) -> str:
+    kb = MlflowKnowledgeBase(tracking_uri)
+    studies = kb.list_studies()
+    if not studies:
+        return f"no studies in {kb.tracking_uri}"
+    rows = [("study", "job", "dataset", "status", "trials", "best")]
+    by_dataset: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for s in studies:
+        best = f"{s.best_value:.5g}" if s.best_value is not None else "-"
+        objective = f"{s.settings.get('mode', '')} {s.settings.get('metric', '')}"
+        rows.append((s.name, s.job, s.dataset, s.status, str(s.settings.get("trials", "")), f"{best} ({objective.strip()})"))
+        by_dataset[(s.dataset, s.fingerprint)].append(s.name)
+    lines = [f"{len(studies)} studies in {kb.tracking_uri}", *_table(rows), ""]
+    lines.append(f"{len(by_dataset)} datasets")
+    lines += _table([("dataset", "fingerprint", "studies")] + [(d, f, str(len(n))) for (d, f), n in sorted(by_dataset.items())])
+    return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

@@ -1,0 +1,76 @@
+"""Progress of a study for a person: trial i/N, best so far, the current configuration.
+
+On a terminal the lines are styled by rich; otherwise (CI, pipes, log files) they are plain
+text, one line per event, so logs stay greppable.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping, TextIO
+
+from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TrialRecord
+
+
+def _fmt(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in config.items())
+
+
+class ProgressReporter:
+    """Prints study events; ``stream`` defaults to stdout."""
+
+    def __init__(self, stream: TextIO | None = None, rich: bool | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.rich = self.stream.isatty() if rich is None else rich
+        self._console = None
+        if self.rich:
+            from rich.console import Console
+
+            self._console = Console(file=self.stream, highlight=False)
+        self.total = 0
+        self.metric = ""
+
+    def line(self, text: str, style: str | None = None) -> None:
+        if self._console is not None:
+            self._console.print(text, style=style, markup=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def begin(self, study: Any, trials: list[TrialRecord]) -> None:
+        self.total = study.settings.trials
+        self.metric = study.settings.metric
+        done = sum(t.state in COUNTED_STATES for t in trials)
+        what = "resuming" if done else "starting"
+        self.line(
+            f"{what} study {study.name}: job {study.record.job} on {study.record.dataset}, "
+            f"{done}/{self.total} trials done, {study.settings.mode} {self.metric}",
+            style="bold",
+        )
+
+    def trial_started(self, trial: TrialRecord) -> None:
+        self.line(f"trial {trial.number + 1}/{self.total} [{trial.origin}] {_fmt(trial.config)}", style="cyan")
+
+    def trial_finished(self, trial: TrialRecord, best: TrialRecord | None, trials: list[TrialRecord]) -> None:
+        done = sum(t.state in COUNTED_STATES for t in trials)
+        if trial.state == TRIAL_OK:
+            result = f"{self.metric}={trial.value:.5g}"
+        else:
+            result = f"{trial.state}: {trial.reason}"
+        best_txt = f"best {self.metric}={best.value:.5g} (trial {best.number + 1})" if best else "no success yet"
+        style = "green" if trial.state == TRIAL_OK else "red"
+        self.line(f"  done {done}/{self.total}: {result} in {trial.duration or 0:.1f} s; {best_txt}", style=style)
+
+    def end(self, study: Any, best: TrialRecord | None, timing: Any) -> None:
+        if best is None:
+            self.line(f"study {study.name} finished with no successful trial", style="red")
+            return
+        self.line(
+            f"study {study.name} finished: best {self.metric}={best.value:.5g} at trial {best.number + 1}: "
+            f"{_fmt(best.config)}",
+            style="bold green",
+        )
+        if timing.wall_seconds > 0:
+            self.line(
+                f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s, "
+                f"agent overhead {100 * timing.overhead:.1f}%"
+            )

@@ -1,0 +1,130 @@
+"""Study services behind the CLI: validate everything, then touch the store, then run.
+
+Order matters for the bad-input promise: job, dataset and options are all checked before the
+tracking store is opened, so a rejected command writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agent.config import StudySettings, check_positive
+from agent.errors import StudyError
+from agent.knowledge.mlflow_store import MlflowKnowledgeBase, store_exists
+from agent.tuning.study import Study
+
+SAMPLE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    dataset: str
+    job: str
+    trials: int = 20
+    epochs: int = 5
+    label: str | None = None
+    metric: str | None = None
+    mode: str | None = None
+    time_limit: float | None = None
+    init: str = "sobol"
+    n_init: int | None = None
+    acq: str = "logei"
+    seed: int = 0
+    val_fraction: float = 0.2
+    study_name: str | None = None
+    tracking_uri: str | None = None
+    artifact_root: str | None = None
+
+
+def default_study_name(dataset_name: str, job_name: str) -> str:
+    short = dataset_name.split("/")[-1].replace("?", "-").replace("&", "-").replace("=", "")
+    return f"{short}-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def prepare_study(req: StartRequest) -> tuple[Study, Any, Any, tuple[Any, Any]]:
+    """Validates a start request, creates the study in the store, returns what running needs."""
+    from agent.data import describe_dataset, load_dataset, sample_dataset, split_dataset
+    from agent.jobs import load_job
+
+    check_positive("--trials", req.trials)
+    check_positive("--epochs", req.epochs)
+    job = load_job(req.job)
+    dataset = load_dataset(req.dataset, label=req.label)
+    job.check_dataset(dataset)
+    settings = StudySettings(
+        job=req.job,
+        job_name=job.name,
+        dataset=req.dataset,
+        dataset_name=dataset.name,
+        fingerprint=dataset.fingerprint,
+        space_signature=job.space.signature(),
+        metric=req.metric or job.metric,
+        mode=req.mode or job.mode,
+        trials=req.trials,
+        epochs=req.epochs,
+        time_limit=req.time_limit,
+        init=req.init,
+        n_init=req.n_init if req.n_init is not None else min(5, req.trials),
+        acq=req.acq,
+        seed=req.seed,
+        val_fraction=req.val_fraction,
+        label=req.label,
+    )
+    kb = MlflowKnowledgeBase(req.tracking_uri, req.artifact_root)
+    name = req.study_name or default_study_name(dataset.name, job.name)
+    if kb.find_study(name) is not None:
+        raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
+    description = (
+        f"Tuning job `{job.name}` on dataset `{dataset.name}` ({dataset.n} instances, "
+        f"{dataset.num_classes} classes): {settings.trials} trials of {settings.epochs} epochs, "
+        f"{settings.n_init} x {settings.init} then BO with {settings.acq}, "
+        f"{settings.mode} {settings.metric}, seed {settings.seed}."
+    )
+    record = kb.create_study(
+        name,
+        settings.to_dict(),
+        job.space.to_dict(),
+        describe_dataset(dataset),
+        sample_dataset(dataset, SAMPLE_SIZE, seed=settings.seed),
+        description,
+    )
+    study = Study(kb, record, job.space)
+    return study, job, dataset, split_dataset(dataset, settings.val_fraction, settings.seed)
+
+
+def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None) -> tuple[Study, Any]:
+    """Loads a stored study and its job; refuses when the job's space changed since."""
+    from agent.jobs import load_job
+
+    kb = MlflowKnowledgeBase(tracking_uri, artifact_root)
+    if not store_exists(kb.tracking_uri):
+        raise StudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")
+    record = kb.find_study(name)
+    if record is None:
+        raise StudyError(f"no study named {name!r} in {kb.tracking_uri}")
+    job = load_job(record.settings["job"])
+    return Study.load(kb, name, job.space), job
+
+
+def load_study_data(study: Study) -> tuple[Any, tuple[Any, Any]]:
+    from agent.data import load_dataset, split_dataset
+
+    s = study.settings
+    dataset = load_dataset(s.dataset, label=s.label)
+    if dataset.fingerprint != s.fingerprint:
+        raise StudyError(
+            f"dataset {s.dataset!r} changed since study {study.name!r} started "
+            f"(fingerprint {s.fingerprint} -> {dataset.fingerprint})"
+        )
+    return dataset, split_dataset(dataset, s.val_fraction, s.seed)
+
+
+def check_resume_matches(study: Study, job: Any, job_spec: str | None, dataset_spec: str | None) -> None:
+    if job_spec is not None and job_spec != study.settings.job:
+        raise StudyError(f"study {study.name!r} was run with job {study.settings.job!r}, not {job_spec!r}")
+    if dataset_spec is not None and dataset_spec != study.settings.dataset:
+        raise StudyError(
+            f"study {study.name!r} was run on dataset {study.settings.dataset!r}, not {dataset_spec!r}"
+        )

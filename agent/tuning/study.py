@@ -1,0 +1,133 @@
+"""The study handle: ask/tell over a knowledge base (Optuna's ``Study`` role).
+
+A :class:`Study` is ids + a knowledge base + a sampler; it holds no state of its own that MLflow
+does not also hold, so any process can pick a study up by name. ``ask`` opens a trial in a free
+slot (a RUNNING child run), ``tell`` closes it. A user's own training loop drives it directly::
+
+    study = Study.load(kb, "my-study", space)
+    trial = study.ask()
+    study.tell(trial, value=train(trial.config))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from agent.config import StudySettings
+from agent.errors import StudyError
+from agent.knowledge.base import (
+    COUNTED_STATES,
+    TRIAL_FAILED,
+    TRIAL_KILLED,
+    TRIAL_OK,
+    TRIAL_RUNNING,
+    KnowledgeBase,
+    StudyRecord,
+    TrialRecord,
+)
+from agent.space import SearchSpace
+from agent.tuning.sampler import BoSampler
+
+
+class Study:
+    """A handle on one stored study; see the module docstring."""
+
+    def __init__(
+        self, kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, sampler: BoSampler | None = None
+    ) -> None:
+        self.kb = kb
+        self.record = record
+        self.space = space
+        self.settings = StudySettings.from_dict(record.settings)
+        self.sampler = sampler or BoSampler(space, self.settings)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @classmethod
+    def load(cls, kb: KnowledgeBase, name: str, space: SearchSpace, sampler: BoSampler | None = None) -> "Study":
+        record = kb.find_study(name)
+        if record is None:
+            raise StudyError(f"no study named {name!r} in this tracking store")
+        if record.space_signature != space.signature():
+            raise StudyError(
+                f"study {name!r} was run with a different search space "
+                f"(signature {record.space_signature}, job now gives {space.signature()})"
+            )
+        return cls(kb, record, space, sampler)
+
+    # -- state ---------------------------------------------------------------------------------
+    def trials(self) -> list[TrialRecord]:
+        return self.kb.trials(self.record)
+
+    def counted(self, trials: list[TrialRecord] | None = None) -> list[TrialRecord]:
+        return [t for t in (trials if trials is not None else self.trials()) if t.state in COUNTED_STATES]
+
+    def remaining(self, trials: list[TrialRecord] | None = None) -> int:
+        return self.settings.trials - len(self.counted(trials))
+
+    def best(self, trials: list[TrialRecord] | None = None) -> TrialRecord | None:
+        ok = [t for t in (trials if trials is not None else self.trials()) if t.state == TRIAL_OK and t.value is not None]
+        if not ok:
+            return None
+        return max(ok, key=lambda t: self.settings.sign * t.value)  # type: ignore[operator]
+
+    # -- ask / tell ----------------------------------------------------------------------------
+    def ask(self) -> TrialRecord:
+        """Opens the lowest free slot with the sampler's suggestion."""
+        trials = self.trials()
+        taken = {t.number for t in trials if t.state in COUNTED_STATES + (TRIAL_RUNNING,)}
+        free = [n for n in range(self.settings.trials) if n not in taken]
+        if not free:
+            raise StudyError(f"study {self.name!r} has no trial slots left ({self.settings.trials} used or running)")
+        number = free[0]
+        suggestion = self.sampler.suggest(number, trials)
+        return self.kb.start_trial(self.record, number, suggestion.config, suggestion.origin)
+
+    def tell(
+        self,
+        trial: TrialRecord,
+        value: float | None = None,
+        failed: str | None = None,
+        duration: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+        state: str | None = None,
+    ) -> TrialRecord:
+        """Closes a trial: a finite ``value`` makes it ``ok``; ``failed`` (a reason) or a
+        non-finite value makes it ``failed``; ``state='killed'`` frees its slot again."""
+        if state is None:
+            if failed is None and (value is None or not math.isfinite(value)):
+                failed = f"objective is not finite ({value})"
+            state = TRIAL_FAILED if failed else TRIAL_OK
+        if state != TRIAL_OK:
+            value = None
+        return self.kb.finish_trial(self.record, trial, value, state, failed or "", duration, metrics)
+
+    def trial_by_number(self, number: int) -> TrialRecord:
+        for t in self.trials():
+            if t.number == number and t.state == TRIAL_RUNNING:
+                return t
+        raise StudyError(f"study {self.name!r} has no running trial {number}")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def recover(self) -> list[TrialRecord]:
+        """Closes trials a dead process left RUNNING as killed, freeing their slots."""
+        return self.kb.close_running_trials(self.record, "process died before the trial ended")
+
+    def set_status(self, status: str) -> None:
+        best = self.best()
+        self.record = self.kb.update_study(
+            self.record,
+            status,
+            best_value=best.value if best else None,
+            best_config=dict(best.config) if best else None,
+        )
+
+    def failed_majority(self, trials: list[TrialRecord]) -> bool:
+        failed = sum(t.state == TRIAL_FAILED for t in trials)
+        return failed > self.settings.trials // 2
+
+
+__all__ = ["Study", "TRIAL_KILLED", "TRIAL_OK", "TRIAL_FAILED"]
