@@ -85,9 +85,19 @@ class MlflowKnowledgeBase(KnowledgeBase):
         self.artifact_root = artifact_root
         if artifact_root is None and self.tracking_uri == DEFAULT_TRACKING_URI:
             self.artifact_root = DEFAULT_ARTIFACT_ROOT
-        from mlflow import MlflowClient
+        self._client_instance: Any = None
 
-        self._client = MlflowClient(self.tracking_uri)
+    @property
+    def _client(self) -> Any:
+        # Created on first use: opening a sqlite URI creates the database file.
+        if self._client_instance is None:
+            import logging
+
+            from mlflow import MlflowClient
+
+            logging.getLogger("mlflow").setLevel(logging.WARNING)
+            self._client_instance = MlflowClient(self.tracking_uri)
+        return self._client_instance
 
     # -- helpers -------------------------------------------------------------------------------
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:

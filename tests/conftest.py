@@ -1,0 +1,74 @@
+"""Shared fixtures: a real sqlite MLflow store in a temp dir and an in-process CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Store:
+    root: Path
+
+    @property
+    def uri(self) -> str:
+        return f"sqlite:///{self.root / 'mlflow.db'}"
+
+    @property
+    def artifacts(self) -> str:
+        return str(self.root / "art")
+
+    @property
+    def args(self) -> list[str]:
+        return ["--tracking-uri", self.uri, "--artifact-root", self.artifacts]
+
+    def kb(self):  # noqa: ANN201
+        from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+        return MlflowKnowledgeBase(self.uri, self.artifacts)
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return Store(tmp_path)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):  # noqa: ANN201
+    """Runs ``tune-agent ARGS`` in this process through the real entry point."""
+    from agent.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def run_tune_agent(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs the installed console script in a fresh process."""
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    exe = Path(sys.executable).with_name("tune-agent")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
