@@ -192,6 +192,25 @@ def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
     os.execv(sys.executable, args)
 
 
+@cli.group()
+def bench() -> None:
+    """Benchmarks (figures for the issues' closing notes)."""
+
+
+@bench.command("latency")
+@click.option("--job", default="cnn", show_default=True, help="Job whose search space is used.")
+@click.option("--obs", "n_obs", multiple=True, type=int, default=(10, 100), show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True)
+def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
+    """Median BO suggestion latency (GP fit + acquisition) at N observations."""
+    from agent.bench.latency import measure_latency
+    from agent.jobs import load_job
+
+    space = load_job(job).space
+    for n in n_obs:
+        click.echo(json.dumps(measure_latency(space, n, repeats=repeats)))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one line and an exit code."""
     try:

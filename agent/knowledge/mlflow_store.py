@@ -285,7 +285,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
             T + "trial": str(number),
             T + "state": TRIAL_RUNNING,
             T + "origin": origin,
-            T + "config": _json(dict(config)),
+            T + "config": json.dumps(dict(config), default=str),  # keeps the space's order
             T + "dataset": study.dataset,
             T + "job": study.job,
             "mlflow.note.content": f"Trial {number} of study `{study.name}` ({origin}): {summary}",

@@ -42,6 +42,7 @@ class BoSampler:
         self.seeds = [dict(s) for s in seeds]
         self.seed_origin = seed_origin
         self.mean_module_factory = mean_module_factory
+        self._gp_state: dict = {}
         n_design = max(settings.n_init - len(self.seeds), 0)
         self._design = space.snap(initial_design(settings.init, n_design, space.dim, settings.seed)) if n_design else np.empty((0, space.dim))
 
@@ -75,5 +76,6 @@ class BoSampler:
             iteration=number - self.settings.n_init + 1,
             seed=self.settings.seed * 100003 + number,
             mean_module=mean,
+            warm_state=self._gp_state,
         )
         return Suggestion(self.space.decode(u), f"bo:{self.settings.acq}")
