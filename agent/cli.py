@@ -192,6 +192,30 @@ def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
     os.execv(sys.executable, args)
 
 
+@cli.command()
+@click.option("--job", default="mlp", show_default=True, help="Job run on every dataset.")
+@click.option("--sources", default=",".join(["digits", "mnist-5k", "mnist1d", "breast-cancer", "wine", "iris"]), show_default=True, help="Comma-separated built-in sources; five derived datasets each.")
+@click.option("--dataset", "datasets", multiple=True, help="Explicit dataset specs (repeatable) instead of --sources.")
+@click.option("--configs", type=int, default=30, show_default=True, help="Size of the shared Sobol set of configurations.")
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
+@tracking_option
+@artifact_option
+def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, seed: int,
+              tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Build a knowledge base: JOB over many derived datasets on one shared set of configurations."""
+    from agent.config import check_positive
+    from agent.tuning.bootstrap import derived_specs, run_bootstrap
+    from agent.tuning.runner import quiet_lightning
+
+    check_positive("--configs", configs)
+    check_positive("--epochs", epochs)
+    specs = list(datasets) or [s for src in sources.split(",") if src.strip() for s in derived_specs(src.strip())]
+    quiet_lightning()
+    summary = run_bootstrap(job, specs, configs, epochs, seed, tracking_uri, artifact_root, echo=click.echo)
+    click.echo(json.dumps(summary))
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks (figures for the issues' closing notes)."""
