@@ -47,6 +47,10 @@ def study_options(fn: Any) -> Any:
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--val-fraction", type=float, default=0.2, show_default=True, help="Share of data held out for validation (stratified, seeded)."),
         click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),
+        click.option("--warm-start", type=click.Choice(["auto", "learned", "handcrafted", "none"]), default="auto", show_default=True, help="Meta-features used to find similar historical datasets (auto: learned if trained, else hand-crafted)."),
+        click.option("--k", type=int, default=3, show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
+        click.option("--prior-mean", type=click.Choice(["neighbours", "constant"]), default=None, help="GP prior mean [default: neighbours when warm-started]."),
+        click.option("--models-dir", default="models", show_default=True, help="Where `dvc repro` put the meta-models."),
         tracking_option,
         artifact_option,
     ]
@@ -69,7 +73,7 @@ def start(**kwargs: Any) -> None:
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
 
-    study, job, dataset, split = prepare_study(_request(kwargs))
+    study, job, dataset, split = prepare_study(_request(kwargs), echo=click.echo)
     _run(study, job, dataset, split, ProgressReporter())
 
 
@@ -79,7 +83,7 @@ def create(**kwargs: Any) -> None:
     """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
     from agent.tuning.service import prepare_study
 
-    study, *_ = prepare_study(_request(kwargs))
+    study, *_ = prepare_study(_request(kwargs), echo=click.echo)
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 
 

@@ -33,6 +33,9 @@ class StudySettings:
     seed: int = 0
     val_fraction: float = 0.2
     label: str | None = None
+    warm_start: str = "none"
+    k: int = 3
+    prior_mean: str | None = None
 
     def __post_init__(self) -> None:
         check_positive("--trials", self.trials)
@@ -47,6 +50,8 @@ class StudySettings:
             raise TuneAgentError(f"--acq must be one of {', '.join(ACQUISITIONS)}, got {self.acq!r}")
         if self.time_limit is not None and self.time_limit <= 0:
             raise TuneAgentError(f"--time-limit must be positive seconds, got {self.time_limit}")
+        if self.k < 1:
+            raise TuneAgentError(f"--k must be at least 1, got {self.k}")
         if not 0.0 < self.val_fraction < 1.0:
             raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
 

@@ -96,6 +96,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
             from mlflow import MlflowClient
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
             self._client_instance = MlflowClient(self.tracking_uri)
         return self._client_instance
 
@@ -264,6 +265,36 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         self._call(self._client.log_figure, study.study_id, figure, artifact_file)
 
+    def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(T + k, v if isinstance(v, str) else _json(v)) for k, v in tags.items()]
+        self._call(self._client.log_batch, study.study_id, tags=batch)
+
+    def study_tags(self, study: StudyRecord) -> dict[str, str]:
+        run = self._call(self._client.get_run, study.study_id)
+        return {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
+
+    def load_dataset_sample(self, study: StudyRecord) -> tuple[Any, Any] | None:
+        """The study's logged dataset sample ``(X, y)``, or None if it has none."""
+        import numpy as np
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self._call(self._client.download_artifacts, study.study_id, "dataset/sample.npz", tmp)
+            except StoreError:
+                return None
+            with np.load(path) as data:
+                return data["X"], data["y"]
+
+    def load_dataset_summary(self, study: StudyRecord) -> dict[str, Any]:
+        run = self._call(self._client.get_run, study.study_id)
+        out: dict[str, Any] = {}
+        for k, v in run.data.params.items():
+            if k.startswith("dataset."):
+                out[k[len("dataset."):]] = _parse_param(v)
+        return out
+
     # -- trials --------------------------------------------------------------------------------
     def trials(self, study: StudyRecord) -> list[TrialRecord]:
         run = self._call(self._client.get_run, study.study_id)
@@ -342,6 +373,15 @@ class MlflowKnowledgeBase(KnowledgeBase):
                     super().log_hyperparams(extra)
 
         return TrialLogger(tracking_uri=self.tracking_uri, run_id=trial.trial_id)
+
+
+def _parse_param(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _short(value: Any) -> str:

@@ -90,9 +90,9 @@ def run_bootstrap(
             if "no study named" not in str(exc):
                 raise
             req = StartRequest(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
-                               init="sobol", seed=seed, study_name=name,
+                               init="sobol", seed=seed, study_name=name, warm_start="none",
                                tracking_uri=tracking_uri, artifact_root=artifact_root)
-            study, job_obj, dataset, split = prepare_study(req)
+            study, job_obj, dataset, split = prepare_study(req, echo=lambda _: None)
         try:
             run_study(study, job_obj, dataset, split, reporter)
             done.append(name)

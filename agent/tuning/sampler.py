@@ -27,20 +27,18 @@ class Suggestion:
 
 
 class BoSampler:
-    """Initial design, then GP + LogEI/UCB. ``seeds`` (configs) take the first slots if given."""
+    """Initial design, then GP + LogEI/UCB. ``seeds`` ``(config, origin)`` take the first slots."""
 
     def __init__(
         self,
         space: SearchSpace,
         settings: StudySettings,
-        seeds: Sequence[Mapping[str, Any]] = (),
-        seed_origin: str = "warm",
+        seeds: Sequence[tuple[Mapping[str, Any], str]] = (),
         mean_module_factory: Any = None,
     ) -> None:
         self.space = space
         self.settings = settings
-        self.seeds = [dict(s) for s in seeds]
-        self.seed_origin = seed_origin
+        self.seeds = [(dict(c), origin) for c, origin in seeds]
         self.mean_module_factory = mean_module_factory
         self._gp_state: dict = {}
         n_design = max(settings.n_init - len(self.seeds), 0)
@@ -62,7 +60,7 @@ class BoSampler:
 
     def suggest(self, number: int, history: Sequence[TrialRecord]) -> Suggestion:
         if number < len(self.seeds):
-            return Suggestion(self.seeds[number], self.seed_origin)
+            return Suggestion(*self.seeds[number])
         k = number - len(self.seeds)
         if k < len(self._design):
             return Suggestion(self.space.decode(self._design[k]), f"init:{self.settings.init}")

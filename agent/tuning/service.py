@@ -6,6 +6,7 @@ tracking store is opened, so a rejected command writes nothing.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from agent.config import StudySettings, check_positive
 from agent.errors import StudyError
 from agent.knowledge.mlflow_store import MlflowKnowledgeBase, store_exists
+from agent.tuning.sampler import BoSampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
@@ -36,6 +38,10 @@ class StartRequest:
     study_name: str | None = None
     tracking_uri: str | None = None
     artifact_root: str | None = None
+    warm_start: str = "auto"
+    k: int = 3
+    prior_mean: str | None = None
+    models_dir: str = "models"
 
 
 def default_study_name(dataset_name: str, job_name: str) -> str:
@@ -43,16 +49,35 @@ def default_study_name(dataset_name: str, job_name: str) -> str:
     return f"{short}-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_study(req: StartRequest) -> tuple[Study, Any, Any, tuple[Any, Any]]:
+def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any, tuple[Any, Any]]:
     """Validates a start request, creates the study in the store, returns what running needs."""
+    from pathlib import Path
+
     from agent.data import describe_dataset, load_dataset, sample_dataset, split_dataset
     from agent.jobs import load_job
+    from agent.meta.handcrafted import handcrafted_metafeatures
+    from agent.tuning.warmstart import PRIOR_MEANS, WARM_METHODS, plan_warm_start
 
     check_positive("--trials", req.trials)
     check_positive("--epochs", req.epochs)
+    check_positive("--k", req.k)
+    if req.warm_start not in WARM_METHODS:
+        raise StudyError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {req.warm_start!r}")
+    if req.prior_mean not in (None, *PRIOR_MEANS):
+        raise StudyError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {req.prior_mean!r}")
     job = load_job(req.job)
     dataset = load_dataset(req.dataset, label=req.label)
     job.check_dataset(dataset)
+    summary = describe_dataset(dataset)
+    sample = sample_dataset(dataset, SAMPLE_SIZE, seed=req.seed)
+    kb = MlflowKnowledgeBase(req.tracking_uri, req.artifact_root)
+    name = req.study_name or default_study_name(dataset.name, job.name)
+    if kb.find_study(name) is not None:
+        raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
+    warm = plan_warm_start(kb, job, dataset, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
+    if warm.message:
+        echo(warm.message)
+    n_init = req.n_init if req.n_init is not None else (len(warm.seeds) or min(5, req.trials))
     settings = StudySettings(
         job=req.job,
         job_name=job.name,
@@ -66,32 +91,36 @@ def prepare_study(req: StartRequest) -> tuple[Study, Any, Any, tuple[Any, Any]]:
         epochs=req.epochs,
         time_limit=req.time_limit,
         init=req.init,
-        n_init=req.n_init if req.n_init is not None else min(5, req.trials),
+        n_init=n_init,
         acq=req.acq,
         seed=req.seed,
         val_fraction=req.val_fraction,
         label=req.label,
+        warm_start=req.warm_start,
+        k=req.k,
+        prior_mean=warm.prior_mean,
     )
-    kb = MlflowKnowledgeBase(req.tracking_uri, req.artifact_root)
-    name = req.study_name or default_study_name(dataset.name, job.name)
-    if kb.find_study(name) is not None:
-        raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     description = (
         f"Tuning job `{job.name}` on dataset `{dataset.name}` ({dataset.n} instances, "
         f"{dataset.num_classes} classes): {settings.trials} trials of {settings.epochs} epochs, "
         f"{settings.n_init} x {settings.init} then BO with {settings.acq}, "
-        f"{settings.mode} {settings.metric}, seed {settings.seed}."
+        f"{settings.mode} {settings.metric}, seed {settings.seed}. {warm.message}"
     )
-    record = kb.create_study(
-        name,
-        settings.to_dict(),
-        job.space.to_dict(),
-        describe_dataset(dataset),
-        sample_dataset(dataset, SAMPLE_SIZE, seed=settings.seed),
-        description,
-    )
-    study = Study(kb, record, job.space)
+    record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
+    kb.set_study_tags(record, {
+        "metafeatures": handcrafted_metafeatures(sample[0], sample[1], summary),
+        "warm_start": warm.to_record(),
+        "warm_start_method": warm.method,
+        "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
+    })
+    study = Study(kb, record, job.space, make_sampler(kb, job.space, settings, warm))
     return study, job, dataset, split_dataset(dataset, settings.val_fraction, settings.seed)
+
+
+def make_sampler(kb: Any, space: Any, settings: StudySettings, warm: Any) -> BoSampler:
+    from agent.tuning.warmstart import neighbour_mean_factory
+
+    return BoSampler(space, settings, seeds=warm.seeds, mean_module_factory=neighbour_mean_factory(warm, space, kb))
 
 
 def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None) -> tuple[Study, Any]:
@@ -105,7 +134,13 @@ def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = 
     if record is None:
         raise StudyError(f"no study named {name!r} in {kb.tracking_uri}")
     job = load_job(record.settings["job"])
-    return Study.load(kb, name, job.space), job
+    study = Study.load(kb, name, job.space)
+    raw = kb.study_tags(record).get("warm_start")
+    if raw:
+        from agent.tuning.warmstart import WarmStart
+
+        study.sampler = make_sampler(kb, job.space, study.settings, WarmStart.from_record(json.loads(raw)))
+    return study, job
 
 
 def load_study_data(study: Study) -> tuple[Any, tuple[Any, Any]]:

@@ -1,0 +1,123 @@
+"""The history as meta-learning data: one :class:`HistoricalDataset` per (dataset, job, space).
+
+Studies of the same job and search space on the same dataset (same content fingerprint) are merged,
+so a dataset tuned twice contributes all its evaluations once. Everything here is read from the
+knowledge base alone (dataset samples, summaries and trials logged on study runs), never from the
+original files: that is what lets ``dvc repro`` retrain the meta-models from MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from agent.knowledge.base import TRIAL_OK, KnowledgeBase, StudyRecord, TrialRecord
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One finished trial: its configuration, objective (in its study's sense) and validation error."""
+
+    config: Mapping[str, Any]
+    value: float
+    val_error: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class HistoricalDataset:
+    key: str  # "<fingerprint>/<job>/<space signature>"
+    name: str
+    source: str
+    kind: str
+    job: str
+    space_signature: str
+    fingerprint: str
+    metric: str
+    mode: str
+    studies: tuple[str, ...]
+    summary: Mapping[str, Any]
+    evaluations: tuple[Evaluation, ...]
+    sample: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    metafeatures: Mapping[str, float] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.summary.get("num_classes", 0) or (int(self.sample[1].max()) + 1 if self.sample else 0))
+
+    def best(self) -> Evaluation | None:
+        ok = [e for e in self.evaluations if math.isfinite(e.value)]
+        if not ok:
+            return None
+        sign = -1.0 if self.mode == "min" else 1.0
+        return max(ok, key=lambda e: sign * e.value)
+
+    def ranked_configs(self) -> list[Mapping[str, Any]]:
+        """Configurations from best to worst by the study's own objective."""
+        sign = -1.0 if self.mode == "min" else 1.0
+        ok = [e for e in self.evaluations if math.isfinite(e.value)]
+        return [e.config for e in sorted(ok, key=lambda e: -sign * e.value)]
+
+
+def _evaluation(trial: TrialRecord) -> Evaluation | None:
+    if trial.state != TRIAL_OK or trial.value is None:
+        return None
+    acc = trial.extra.get("final_val_acc")
+    return Evaluation(dict(trial.config), float(trial.value), None if acc is None else 1.0 - float(acc))
+
+
+def group_studies(studies: list[StudyRecord], job: str | None = None, space_signature: str | None = None) -> dict[str, list[StudyRecord]]:
+    groups: dict[str, list[StudyRecord]] = {}
+    for s in studies:
+        if (job and s.job != job) or (space_signature and s.space_signature != space_signature):
+            continue
+        groups.setdefault(f"{s.fingerprint}/{s.job}/{s.space_signature}", []).append(s)
+    return groups
+
+
+def load_history(
+    kb: KnowledgeBase,
+    job: str | None = None,
+    space_signature: str | None = None,
+    with_samples: bool = True,
+    exclude_fingerprints: set[str] | None = None,
+) -> list[HistoricalDataset]:
+    """Every historical dataset (optionally of one job/space), sorted by name."""
+    out = []
+    for key, studies in group_studies(kb.list_studies(), job, space_signature).items():
+        first = studies[0]
+        if exclude_fingerprints and first.fingerprint in exclude_fingerprints:
+            continue
+        evaluations = tuple(e for s in studies for t in kb.trials(s) if (e := _evaluation(t)) is not None)
+        if not evaluations:
+            continue
+        summary = kb.load_dataset_summary(first)  # type: ignore[attr-defined]
+        tags = kb.study_tags(first)  # type: ignore[attr-defined]
+        mf = tags.get("metafeatures")
+        out.append(
+            HistoricalDataset(
+                key=key,
+                name=first.dataset,
+                source=str(summary.get("source", first.dataset.split("?")[0])),
+                kind=str(summary.get("kind", "")),
+                job=first.job,
+                space_signature=first.space_signature,
+                fingerprint=first.fingerprint,
+                metric=str(first.settings.get("metric", "")),
+                mode=str(first.settings.get("mode", "min")),
+                studies=tuple(s.name for s in studies),
+                summary=summary,
+                evaluations=evaluations,
+                sample=kb.load_dataset_sample(first) if with_samples else None,  # type: ignore[attr-defined]
+                metafeatures=None if mf is None else _floats(mf),
+            )
+        )
+    return sorted(out, key=lambda h: (h.name, h.key))
+
+
+def _floats(raw: str) -> dict[str, float]:
+    import json
+
+    return {k: float("nan") if v is None else float(v) for k, v in json.loads(raw).items()}

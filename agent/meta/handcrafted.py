@@ -1,0 +1,252 @@
+"""Hand-crafted dataset meta-features: the baseline descriptor of paper 000 and Feurer et al. (2015).
+
+This module owns the fixed vector of simple, statistical and landmarking meta-features computed
+from a dataset *sample* (at most a few hundred instances), plus the helpers that stack such
+vectors into a matrix and z-score it. Use it whenever datasets have to be compared without a
+learned extractor: as the baseline for nearest-dataset warm starts and as a sanity reference for
+the learned meta-features. Sizes (instances, features, classes) come from the full dataset's
+``describe_dataset`` summary when one is given, because a sample hides them.
+
+Every value is a plain ``float``, finite or NaN; the output is deterministic for a seed and takes
+well under half a second on a 256 x 784 sample.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+SIZE_NAMES = (
+    "log_n_instances",
+    "log_n_features",
+    "num_classes",
+    "instances_per_feature",
+    "class_entropy",
+)
+SAMPLE_NAMES = (
+    "sample_class_entropy",
+    "min_class_fraction",
+    "max_class_fraction",
+    "feature_mean_mean",
+    "feature_mean_std",
+    "feature_std_mean",
+    "feature_skewness_mean",
+    "feature_kurtosis_mean",
+    "zero_fraction",
+    "mean_abs_correlation",
+    "pca_fraction_95",
+)
+LANDMARK_NAMES = (
+    "landmark_1nn",
+    "landmark_naive_bayes",
+    "landmark_stump",
+    "landmark_lda",
+)
+HANDCRAFTED_NAMES: tuple[str, ...] = SIZE_NAMES + SAMPLE_NAMES + LANDMARK_NAMES
+
+MAX_CORRELATION_FEATURES = 50
+CV_FOLDS = 3
+PCA_VARIANCE = 0.95
+
+
+def _entropy_bits(y: np.ndarray) -> float:
+    counts = np.bincount(y).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def _size_features(X: np.ndarray, y: np.ndarray, summary: Mapping[str, Any] | None) -> dict[str, float]:
+    """Sizes of the full dataset from ``summary``; the sample's own sizes when it is missing."""
+    s = dict(summary or {})
+    n = float(s.get("n", X.shape[0]))
+    n_features = float(s.get("n_features", X.shape[1]))
+    return {
+        "log_n_instances": float(s.get("log_n", math.log(max(n, 1.0)))),
+        "log_n_features": math.log(max(n_features, 1.0)),
+        "num_classes": float(s.get("num_classes", len(np.unique(y)))),
+        "instances_per_feature": float(s.get("instances_per_feature", n / max(n_features, 1.0))),
+        "class_entropy": float(s.get("class_entropy", _entropy_bits(y))),
+    }
+
+
+def _moment_features(X: np.ndarray) -> dict[str, float]:
+    """Means, spreads and shape (skewness, excess kurtosis) of the features, over non-constant ones."""
+    means = X.mean(axis=0)
+    stds = X.std(axis=0)
+    live = stds > 1e-12 * np.maximum(1.0, np.abs(means))
+    if live.any():
+        z = (X[:, live] - means[live]) / stds[live]
+        skew = float((z**3).mean(axis=0).mean())
+        kurt = float((z**4).mean(axis=0).mean() - 3.0)
+    else:
+        skew = kurt = math.nan
+    return {
+        "feature_mean_mean": float(means.mean()),
+        "feature_mean_std": float(means.std()),
+        "feature_std_mean": float(stds.mean()),
+        "feature_skewness_mean": skew,
+        "feature_kurtosis_mean": kurt,
+        "zero_fraction": float((X == 0).mean()),
+    }
+
+
+def _mean_abs_correlation(X: np.ndarray, rng: np.random.Generator) -> float:
+    """Mean |Pearson r| over pairs of a random subset of at most 50 non-constant features."""
+    live = np.flatnonzero(X.std(axis=0) > 0)
+    if live.size < 2:
+        return math.nan
+    cols = rng.choice(live, size=min(live.size, MAX_CORRELATION_FEATURES), replace=False)
+    corr = np.corrcoef(X[:, np.sort(cols)], rowvar=False)
+    upper = np.abs(corr[np.triu_indices_from(corr, k=1)])
+    return float(np.nanmean(upper)) if np.isfinite(upper).any() else math.nan
+
+
+def _pca_fraction(X: np.ndarray) -> float:
+    """Fraction of the available principal components needed to explain 95% of the variance."""
+    centred = X - X.mean(axis=0)
+    # Eigenvalues of the n x n Gram matrix equal the squared singular values; cheap for n << F.
+    small = centred @ centred.T if X.shape[0] <= X.shape[1] else centred.T @ centred
+    eig = np.clip(np.linalg.eigvalsh(small)[::-1], 0.0, None)
+    total = eig.sum()
+    if total <= 0:
+        return math.nan
+    k = int(np.searchsorted(np.cumsum(eig) / total, PCA_VARIANCE) + 1)
+    return float(min(k, eig.size) / min(X.shape))
+
+
+def _landmark_models(seed: int) -> dict[str, Callable[[], Any]]:
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.tree import DecisionTreeClassifier
+
+    return {
+        "landmark_1nn": lambda: KNeighborsClassifier(n_neighbors=1),
+        "landmark_naive_bayes": lambda: GaussianNB(),
+        "landmark_stump": lambda: DecisionTreeClassifier(max_depth=1, random_state=seed),
+        "landmark_lda": lambda: LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"),
+    }
+
+
+def _span_projection(X: np.ndarray, train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Coordinates of train/test rows in the span of the centred training rows (for F > n).
+
+    The class means and scatter of the training fold live in that span, so shrinkage LDA there
+    is close to LDA on all features while solving an n x n instead of an F x F system.
+    """
+    centre = X[train].mean(axis=0)
+    _, s, vt = np.linalg.svd(X[train] - centre, full_matrices=False)
+    basis = vt[s > s[0] * 1e-10] if s.size and s[0] > 0 else vt[:1]
+    return (X[train] - centre) @ basis.T, (X[test] - centre) @ basis.T
+
+
+def _landmarkers(X: np.ndarray, y: np.ndarray, seed: int) -> dict[str, float]:
+    """Stratified-CV accuracy of cheap learners; singleton classes are dropped, NaN if impossible.
+
+    Uses ``min(3, smallest class size)`` folds so that every class appears in every test fold.
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    nan = {name: math.nan for name in LANDMARK_NAMES}
+    counts = np.bincount(y)
+    keep = np.isin(y, np.flatnonzero(counts >= 2))
+    X, y = X[keep], y[keep]
+    kept_counts = counts[counts >= 2]
+    if kept_counts.size < 2:
+        return nan
+    folds = StratifiedKFold(n_splits=int(min(CV_FOLDS, kept_counts.min())), shuffle=True, random_state=seed)
+    splits = list(folds.split(X, y))
+    out = {}
+    for name, make in _landmark_models(seed).items():
+        out[name] = _cv_accuracy(make, X, y, splits, project=name == "landmark_lda")
+    return out
+
+
+def _cv_accuracy(
+    make: Callable[[], Any], X: np.ndarray, y: np.ndarray, splits: list, project: bool = False
+) -> float:
+    correct = 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for train, test in splits:
+                X_train, X_test = X[train], X[test]
+                if project and X.shape[1] > len(train):
+                    X_train, X_test = _span_projection(X, train, test)
+                model = make().fit(X_train, y[train])
+                correct += int((model.predict(X_test) == y[test]).sum())
+    except (ValueError, np.linalg.LinAlgError):
+        return math.nan
+    return correct / len(y)
+
+
+def handcrafted_metafeatures(
+    X: np.ndarray, y: np.ndarray, summary: Mapping[str, Any] | None = None, seed: int = 0
+) -> dict[str, float]:
+    """Meta-features of a dataset sample `n x ...` with integer labels, keyed by HANDCRAFTED_NAMES.
+
+    Args:
+        summary: the full dataset's ``describe_dataset`` dict; supplies the size features.
+        seed: fixes the correlation feature subset and the landmarkers' CV folds.
+    """
+    X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+    y = np.asarray(y).astype(np.int64).reshape(-1)
+    if X.shape[0] != y.shape[0] or X.shape[0] == 0:
+        raise ValueError(f"X and y must be non-empty and aligned, got {X.shape[0]} and {y.shape[0]}")
+    X = np.nan_to_num(X, nan=0.0, posinf=0.0, neginf=0.0)
+    with threadpool_limits(1):  # BLAS threads fighting over busy cores cost seconds here
+        return _compute(X, y, summary, seed)
+
+
+def _compute(X: np.ndarray, y: np.ndarray, summary: Mapping[str, Any] | None, seed: int) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    fractions = np.bincount(y)[np.unique(y)] / len(y)
+    out = _size_features(X, y, summary)
+    out.update(
+        sample_class_entropy=_entropy_bits(y),
+        min_class_fraction=float(fractions.min()),
+        max_class_fraction=float(fractions.max()),
+    )
+    out.update(_moment_features(X))
+    out["mean_abs_correlation"] = _mean_abs_correlation(X, rng)
+    out["pca_fraction_95"] = _pca_fraction(X)
+    out.update(_landmarkers(X, y, seed))
+    return {name: _clean(out[name]) for name in HANDCRAFTED_NAMES}
+
+
+def _clean(value: Any) -> float:
+    v = float(value)
+    return v if math.isfinite(v) else math.nan
+
+
+def metafeature_matrix(rows: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """Stacks meta-feature dicts into `n x len(HANDCRAFTED_NAMES)`; missing entries become NaN."""
+    M = np.full((len(rows), len(HANDCRAFTED_NAMES)), np.nan)
+    for i, row in enumerate(rows):
+        for j, name in enumerate(HANDCRAFTED_NAMES):
+            value = row.get(name)
+            if value is not None:
+                M[i, j] = float(value)
+    return M
+
+
+def standardise_columns(M: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Z-scores each column ignoring NaN; returns ``(Z, mean, std)`` to scale new rows alike.
+
+    A constant column gets std 1 (so it maps to 0); an all-NaN column gets mean 0 and std 1 and
+    stays NaN. NaN entries stay NaN.
+    """
+    M = np.asarray(M, dtype=np.float64)
+    finite = np.isfinite(M)
+    count = finite.sum(axis=0)
+    filled = np.where(finite, M, 0.0)
+    mean = np.divide(filled.sum(axis=0), count, out=np.zeros(M.shape[1]), where=count > 0)
+    sq = np.where(finite, (M - mean) ** 2, 0.0).sum(axis=0)
+    std = np.sqrt(np.divide(sq, count, out=np.zeros(M.shape[1]), where=count > 0))
+    std = np.where(std > 0, std, 1.0)
+    Z = np.where(finite, (M - mean) / std, np.nan)
+    return Z, mean, std

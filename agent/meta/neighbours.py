@@ -1,0 +1,116 @@
+"""Meta-feature vectors of datasets and the nearest-dataset search over them.
+
+Two featurisers share one interface (``vector(X, y, kind, num_classes, summary) -> `m` ``):
+:class:`HandcraftedFeaturizer` (paper 000's baseline; columns are z-scored over the candidate set
+before distances, since raw sizes and accuracies live on different scales) and
+:class:`LearnedFeaturizer` (the Siamese extractor of papers 000/003, whose Euclidean distances were
+trained to match target distances, so they are used as they are).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+EXTRACTOR_FILE = "metafeature_extractor.pt"
+INDEX_FILE = "metafeature_index.json"
+
+
+class HandcraftedFeaturizer:
+    method = "handcrafted"
+    standardise = True
+
+    def vector(self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None) -> np.ndarray:
+        from agent.meta.handcrafted import handcrafted_metafeatures, metafeature_matrix
+
+        return metafeature_matrix([handcrafted_metafeatures(X, y, summary)])[0]
+
+    def from_record(self, metafeatures: Mapping[str, float]) -> np.ndarray:
+        from agent.meta.handcrafted import metafeature_matrix
+
+        return metafeature_matrix([metafeatures])[0]
+
+
+class LearnedFeaturizer:
+    method = "learned"
+    standardise = False
+
+    def __init__(self, extractor: Any, index: Mapping[str, list[float]] | None = None) -> None:
+        self.extractor = extractor
+        self.index = dict(index or {})
+
+    @classmethod
+    def load(cls, models_dir: Path) -> "LearnedFeaturizer | None":
+        """The trained extractor in ``models_dir``, or None when the pipeline has not built one."""
+        path = Path(models_dir) / EXTRACTOR_FILE
+        if not path.exists():
+            return None
+        from agent.meta.siamese import MetaFeatureExtractor
+
+        index_path = Path(models_dir) / INDEX_FILE
+        index = _read_json(index_path) if index_path.exists() else {}
+        return cls(MetaFeatureExtractor.load(path), index)
+
+    def vector(self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None) -> np.ndarray:
+        return np.asarray(self.extractor.embed(X, y, kind, num_classes), dtype=float)
+
+
+def _read_json(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    index: int
+    distance: float
+
+
+def nearest(query: np.ndarray, vectors: np.ndarray, k: int, standardise: bool) -> list[Neighbour]:
+    """The ``k`` rows of ``vectors`` (`n x m`) closest to ``query`` (`m`) in Euclidean distance.
+
+    With ``standardise`` each column is z-scored over the candidates and the query together; NaN
+    entries (a landmarker that could not run) contribute nothing to the distance.
+    """
+    if len(vectors) == 0:
+        return []
+    M = np.vstack([np.asarray(vectors, dtype=float), np.asarray(query, dtype=float)[None]])
+    if standardise:
+        from agent.meta.handcrafted import standardise_columns
+
+        M = standardise_columns(M)[0]
+    M = np.nan_to_num(M, nan=0.0)
+    d = np.sqrt(((M[:-1] - M[-1]) ** 2).sum(axis=1))
+    order = np.argsort(d, kind="stable")[:k]
+    return [Neighbour(int(i), float(d[i])) for i in order]
+
+
+def pairwise_distances(vectors: np.ndarray, standardise: bool) -> np.ndarray:
+    """Euclidean distances between all rows (`n x n`), columns z-scored first if asked."""
+    M = np.asarray(vectors, dtype=float)
+    if standardise:
+        from agent.meta.handcrafted import standardise_columns
+
+        M = standardise_columns(M)[0]
+    M = np.nan_to_num(M, nan=0.0)
+    diff = M[:, None, :] - M[None, :, :]
+    return np.sqrt((diff**2).sum(-1))
+
+
+def vectors_for(featurizer: Any, datasets: Sequence[Any]) -> np.ndarray:
+    """Meta-feature vectors of historical datasets (their stored samples and summaries)."""
+    rows = []
+    for h in datasets:
+        cached = getattr(featurizer, "index", {}).get(h.key)
+        if cached is not None:
+            rows.append(np.asarray(cached, dtype=float))
+        elif featurizer.method == "handcrafted" and h.metafeatures:
+            rows.append(featurizer.from_record(h.metafeatures))
+        else:
+            X, y = h.sample
+            rows.append(featurizer.vector(X, y, h.kind, h.num_classes, h.summary))
+    return np.vstack(rows) if rows else np.empty((0, 0))

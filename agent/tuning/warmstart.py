@@ -1,0 +1,161 @@
+"""Warm starting a study from its nearest historical datasets (paper 003 Alg. 3, paper 000 Alg. 3).
+
+Before the first trial: meta-features of the new dataset → the ``k`` nearest historical datasets
+run with the same job and search space → their best configurations are evaluated first → (with
+``prior_mean='neighbours'``) the mean of their response surfaces becomes the GP's prior mean.
+The method falls back learned → hand-crafted → none when there is no trained extractor or no
+history, and says so in one line. What seeded the study is stored on its run so that a resumed
+study gets exactly the same seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from agent.errors import TuneAgentError
+from agent.knowledge.history import HistoricalDataset, load_history
+from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, vectors_for
+
+WARM_METHODS = ("auto", "learned", "handcrafted", "none")
+PRIOR_MEANS = ("neighbours", "constant")
+
+
+@dataclass(frozen=True)
+class NeighbourInfo:
+    name: str
+    key: str
+    distance: float
+    best_config: Mapping[str, Any]
+    best_value: float
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    method: str
+    neighbours: tuple[NeighbourInfo, ...] = ()
+    message: str = ""
+    prior_mean: str = "constant"
+    history: tuple[HistoricalDataset, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def seeds(self) -> list[tuple[dict[str, Any], str]]:
+        """Distinct best configurations of the neighbours, nearest first, with their origin."""
+        out, seen = [], set()
+        for n in self.neighbours:
+            key = json.dumps(dict(n.best_config), sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append((dict(n.best_config), f"warm:{self.method}:{n.name}"))
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        return {"method": self.method, "prior_mean": self.prior_mean, "message": self.message,
+                "neighbours": [asdict(n) for n in self.neighbours]}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "WarmStart":
+        neighbours = tuple(NeighbourInfo(**n) for n in record.get("neighbours", ()))
+        return cls(record["method"], neighbours, record.get("message", ""), record.get("prior_mean", "constant"))
+
+
+def _featurizer(requested: str, models_dir: Path) -> tuple[Any, str]:
+    if requested in ("auto", "learned"):
+        learned = LearnedFeaturizer.load(models_dir)
+        if learned is not None:
+            return learned, ""
+        note = f"no trained meta-feature extractor in {models_dir} (run `dvc repro`)"
+        return HandcraftedFeaturizer(), note
+    return HandcraftedFeaturizer(), ""
+
+
+def plan_warm_start(
+    kb: Any,
+    job: Any,
+    dataset: Any,
+    sample: tuple[np.ndarray, np.ndarray],
+    summary: Mapping[str, Any],
+    requested: str,
+    k: int,
+    models_dir: Path,
+    prior_mean: str | None = None,
+) -> WarmStart:
+    """Finds the neighbours of ``dataset`` among historical datasets of the same job and space."""
+    if requested not in WARM_METHODS:
+        raise TuneAgentError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {requested!r}")
+    if requested == "none":
+        return WarmStart("none", message="warm start off (--warm-start none)")
+    history = load_history(kb, job=job.name, space_signature=job.space.signature(), with_samples=False,
+                           exclude_fingerprints={dataset.fingerprint})
+    if not history:
+        return WarmStart("none", message=f"warm start: no history for job {job.name} with this search space; starting cold")
+    featurizer, note = _featurizer(requested, models_dir)
+    _attach_samples(kb, featurizer, history)
+    vectors = vectors_for(featurizer, history)
+    query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
+    found = nearest(query, vectors, k, featurizer.standardise)
+    neighbours = []
+    for n in found:
+        h = history[n.index]
+        best = h.best()
+        if best is not None:
+            neighbours.append(NeighbourInfo(h.name, h.key, n.distance, dict(best.config), best.value))
+    prior = prior_mean or ("neighbours" if neighbours else "constant")
+    names = ", ".join(f"{n.name} ({n.distance:.3g})" for n in neighbours)
+    message = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}): nearest {names}"
+    return WarmStart(featurizer.method, tuple(neighbours), message, prior, tuple(history))
+
+
+def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:
+    """Downloads samples only for datasets whose meta-features are neither stored nor indexed."""
+    from dataclasses import replace
+
+    for i, h in enumerate(history):
+        indexed = h.key in getattr(featurizer, "index", {})
+        stored = featurizer.method == "handcrafted" and h.metafeatures
+        if not indexed and not stored:
+            record = next(s for s in kb.list_studies() if s.name == h.studies[0])
+            history[i] = replace(h, sample=kb.load_dataset_sample(record))
+    history[:] = [h for h in history if h.sample is not None or h.key in getattr(featurizer, "index", {})
+                  or (featurizer.method == "handcrafted" and h.metafeatures)]
+
+
+def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Callable[[], Any] | None:
+    """A factory of the neighbours' prior mean, or None for a constant mean."""
+    if warm.prior_mean != "neighbours" or not warm.neighbours:
+        return None
+    from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
+    from agent.tuning.bo import torch_threads
+
+    history = {h.key: h for h in warm.history}
+    if kb is not None and any(n.key not in history for n in warm.neighbours):
+        history.update({h.key: h for h in load_history(kb, job=None, space_signature=space.signature(), with_samples=False)})
+    surfaces = []
+    with torch_threads(1):
+        for n in warm.neighbours:
+            h = history.get(n.key)
+            if h is None:
+                continue
+            U, y = surface_data(h, space)
+            if len(y) >= 3:
+                surfaces.append(fit_neighbour_surface(U, y))
+    if not surfaces:
+        return None
+    return lambda: NeighbourMean(surfaces)
+
+
+def surface_data(h: HistoricalDataset, space: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A neighbour's evaluations as cube points and maximised values."""
+    sign = -1.0 if h.mode == "min" else 1.0
+    rows, values = [], []
+    for e in h.evaluations:
+        try:
+            rows.append(space.encode(e.config))
+        except TuneAgentError:
+            continue
+        values.append(sign * e.value)
+    return np.array(rows).reshape(-1, space.dim), np.array(values)
