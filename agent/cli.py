@@ -220,6 +220,105 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
     click.echo(json.dumps(summary))
 
 
+params_option = click.option("--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings.")
+
+
+@cli.group()
+def meta() -> None:
+    """Stages of the meta-model pipeline (run by `dvc repro`; see dvc.yaml)."""
+
+
+@meta.command("export")
+@click.option("--out", default="data/export", show_default=True)
+@params_option
+@tracking_option
+def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
+    """Export trials, dataset samples and summaries from the tracking store."""
+    from pathlib import Path
+
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.meta.pipeline import load_params, stage_export
+
+    n = stage_export(MlflowKnowledgeBase(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
+    click.echo(f"exported {n} historical datasets to {out}")
+
+
+@meta.command("distances")
+@params_option
+def meta_distances(params_file: str) -> None:
+    """Target distances between historical datasets (paper 003 eq. 2, or EMD)."""
+    from pathlib import Path
+
+    from agent.meta.pipeline import DISTANCES_FILE, load_params, stage_distances
+
+    D = stage_distances(load_params(Path(params_file)).get("distances", {}))
+    click.echo(f"wrote {DISTANCES_FILE}: {len(D)} x {len(D)}")
+
+
+@meta.command("train")
+@click.option("--models-dir", default="models", show_default=True)
+@params_option
+@tracking_option
+def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> None:
+    """Train the Siamese meta-feature extractor (logged to MLflow)."""
+    from pathlib import Path
+
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.meta.pipeline import load_params, stage_train
+
+    params = load_params(Path(params_file)).get("meta_features", {})
+    summary = stage_train(MlflowKnowledgeBase(tracking_uri), params, Path(models_dir),
+                          Path("metrics/train_metafeatures.json"), Path("plots/metafeature_learning.csv"))
+    click.echo(json.dumps(summary))
+
+
+@cli.command("evaluate")
+@params_option
+def evaluate_cmd(params_file: str) -> None:
+    """Leave-one-dataset-out warm-start evaluation; writes metrics/warmstart.json."""
+    from pathlib import Path
+
+    from agent.meta.pipeline import load_params, stage_evaluate
+
+    params = load_params(Path(params_file))
+    report = stage_evaluate(params.get("evaluate", {}), params.get("meta_features", {}),
+                            Path("metrics/warmstart.json"), Path("plots"))
+    click.echo(json.dumps({"datasets": report["datasets"], "neighbour_precision": report["neighbour_precision"],
+                           **{m: v["regret@5"] for m, v in report["methods"].items()}}))
+
+
+meta.add_command(evaluate_cmd, "evaluate")
+
+
+@cli.command()
+@click.option("--dataset", required=True, help="Dataset whose nearest historical datasets to list.")
+@click.option("--job", default="mlp", show_default=True)
+@click.option("--label", default=None)
+@click.option("--warm-start", type=click.Choice(["auto", "learned", "handcrafted"]), default="auto", show_default=True)
+@click.option("--k", type=int, default=3, show_default=True)
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@tracking_option
+def neighbors(dataset: str, job: str, label: str | None, warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None) -> None:
+    """Print the nearest historical datasets, their distances and best configurations."""
+    from pathlib import Path
+
+    from agent.data import describe_dataset, load_dataset, sample_dataset
+    from agent.jobs import load_job
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.tuning.service import SAMPLE_SIZE
+    from agent.tuning.warmstart import plan_warm_start
+
+    job_obj = load_job(job)
+    ds = load_dataset(dataset, label=label)
+    kb = MlflowKnowledgeBase(tracking_uri)
+    warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
+                           warm_start, k, Path(models_dir))
+    click.echo(warm.message)
+    for n in warm.neighbours:
+        click.echo(f"{n.distance:10.4g}  {n.name}  best={n.best_value:.5g}  {json.dumps(dict(n.best_config))}")
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks (figures for the issues' closing notes)."""

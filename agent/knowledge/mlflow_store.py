@@ -295,6 +295,29 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 out[k[len("dataset."):]] = _parse_param(v)
         return out
 
+    # -- meta-model runs -----------------------------------------------------------------------
+    def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:
+        """A run in experiment ``tune-agent/meta-models`` and a Lightning logger writing to it."""
+        from lightning.pytorch.loggers import MLFlowLogger
+        from mlflow.entities import Param
+
+        exp_id = self._experiment_for("meta-models")
+        tags = {T + "kind": "meta-model", T + "model": kind, "mlflow.note.content": description}
+        run = self._call(self._client.create_run, exp_id, run_name=kind, tags=tags)
+        rid = run.info.run_id
+        self._call(self._client.log_batch, rid, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        return rid, MLFlowLogger(tracking_uri=self.tracking_uri, run_id=rid)
+
+    def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
+        self._call(self._client.log_batch, run_id, metrics=batch)
+        for path in artifacts:
+            self._call(self._client.log_artifact, run_id, path, "model")
+        self._call(self._client.set_terminated, run_id, "FINISHED")
+
     # -- trials --------------------------------------------------------------------------------
     def trials(self, study: StudyRecord) -> list[TrialRecord]:
         run = self._call(self._client.get_run, study.study_id)

@@ -152,9 +152,9 @@ class SiameseModule(pl.LightningModule):
         train = float(np.mean(self.window))
         self.window = []
         val = self.val_loss()
-        self.log("train_loss", train, on_step=True, on_epoch=False)
-        if val is not None:
-            self.log("val_loss", val, on_step=True, on_epoch=False)
+        metrics = {"train_loss": train} if val is None else {"train_loss": train, "val_loss": val}
+        for logger in self.loggers:  # direct: ``self.log`` would repeat stale values each step
+            logger.log_metrics(metrics, step=step)
         self.history.append({"step": step, "train_loss": train, "val_loss": val})
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -213,8 +213,9 @@ def train_extractor(
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        torch.manual_seed(seed)
-        module = SiameseModule(samples, d / scale, config, val_pairs, seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            module = SiameseModule(samples, d / scale, config, val_pairs, seed)
         loader = DataLoader(PairBatches(train_pairs, config.pairs_per_step, config.steps, seed), batch_size=None)
         _fit(module, loader, config.steps, logger)
     finally:

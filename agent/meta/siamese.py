@@ -151,13 +151,22 @@ def one_hot(y: Tensor, max_classes: int) -> Tensor:
     return out * keep.unsqueeze(-1).float()
 
 
+def _halving(x: Tensor) -> tuple[int, int]:
+    """Pool kernel halving each spatial axis of `N x C x H x W` that is at least 4 long."""
+    return (2 if x.shape[2] >= 4 else 1, 2 if x.shape[3] >= 4 else 1)
+
+
 class ConvFeatures(nn.Module):
     """Per-instance CNN (003 Table 2): three 3x3 convs with 32/64/32 channels and ReLU.
 
-    Each conv halves a spatial axis by max pooling only while that axis is >= 4, then an
-    adaptive average pool to `4 x 4` and FC 256 -> ReLU -> FC ``out_dim``. Inputs with fewer
-    than ``channels`` channels are zero padded, extra channels are dropped.
+    Inputs are first average pooled 2x2 while they exceed ``max_area`` pixels (28x28 ->
+    14x14; keeps embedding fast), each conv then halves a spatial axis by max pooling only
+    while that axis is >= 4, then an adaptive average pool to `4 x 4` and FC 256 -> ReLU ->
+    FC ``out_dim``. Inputs with fewer than ``channels`` channels are zero padded, extra
+    channels are dropped.
     """
+
+    max_area = 256
 
     def __init__(self, channels: int, out_dim: int) -> None:
         super().__init__()
@@ -174,11 +183,12 @@ class ConvFeatures(nn.Module):
         if c < self.channels:
             x = F.pad(x, (0, 0, 0, 0, 0, self.channels - c))
         x = x[:, : self.channels]
+        while x.shape[2] * x.shape[3] > self.max_area:
+            x = F.avg_pool2d(x, _halving(x), ceil_mode=True)
         for conv in self.convs:
             x = F.relu(conv(x))
-            kernel = (2 if x.shape[2] >= 4 else 1, 2 if x.shape[3] >= 4 else 1)
-            if kernel != (1, 1):
-                x = F.max_pool2d(x, kernel)
+            if _halving(x) != (1, 1):
+                x = F.max_pool2d(x, _halving(x))
         return self.fc(F.adaptive_avg_pool2d(x, (4, 4)))
 
 

@@ -55,7 +55,9 @@ def impute_failures(y: np.ndarray) -> np.ndarray:
     return y
 
 
-def fit_gp(train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None) -> Any:
+def fit_gp(
+    train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None, maxiter: int = FIT_MAXITER
+) -> Any:
     """Fits a ``SingleTaskGP`` (ARD Matérn-5/2, standardised outcomes) to `n x d` / `n x 1` data.
 
     Args:
@@ -86,7 +88,7 @@ def fit_gp(train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict
         model.likelihood.load_state_dict(warm_state["likelihood"])
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     try:
-        fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": FIT_MAXITER}})
+        fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
     except Exception:  # noqa: BLE001 - a failed fit keeps the prior hyperparameters, still usable
         pass
     if warm_state is not None:

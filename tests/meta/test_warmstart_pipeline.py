@@ -1,0 +1,147 @@
+"""Warm start end to end: tiny bootstrap → real `dvc repro` in a temp copy → warm-started study."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+SPECS = ["wine", "wine?fraction=0.5&seed=1", "iris", "iris?fraction=0.6&seed=1",
+         "breast-cancer?fraction=0.3&seed=2", "breast-cancer?fraction=0.2&seed=1"]
+TINY = {
+    "export": {"job": "mlp", "min_datasets": 4},
+    "distances": {"normalisation": "rank", "emd": False, "surrogate_points": 32},
+    "meta_features": {"aggregator": "mean", "meta_dim": 8, "hidden": 16, "tau": 16, "pairs_per_step": 4,
+                      "steps": 25, "lr": 0.003, "weight_decay": 0.0, "seed": 0},
+    "evaluate": {"k": 2, "budget": 4, "folds": 2, "seeds": 1, "acquisitions": ["ei", "ucb"], "wings": [], "workers": 1},
+}
+
+
+def _env(store) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MLFLOW_TRACKING_URI"] = store.uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _repo_copy(dst: Path) -> Path:
+    for item in ("agent", "dvc.yaml", ".dvcignore"):
+        src = REPO / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / item)
+    (dst / "params.yaml").write_text(yaml.safe_dump(TINY))
+    subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
+    subprocess.run([str(Path(sys.executable).with_name("dvc")), "init", "-q"], cwd=dst, check=True)
+    return dst
+
+
+def _dvc(repo: Path, store, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = str(Path(sys.executable).with_name("dvc"))
+    return subprocess.run([exe, *args], cwd=repo, env=_env(store), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):  # noqa: ANN201
+    """A tiny bootstrapped store and a repo copy whose pipeline has been reproduced."""
+    from tests.conftest import Store
+
+    root = tmp_path_factory.mktemp("kb")
+    store = Store(root)
+    from agent.tuning.bootstrap import run_bootstrap
+
+    summary = run_bootstrap("mlp", SPECS, configs=6, epochs=1, seed=0, tracking_uri=store.uri,
+                            artifact_root=store.artifacts, echo=lambda _: None)
+    assert summary["studies"] == len(SPECS)
+    repo = _repo_copy(root / "repo")
+    res = _dvc(repo, store, "repro")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return store, repo
+
+
+def test_bootstrap_shares_one_configuration_set(built) -> None:
+    store, _ = built
+    from agent.knowledge.history import load_history
+
+    history = load_history(store.kb(), job="mlp", with_samples=False)
+    assert len(history) == len(SPECS)
+    configs = [sorted(json.dumps(dict(e.config), sort_keys=True) for e in h.evaluations) for h in history]
+    assert all(c == configs[0] for c in configs) and len(configs[0]) == 6
+
+
+def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
+    store, repo = built
+    for path in ("models/metafeature_extractor.pt", "models/metafeature_index.json", "data/distances.json",
+                 "metrics/warmstart.json", "metrics/train_metafeatures.json", "plots/regret.csv", "plots/regret.png"):
+        assert (repo / path).exists(), path
+    report = json.loads((repo / "metrics/warmstart.json").read_text())
+    assert report["datasets"] == len(SPECS) and report["sources"] == 3
+    assert 0.0 <= report["neighbour_precision"] <= 1.0
+    for method in ("learned", "handcrafted", "random", "lhs", "sobol", "learned+prior", "learned/ucb"):
+        m = report["methods"][method]
+        assert set(m) >= {"regret@1", "regret@3", "regret@5", "rank@5"}
+        assert all(0.0 <= m[f"regret@{t}"] <= 1.0 for t in (1, 3, 5))
+    again = _dvc(repo, store, "repro")
+    assert again.returncode == 0
+    ran = [line for line in again.stdout.splitlines() if line.startswith("Running stage")]
+    assert ran == ["Running stage 'export':"], again.stdout  # export is re-checked, nothing else reruns
+    # A meta_features change reruns only the stages that use it.
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["meta_features"]["lr"] = 0.002
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    status = _dvc(repo, store, "status")
+    assert "train-metafeatures" in status.stdout and "evaluate" in status.stdout
+    assert "distances:" not in status.stdout
+
+
+def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
+    store, repo = built
+    args = ["--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--trials", "3", "--epochs", "1",
+            "--tracking-uri", store.uri, "--artifact-root", store.artifacts, "--models-dir", str(repo / "models")]
+    res = cli("neighbors", *args[:4], "--warm-start", "handcrafted", "--k", "2", "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    assert res.out.splitlines()[1].split()[1].startswith("wine")
+    res = cli("start", *args, "--warm-start", "handcrafted", "--k", "2", "--study-name", "warm-hc")
+    assert res.code == 0, res.err
+    kb = store.kb()
+    study = kb.find_study("warm-hc")
+    trials = kb.trials(study)
+    assert trials[0].origin.startswith("warm:handcrafted:wine")
+    record = json.loads(kb.study_tags(study)["warm_start"])
+    assert record["method"] == "handcrafted" and record["prior_mean"] == "neighbours"
+    assert record["neighbours"][0]["name"].startswith("wine")
+    assert trials[2].origin == "bo:logei"  # the neighbour prior mean drove a real BO step
+    res = cli("start", *args, "--warm-start", "learned", "--study-name", "warm-learned")
+    assert res.code == 0, res.err
+    assert "learned meta-features" in res.out
+    assert kb.trials(kb.find_study("warm-learned"))[0].origin.startswith("warm:learned:")
+
+
+def test_fallbacks_say_so_in_one_line(built, cli, tmp_path) -> None:
+    store, _ = built
+    base = ["start", "--dataset", "iris?fraction=0.5&seed=7", "--job", "mlp", "--trials", "1", "--epochs", "1",
+            "--tracking-uri", store.uri, "--artifact-root", store.artifacts]
+    res = cli(*base, "--warm-start", "learned", "--models-dir", str(tmp_path / "none"), "--study-name", "fb1")
+    assert res.code == 0, res.err
+    assert "no trained meta-feature extractor" in res.out and "handcrafted meta-features" in res.out
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    res = cli(*base[:-4], "--tracking-uri", empty, "--artifact-root", str(tmp_path / "a"), "--study-name", "fb2")
+    assert res.code == 0 and "no history for job mlp" in res.out
+
+
+def test_repro_on_an_empty_store_stops_with_one_line(tmp_path) -> None:
+    from tests.conftest import Store
+
+    store = Store(tmp_path)
+    repo = _repo_copy(tmp_path / "repo")
+    res = _dvc(repo, store, "repro", "export")
+    assert res.returncode != 0
+    assert "run `tune-agent bootstrap` first" in res.stdout + res.stderr
+    assert not (repo / "models" / "metafeature_extractor.pt").exists()
