@@ -40,6 +40,8 @@ class StudyRecord:
     best_value: float | None = None
     best_config: Mapping[str, Any] | None = None
     start_time: int = 0
+    tags: Mapping[str, str] = field(default_factory=dict)  # tune_agent.* tags, prefix stripped
+    params: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class HistoricalDataset:
     metric: str
     mode: str
     studies: tuple[str, ...]
+    study_ids: tuple[str, ...]
     summary: Mapping[str, Any]
     evaluations: tuple[Evaluation, ...]
     sample: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
@@ -82,20 +83,25 @@ def load_history(
     job: str | None = None,
     space_signature: str | None = None,
     with_samples: bool = True,
+    with_evaluations: bool = True,
     exclude_fingerprints: set[str] | None = None,
 ) -> list[HistoricalDataset]:
-    """Every historical dataset (optionally of one job/space), sorted by name."""
+    """Every historical dataset (optionally of one job/space), sorted by name.
+
+    Listing costs one query; evaluations cost one query per study and samples one download per
+    dataset, so callers that search neighbours first load those only for the ones they pick
+    (:func:`with_evaluations_loaded`).
+    """
     out = []
     for key, studies in group_studies(kb.list_studies(), job, space_signature).items():
         first = studies[0]
         if exclude_fingerprints and first.fingerprint in exclude_fingerprints:
             continue
-        evaluations = tuple(e for s in studies for t in kb.trials(s) if (e := _evaluation(t)) is not None)
-        if not evaluations:
+        evaluations = _evaluations(kb, studies) if with_evaluations else ()
+        if with_evaluations and not evaluations:
             continue
-        summary = kb.load_dataset_summary(first)  # type: ignore[attr-defined]
-        tags = kb.study_tags(first)  # type: ignore[attr-defined]
-        mf = tags.get("metafeatures")
+        summary = kb.dataset_summary(first)  # type: ignore[attr-defined]
+        mf = first.tags.get("metafeatures")
         out.append(
             HistoricalDataset(
                 key=key,
@@ -108,13 +114,27 @@ def load_history(
                 metric=str(first.settings.get("metric", "")),
                 mode=str(first.settings.get("mode", "min")),
                 studies=tuple(s.name for s in studies),
+                study_ids=tuple(s.study_id for s in studies),
                 summary=summary,
                 evaluations=evaluations,
-                sample=kb.load_dataset_sample(first) if with_samples else None,  # type: ignore[attr-defined]
+                sample=kb.load_dataset_sample(first.study_id) if with_samples else None,  # type: ignore[attr-defined]
                 metafeatures=None if mf is None else _floats(mf),
             )
         )
     return sorted(out, key=lambda h: (h.name, h.key))
+
+
+def _evaluations(kb: KnowledgeBase, studies: list[StudyRecord]) -> tuple[Evaluation, ...]:
+    return tuple(e for s in studies for t in kb.trials(s) if (e := _evaluation(t)) is not None)
+
+
+def with_evaluations_loaded(kb: KnowledgeBase, h: HistoricalDataset, studies: Mapping[str, StudyRecord]) -> HistoricalDataset:
+    """``h`` with its evaluations read from its studies (``studies`` maps study ids to records)."""
+    from dataclasses import replace
+
+    if h.evaluations:
+        return h
+    return replace(h, evaluations=_evaluations(kb, [studies[i] for i in h.study_ids if i in studies]))
 
 
 def _floats(raw: str) -> dict[str, float]:

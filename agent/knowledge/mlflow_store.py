@@ -161,6 +161,8 @@ class MlflowKnowledgeBase(KnowledgeBase):
             best_value=float(best) if best not in (None, "") else None,
             best_config=json.loads(tags[T + "best_config"]) if T + "best_config" in tags else None,
             start_time=run.info.start_time or 0,
+            tags={k[len(T):]: v for k, v in tags.items() if k.startswith(T)},
+            params=dict(run.data.params),
         )
 
     def _to_trial(self, run: Any) -> TrialRecord:
@@ -272,28 +274,26 @@ class MlflowKnowledgeBase(KnowledgeBase):
         self._call(self._client.log_batch, study.study_id, tags=batch)
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
+        """The study's current tune_agent.* tags (fresh from the store)."""
         run = self._call(self._client.get_run, study.study_id)
         return {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
 
-    def load_dataset_sample(self, study: StudyRecord) -> tuple[Any, Any] | None:
-        """The study's logged dataset sample ``(X, y)``, or None if it has none."""
+    def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
+        """A study's logged dataset sample ``(X, y)``, or None if it has none."""
         import numpy as np
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                path = self._call(self._client.download_artifacts, study.study_id, "dataset/sample.npz", tmp)
+                path = self._call(self._client.download_artifacts, study_id, "dataset/sample.npz", tmp)
             except StoreError:
                 return None
             with np.load(path) as data:
                 return data["X"], data["y"]
 
-    def load_dataset_summary(self, study: StudyRecord) -> dict[str, Any]:
-        run = self._call(self._client.get_run, study.study_id)
-        out: dict[str, Any] = {}
-        for k, v in run.data.params.items():
-            if k.startswith("dataset."):
-                out[k[len("dataset."):]] = _parse_param(v)
-        return out
+    @staticmethod
+    def dataset_summary(study: StudyRecord) -> dict[str, Any]:
+        """The dataset statistics logged as ``dataset.*`` params on the study run."""
+        return {k[len("dataset."):]: _parse_param(v) for k, v in study.params.items() if k.startswith("dataset.")}
 
     # -- meta-model runs -----------------------------------------------------------------------
     def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:

@@ -79,7 +79,7 @@ def load_export(root: Path) -> list[HistoricalDataset]:
         out.append(HistoricalDataset(
             key=r["key"], name=r["name"], source=r["source"], kind=r["kind"], job=r["job"],
             space_signature=r["space_signature"], fingerprint=r["fingerprint"], metric=r["metric"],
-            mode=r["mode"], studies=tuple(r["studies"]), summary=r["summary"],
+            mode=r["mode"], studies=tuple(r["studies"]), study_ids=(), summary=r["summary"],
             evaluations=tuple(evaluations.get(r["key"], ())), sample=sample,
         ))
     return out

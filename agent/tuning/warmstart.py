@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from agent.errors import TuneAgentError
-from agent.knowledge.history import HistoricalDataset, load_history
+from agent.knowledge.history import HistoricalDataset, load_history, with_evaluations_loaded
 from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, vectors_for
 
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
@@ -90,17 +90,20 @@ def plan_warm_start(
     if requested == "none":
         return WarmStart("none", message="warm start off (--warm-start none)")
     history = load_history(kb, job=job.name, space_signature=job.space.signature(), with_samples=False,
-                           exclude_fingerprints={dataset.fingerprint})
+                           with_evaluations=False, exclude_fingerprints={dataset.fingerprint})
     if not history:
         return WarmStart("none", message=f"warm start: no history for job {job.name} with this search space; starting cold")
     featurizer, note = _featurizer(requested, models_dir)
     _attach_samples(kb, featurizer, history)
     vectors = vectors_for(featurizer, history)
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
-    found = nearest(query, vectors, k, featurizer.standardise)
+    found = nearest(query, vectors, len(history), featurizer.standardise)
+    studies = {s.study_id: s for s in kb.list_studies()}
     neighbours = []
     for n in found:
-        h = history[n.index]
+        if len(neighbours) == k:
+            break
+        h = history[n.index] = with_evaluations_loaded(kb, history[n.index], studies)
         best = h.best()
         if best is not None:
             neighbours.append(NeighbourInfo(h.name, h.key, n.distance, dict(best.config), best.value))
@@ -118,8 +121,7 @@ def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) 
         indexed = h.key in getattr(featurizer, "index", {})
         stored = featurizer.method == "handcrafted" and h.metafeatures
         if not indexed and not stored:
-            record = next(s for s in kb.list_studies() if s.name == h.studies[0])
-            history[i] = replace(h, sample=kb.load_dataset_sample(record))
+            history[i] = replace(h, sample=kb.load_dataset_sample(h.study_ids[0]))
     history[:] = [h for h in history if h.sample is not None or h.key in getattr(featurizer, "index", {})
                   or (featurizer.method == "handcrafted" and h.metafeatures)]
 
@@ -131,9 +133,13 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
     from agent.tuning.bo import torch_threads
 
-    history = {h.key: h for h in warm.history}
+    history = {h.key: h for h in warm.history if h.evaluations}
     if kb is not None and any(n.key not in history for n in warm.neighbours):
-        history.update({h.key: h for h in load_history(kb, job=None, space_signature=space.signature(), with_samples=False)})
+        keys = {n.key for n in warm.neighbours}
+        studies = {s.study_id: s for s in kb.list_studies()}
+        for h in load_history(kb, space_signature=space.signature(), with_samples=False, with_evaluations=False):
+            if h.key in keys:
+                history[h.key] = with_evaluations_loaded(kb, h, studies)
     surfaces = []
     with torch_threads(1):
         for n in warm.neighbours:

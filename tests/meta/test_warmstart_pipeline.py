@@ -118,6 +118,10 @@ def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
     assert record["method"] == "handcrafted" and record["prior_mean"] == "neighbours"
     assert record["neighbours"][0]["name"].startswith("wine")
     assert trials[2].origin == "bo:logei"  # the neighbour prior mean drove a real BO step
+    # A study reopened in another command (resume, ask) gets the same seeds from its run's record.
+    assert cli("create", *args, "--warm-start", "handcrafted", "--k", "2", "--study-name", "warm-ask").code == 0
+    asked = json.loads(cli("ask", "warm-ask", "--tracking-uri", store.uri).out)
+    assert asked["origin"] == trials[0].origin and asked["config"] == dict(trials[0].config)
     res = cli("start", *args, "--warm-start", "learned", "--study-name", "warm-learned")
     assert res.code == 0, res.err
     assert "learned meta-features" in res.out
