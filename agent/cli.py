@@ -338,6 +338,19 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
         click.echo(json.dumps(measure_latency(space, n, repeats=repeats)))
 
 
+@bench.command("neighbours")
+@click.option("--dataset", default="mnist-5k", show_default=True)
+@click.option("--history", "n_history", type=int, default=1000, show_default=True)
+@click.option("--models-dir", default="models", show_default=True)
+def bench_neighbours(dataset: str, n_history: int, models_dir: str) -> None:
+    """Time meta-features of a new dataset plus the neighbour search over N historical datasets."""
+    from pathlib import Path
+
+    from agent.bench.neighbours import measure_neighbour_search
+
+    click.echo(json.dumps(measure_neighbour_search(dataset, n_history, Path(models_dir))))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one line and an exit code."""
     try:
