@@ -21,11 +21,11 @@ from gpytorch.means import Mean
 
 
 def fit_neighbour_surface(U: np.ndarray, y: np.ndarray) -> Any:
-    """A GP on a neighbour's cube points `n x d` and maximised values `n`, standardised first."""
-    from agent.tuning.bo import fit_gp, impute_failures
+    """A GP on a neighbour's cube points `n x d` and maximised values `n`, as normal scores
+    (the same rank transform the target's values get in :func:`agent.tuning.bo.propose_next`)."""
+    from agent.tuning.bo import fit_gp, impute_failures, normal_scores
 
-    y = impute_failures(np.asarray(y, dtype=float))
-    z = (y - y.mean()) / (y.std() if y.std() > 0 else 1.0)
+    z = normal_scores(impute_failures(np.asarray(y, dtype=float)))
     X = torch.as_tensor(np.asarray(U), dtype=torch.double)
     model = fit_gp(X, torch.as_tensor(z, dtype=torch.double).reshape(-1, 1))
     model.eval()

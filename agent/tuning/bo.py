@@ -55,6 +55,20 @@ def impute_failures(y: np.ndarray) -> np.ndarray:
     return y
 
 
+def normal_scores(y: np.ndarray) -> np.ndarray:
+    """Rank-based Gaussian copula: values → standard-normal quantiles of their ranks.
+
+    Validation losses of diverged trials (e.g. 67 next to 0.3) would dominate a standardised GP;
+    ranks keep the order BO needs and bound every outlier.
+    """
+    from scipy.stats import norm, rankdata
+
+    y = np.asarray(y, dtype=float)
+    if len(y) < 2:
+        return np.zeros_like(y)
+    return norm.ppf((rankdata(y) - 0.5) / len(y))
+
+
 def fit_gp(
     train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None, maxiter: int = FIT_MAXITER
 ) -> Any:
@@ -152,6 +166,7 @@ def propose_next(
     y = impute_failures(y)
     if not np.isfinite(y).any():
         return space.snap(rng.random(space.dim))[0]
+    y = normal_scores(y)
     with torch_threads(1):
         train_X = torch.as_tensor(np.asarray(U), dtype=torch.double)
         train_Y = torch.as_tensor(y, dtype=torch.double).reshape(-1, 1)
