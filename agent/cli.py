@@ -220,6 +220,27 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
     click.echo(json.dumps(summary))
 
 
+@cli.command("import")
+@click.argument("table", type=click.Path(path_type=str))
+@click.option("--space", "space_file", required=True, help="Search space JSON (as in a study's space.json).")
+@click.option("--job-name", required=True, help="Name the imported evaluations go under (experiment tune-agent/NAME).")
+@click.option("--metric", default="value", show_default=True)
+@click.option("--mode", type=click.Choice(["min", "max"]), default="max", show_default=True)
+@tracking_option
+@artifact_option
+def import_cmd(table: str, space_file: str, job_name: str, metric: str, mode: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Import a table of external evaluations (task, hyperparameters, value) as finished studies."""
+    from pathlib import Path
+
+    from agent.knowledge.importer import import_table, load_space, read_table
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+    space = load_space(Path(space_file))
+    frame = read_table(Path(table))
+    summary = import_table(MlflowKnowledgeBase(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
+    click.echo(json.dumps(summary))
+
+
 params_option = click.option("--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings.")
 
 

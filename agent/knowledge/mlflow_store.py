@@ -295,6 +295,33 @@ class MlflowKnowledgeBase(KnowledgeBase):
         """The dataset statistics logged as ``dataset.*`` params on the study run."""
         return {k[len("dataset."):]: _parse_param(v) for k, v in study.params.items() if k.startswith("dataset.")}
 
+    # -- external evaluations ------------------------------------------------------------------
+    def import_evaluations(
+        self,
+        name: str,
+        settings: Mapping[str, Any],
+        space: list[dict[str, Any]],
+        configs: list[Mapping[str, Any]],
+        values: list[float],
+        description: str,
+    ) -> StudyRecord:
+        """One finished study holding evaluations made elsewhere (one child run per row)."""
+        from mlflow.entities import Metric, Param
+
+        record = self.create_study(name, settings, space, {"source": settings["dataset_name"], "kind": "external"}, None, description)
+        exp_id = self._call(self._client.get_run, record.study_id).info.experiment_id
+        now = int(time.time() * 1000)
+        for number, (config, value) in enumerate(zip(configs, values)):
+            tags = {"mlflow.parentRunId": record.study_id, T + "kind": "trial", T + "study": name,
+                    T + "trial": str(number), T + "state": "ok", T + "origin": "import",
+                    T + "config": json.dumps(dict(config), default=str)}
+            run = self._call(self._client.create_run, exp_id, run_name=f"{name}/trial-{number}", tags=tags)
+            self._call(self._client.log_batch, run.info.run_id,
+                       metrics=[Metric("objective", float(value), now, 0)],
+                       params=[Param(k, str(v)) for k, v in config.items()])
+            self._call(self._client.set_terminated, run.info.run_id, "FINISHED")
+        return self.update_study(record, "finished")
+
     # -- meta-model runs -----------------------------------------------------------------------
     def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:
         """A run in experiment ``tune-agent/meta-models`` and a Lightning logger writing to it."""

@@ -72,7 +72,7 @@ def _extractor_config(p: Mapping[str, Any], aggregator: str | None = None) -> An
 def stage_train(kb: Any, p: Mapping[str, Any], models: Path, metrics: Path, plots: Path,
                 export: Path = EXPORT_DIR, distances: Path = DISTANCES_FILE) -> dict[str, float]:
     from agent.meta.neighbours import EXTRACTOR_FILE, INDEX_FILE
-    from agent.meta.siamese import train_extractor
+    from agent.meta.extractor_train import train_extractor
 
     datasets = load_export(export)
     D = np.array(json.loads(distances.read_text())["matrix"])
@@ -109,7 +109,7 @@ def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[st
     A target in fold ``f`` is compared with the rest using ``out[f]``: its own row comes from a
     model that never saw it, the others are history embedded by the same model.
     """
-    from agent.meta.siamese import train_extractor
+    from agent.meta.extractor_train import train_extractor
 
     samples = _samples(datasets)
     out = {}

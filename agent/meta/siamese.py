@@ -11,7 +11,7 @@ This module owns the *model* side of the learned meta-feature extractor of paper
   ``embed_many``, ``save`` and ``load``.
 
 Training (Lightning, mini-batches of dataset pairs) lives in
-:mod:`agent.meta.extractor_train`; :func:`train_extractor` here forwards to it. Use this
+:mod:`agent.meta.extractor_train` (``train_extractor``). Use this
 module when a new dataset must be placed near the datasets it resembles, e.g. to pick the
 historical studies that warm-start a search.
 
@@ -44,7 +44,6 @@ __all__ = [
     "MetaFeatureExtractor",
     "MetaFeatureNet",
     "sample_tensors",
-    "train_extractor",
 ]
 
 KINDS = ("image", "sequence", "tabular")
@@ -350,16 +349,3 @@ class MetaFeatureExtractor:
             raise ExtractorError(f"cannot load meta-feature extractor from {path}: {exc}") from exc
         return cls(net, config, payload["scale"])
 
-
-def train_extractor(
-    samples: list[DatasetSample],
-    distances: np.ndarray,
-    config: ExtractorConfig,
-    logger: Any = None,
-    seed: int | None = None,
-    threads: int = 1,
-) -> tuple[MetaFeatureExtractor, list[dict]]:
-    """Train a wing on target ``distances`` (`n x n`); see :mod:`agent.meta.extractor_train`."""
-    from agent.meta.extractor_train import train_extractor as _train
-
-    return _train(samples, distances, config, logger=logger, seed=seed, threads=threads)

@@ -19,8 +19,8 @@ from agent.meta.siamese import (
     ExtractorError,
     MetaFeatureExtractor,
     MetaFeatureNet,
-    train_extractor,
 )
+from agent.meta.extractor_train import train_extractor
 
 
 class RecordingLogger(Logger):
