@@ -51,6 +51,7 @@ def study_options(fn: Any) -> Any:
         click.option("--k", type=int, default=3, show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
         click.option("--prior-mean", type=click.Choice(["neighbours", "constant"]), default=None, help="GP prior mean [default: neighbours when warm-started]."),
         click.option("--models-dir", default="models", show_default=True, help="Where `dvc repro` put the meta-models."),
+        click.option("--surrogate", type=click.Choice(["gp", "rgpe", "tnp", "auto"]), default="auto", show_default=True, help="Surrogate model: cold GP, RGPE or TNP over the history; auto picks by the amount of history."),
         tracking_option,
         artifact_option,
     ]

@@ -36,6 +36,7 @@ class StudySettings:
     warm_start: str = "none"
     k: int = 3
     prior_mean: str | None = None
+    surrogate: str = "gp"
 
     def __post_init__(self) -> None:
         check_positive("--trials", self.trials)

@@ -87,11 +87,11 @@ def make_histories(scenario: YahpoScenario, history_size: int, seed: int,
 def reference_range(scenario: YahpoScenario, task: str, config: BenchConfig) -> tuple[float, float]:
     """Min and max of the target over ``reference_size`` random configurations of ``task``."""
     key = (id(scenario), config.reference_size, config.reference_seed)
-    if _CACHE.get("reference_key") != key:
-        rng = np.random.default_rng(config.reference_seed)
+    if _CACHE.get("reference_key") != key:  # decoding is the slow part: once per process
+        U = np.random.default_rng(config.reference_seed).random((config.reference_size, scenario.space.dim))
         _CACHE["reference_key"] = key
-        _CACHE["reference_U"] = scenario.space.snap(rng.random((config.reference_size, scenario.space.dim)))
-    y = scenario.evaluate(task, _CACHE["reference_U"], target=config.target)
+        _CACHE["reference_configs"] = [scenario.space.decode(u) for u in U]
+    y = scenario.evaluate(task, _CACHE["reference_configs"], target=config.target)
     return float(y.min()), float(y.max())
 
 

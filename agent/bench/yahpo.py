@@ -63,12 +63,29 @@ def _param(raw: Mapping[str, Any]) -> Param:
     """One ConfigSpace JSON hyperparameter as our parameter type."""
     kind, name = raw.get("type"), raw["name"]
     if kind == "uniform_float":
-        return Float(name, float(raw["lower"]), float(raw["upper"]), log=bool(raw.get("log")))
+        return _float(name, float(raw["lower"]), float(raw["upper"]), bool(raw.get("log")))
     if kind == "uniform_int":
         return Int(name, int(raw["lower"]), int(raw["upper"]), log=bool(raw.get("log")))
     if kind in ("categorical", "ordinal"):
         return Categorical(name, tuple(raw.get("choices") or raw.get("sequence")))
     raise TuneAgentError(f"unsupported hyperparameter type {kind!r} for {name!r}")
+
+
+def _float(name: str, low: float, high: float, log: bool) -> Float:
+    """A float whose cube ends decode inside its bounds.
+
+    In log space ``lo + 1.0 * (hi - lo)`` can round past ``hi`` (ConfigSpace's learning-rate upper
+    bound 0.10000000000000002 decodes to 0.10000000000000006, which the space then rejects), so the
+    bounds move inwards by a few ulps until both ends round-trip.
+    """
+    for _ in range(64):
+        p = Float(name, low, high, log=log)
+        top, bottom = p.from_unit(1.0), p.from_unit(0.0)
+        if p.contains(top) and p.contains(bottom):
+            return p
+        high = high if p.contains(top) else float(np.nextafter(high, low))
+        low = low if p.contains(bottom) else float(np.nextafter(low, high))
+    raise TuneAgentError(f"float parameter {name!r} cannot be decoded within [{low}, {high}]")
 
 
 def _conditions(raw: Sequence[Mapping[str, Any]]) -> dict[str, Condition]:

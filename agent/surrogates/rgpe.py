@@ -175,7 +175,9 @@ def _sample_mvn(mean: Tensor, cov: Tensor, n_samples: int, gen: torch.Generator)
     return mean.unsqueeze(-2) + z @ L.transpose(-1, -2)
 
 
-def _source_losses(source_models: Sequence[Model], X: Tensor, y: Tensor, n_samples: int, gen: torch.Generator) -> Tensor:
+def _source_losses(
+    source_models: Sequence[Model], X: Tensor, y: Tensor, n_samples: int, gen: torch.Generator
+) -> Tensor:
     """Ranking loss of each source's posterior samples at the target points → `s x S`."""
     mean, cov = _predictor(source_models).predict(X.unsqueeze(0))
     return _misranked(_sample_mvn(mean[:, 0], cov[:, 0], n_samples, gen), y)
@@ -317,6 +319,8 @@ def build_rgpe(
         X = train_X.double()
         y = train_Y.double().reshape(-1)
         if y.numel() == 0:
+            if not source_models:
+                raise ValueError("no target observations and no source models")
             return RGPE(list(source_models), torch.full((len(source_models),), 1.0 / len(source_models)))
         z, y_mean, y_std = _standardise(y)
         target = fit_gp(X, z.reshape(-1, 1), warm_state=warm_state)

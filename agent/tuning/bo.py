@@ -155,10 +155,13 @@ def propose_next(
     seed: int,
     mean_module: Any = None,
     warm_state: dict | None = None,
+    model_builder: Any = None,
 ) -> np.ndarray:
     """Next point (`d`) given observed points `n x d` and values `n` (maximised; NaN = failed).
 
     ``warm_state`` (a dict the caller keeps between steps) carries GP hyperparameters forward.
+    ``model_builder(train_X, train_Y, warm_state)`` replaces the GP with any BoTorch ``Model``
+    (a transfer surrogate); the acquisition and its optimisation stay the same.
     """
     import torch
 
@@ -170,7 +173,10 @@ def propose_next(
     with torch_threads(1):
         train_X = torch.as_tensor(np.asarray(U), dtype=torch.double)
         train_Y = torch.as_tensor(y, dtype=torch.double).reshape(-1, 1)
-        model = fit_gp(train_X, train_Y, mean_module=mean_module, warm_state=warm_state)
+        if model_builder is not None:
+            model = model_builder(train_X, train_Y, warm_state)
+        else:
+            model = fit_gp(train_X, train_Y, mean_module=mean_module, warm_state=warm_state)
         acqf = build_acquisition(model, train_Y, acq, iteration, space.dim)
         torch.manual_seed(seed)
         x = optimize_on_space(acqf, space, seed)

@@ -35,11 +35,13 @@ class BoSampler:
         settings: StudySettings,
         seeds: Sequence[tuple[Mapping[str, Any], str]] = (),
         mean_module_factory: Any = None,
+        model_builder: Any = None,
     ) -> None:
         self.space = space
         self.settings = settings
         self.seeds = [(dict(c), origin) for c, origin in seeds]
         self.mean_module_factory = mean_module_factory
+        self.model_builder = model_builder
         self._gp_state: dict = {}
         n_design = max(settings.n_init - len(self.seeds), 0)
         self._design = space.snap(initial_design(settings.init, n_design, space.dim, settings.seed)) if n_design else np.empty((0, space.dim))
@@ -75,5 +77,6 @@ class BoSampler:
             seed=self.settings.seed * 100003 + number,
             mean_module=mean,
             warm_state=self._gp_state,
+            model_builder=self.model_builder,
         )
         return Suggestion(self.space.decode(u), f"bo:{self.settings.acq}")

@@ -42,6 +42,7 @@ class StartRequest:
     k: int = 3
     prior_mean: str | None = None
     models_dir: str = "models"
+    surrogate: str = "auto"
 
 
 def default_study_name(dataset_name: str, job_name: str) -> str:
@@ -99,6 +100,7 @@ def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any
         warm_start=req.warm_start,
         k=req.k,
         prior_mean=warm.prior_mean,
+        surrogate=req.surrogate,
     )
     description = (
         f"Tuning job `{job.name}` on dataset `{dataset.name}` ({dataset.n} instances, "
@@ -107,23 +109,40 @@ def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any
         f"{settings.mode} {settings.metric}, seed {settings.seed}. {warm.message}"
     )
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
+    sampler, choice = make_sampler(kb, job.space, settings, warm, Path(req.models_dir), req.surrogate, dataset.fingerprint)
+    echo(choice.message)
     kb.set_study_tags(record, {
         "metafeatures": handcrafted_metafeatures(sample[0], sample[1], summary),
         "warm_start": warm.to_record(),
         "warm_start_method": warm.method,
         "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
+        "surrogate": choice.name,
+        "surrogate_note": choice.message,
     })
-    study = Study(kb, record, job.space, make_sampler(kb, job.space, settings, warm))
+    study = Study(kb, record, job.space, sampler)
     return study, job, dataset, split_dataset(dataset, settings.val_fraction, settings.seed)
 
 
-def make_sampler(kb: Any, space: Any, settings: StudySettings, warm: Any) -> BoSampler:
+def make_sampler(kb: Any, space: Any, settings: StudySettings, warm: Any, models_dir: Any, surrogate: str,
+                 exclude_fingerprint: str) -> tuple[BoSampler, Any]:
+    """The study's sampler: warm-start seeds, prior mean (for the GP) and transfer surrogate."""
+    from agent.knowledge.history import load_history
+    from agent.surrogates.transfer import choose_surrogate, model_builder, source_tasks
     from agent.tuning.warmstart import neighbour_mean_factory
 
-    return BoSampler(space, settings, seeds=warm.seeds, mean_module_factory=neighbour_mean_factory(warm, space, kb))
+    sources = []
+    if surrogate != "gp":
+        history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
+                               exclude_fingerprints={exclude_fingerprint})
+        sources = source_tasks(history, space)
+    choice = choose_surrogate(surrogate, sources, models_dir, space.signature())
+    builder = model_builder(choice, sources, models_dir, seed=settings.seed)
+    mean = neighbour_mean_factory(warm, space, kb) if builder is None else None
+    sampler = BoSampler(space, settings, seeds=warm.seeds, mean_module_factory=mean, model_builder=builder)
+    return sampler, choice
 
 
-def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None) -> tuple[Study, Any]:
+def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None, models_dir: str = "models") -> tuple[Study, Any]:
     """Loads a stored study and its job; refuses when the job's space changed since."""
     from agent.jobs import load_job
 
@@ -135,11 +154,15 @@ def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = 
         raise StudyError(f"no study named {name!r} in {kb.tracking_uri}")
     job = load_job(record.settings["job"])
     study = Study.load(kb, name, job.space)
-    raw = kb.study_tags(record).get("warm_start")
-    if raw:
+    tags = kb.study_tags(record)
+    if tags.get("warm_start"):
+        from pathlib import Path
+
         from agent.tuning.warmstart import WarmStart
 
-        study.sampler = make_sampler(kb, job.space, study.settings, WarmStart.from_record(json.loads(raw)))
+        warm = WarmStart.from_record(json.loads(tags["warm_start"]))
+        surrogate = tags.get("surrogate", "gp")  # the recorded choice, not a fresh 'auto'
+        study.sampler, _ = make_sampler(kb, job.space, study.settings, warm, Path(models_dir), surrogate, record.fingerprint)
     return study, job
 
 

@@ -23,7 +23,7 @@ def scenario() -> YahpoScenario:
 
 def test_tiny_run_writes_the_report(scenario: YahpoScenario, tmp_path: Path) -> None:
     config = BenchConfig(tasks=scenario.instances[:2], seeds=1, budget=6, history_size=20,
-                         report_at=(1, 3, 5, 10), workers=1)
+                         report_at=(1, 3, 5, 10), workers=1, reference_size=1000)
     result = run_benchmark(scenario, make_methods(["random", "gp", "portfolio_gp"]), config)
     write_report(result, tmp_path / "metrics" / "lcbench.json", tmp_path / "plots")
     metrics = json.loads((tmp_path / "metrics" / "lcbench.json").read_text())

@@ -83,3 +83,21 @@ def test_bad_inputs_are_user_errors(scenario: YahpoScenario, tmp_path: Path) -> 
         scenario.evaluate("no-such-task", [GOOD])
     with pytest.raises(TuneAgentError):
         scenario.evaluate("3945", [GOOD], target="accuracy")
+
+
+def test_conditions_and_categoricals_of_config_space(tmp_path: Path) -> None:
+    import json
+
+    folder = tmp_path / "lcbench"
+    shutil.copytree(FOLDER, folder)
+    raw = json.loads((folder / "config_space.json").read_text())
+    raw["hyperparameters"].append({"name": "optimizer", "type": "categorical", "choices": ["sgd", "adam"]})
+    raw["conditions"] = [{"child": "momentum", "parent": "optimizer", "type": "EQ", "value": "sgd"}]
+    (folder / "config_space.json").write_text(json.dumps(raw))
+    space = YahpoScenario.load(folder).space
+    assert space.names[0] == "optimizer" and space.dim == 8
+    assert space["momentum"].condition is not None and space["momentum"].condition.values == ("sgd",)
+    raw["conditions"] = [{"child": "momentum", "parent": "optimizer", "type": "GT", "value": 1}]
+    (folder / "config_space.json").write_text(json.dumps(raw))
+    with pytest.raises(TuneAgentError, match="condition"):
+        YahpoScenario.load(folder)

@@ -15,6 +15,8 @@ import yaml
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.timeout(900)  # the module fixture bootstraps and runs `dvc repro` once
+
 SPECS = ["wine", "wine?fraction=0.5&seed=1", "iris", "iris?fraction=0.6&seed=1",
          "breast-cancer?fraction=0.3&seed=2", "breast-cancer?fraction=0.2&seed=1"]
 TINY = {

@@ -1,0 +1,82 @@
+"""Transfer surrogates in a study: which one (`--surrogate gp|rgpe|tnp|auto`) and its sources.
+
+Sources are the historical datasets run with the same job and search space; each contributes its
+evaluations as cube points and normal-score values (maximised), so tasks with different objective
+scales are comparable. ``auto`` picks by the amount of history: no usable history → ``gp``; a
+meta-trained TNP in ``models/`` and at least ``TNP_MIN_POINTS`` source points → ``tnp``; otherwise
+``rgpe`` (RGPE needs no meta-training and down-weights unhelpful sources by itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+SURROGATES = ("gp", "rgpe", "tnp", "auto")
+TNP_FILE = "tnp.pt"
+TNP_META = "tnp.json"  # {"job": ..., "space_signature": ...}: the history the TNP was meta-trained on
+MIN_SOURCE_POINTS = 5
+TNP_MIN_POINTS = 500
+
+
+@dataclass(frozen=True)
+class SurrogateChoice:
+    name: str
+    sources: int
+    message: str
+
+
+def source_tasks(history: Sequence[Any], space: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(cube points, normal-score maximised values) of each historical dataset with enough points."""
+    from agent.tuning.bo import normal_scores
+    from agent.tuning.warmstart import surface_data
+
+    out = []
+    for h in history:
+        U, y = surface_data(h, space)
+        if len(y) >= MIN_SOURCE_POINTS:
+            out.append((U, normal_scores(y)))
+    return out
+
+
+def tnp_available(models_dir: Path, space_signature: str) -> bool:
+    import json
+
+    meta = Path(models_dir) / TNP_META
+    if not (Path(models_dir) / TNP_FILE).exists() or not meta.exists():
+        return False
+    return json.loads(meta.read_text()).get("space_signature") == space_signature
+
+
+def choose_surrogate(requested: str, sources: Sequence[Any], models_dir: Path, space_signature: str) -> SurrogateChoice:
+    points = sum(len(y) for _, y in sources)
+    has_tnp = tnp_available(models_dir, space_signature)
+    if requested == "gp" or (requested == "auto" and not sources):
+        why = "" if requested == "gp" else " (no history for this job and space)"
+        return SurrogateChoice("gp", 0, f"surrogate: gp{why}")
+    if not sources:
+        return SurrogateChoice("gp", 0, f"surrogate: {requested} needs history for this job and space; using gp")
+    if requested == "tnp" and not has_tnp:
+        return SurrogateChoice("rgpe", len(sources), f"surrogate: no TNP meta-trained for this space in {models_dir} (run `dvc repro`); using rgpe over {len(sources)} source tasks")
+    if requested == "tnp" or (requested == "auto" and has_tnp and points >= TNP_MIN_POINTS):
+        return SurrogateChoice("tnp", len(sources), f"surrogate: tnp over {len(sources)} source tasks ({points} points)")
+    return SurrogateChoice("rgpe", len(sources), f"surrogate: rgpe over {len(sources)} source tasks ({points} points)")
+
+
+def model_builder(choice: SurrogateChoice, sources: Sequence[tuple[np.ndarray, np.ndarray]], models_dir: Path, seed: int = 0) -> Callable | None:
+    """``(train_X, train_Y, warm_state) -> Model`` for the chosen transfer surrogate, None for gp."""
+    if choice.name == "rgpe":
+        from agent.surrogates.rgpe import build_rgpe, fit_source_gps
+
+        models = fit_source_gps(sources)
+        return lambda X, Y, state: build_rgpe(models, X, Y, seed=seed, warm_state=state)
+    if choice.name == "tnp":
+        from agent.surrogates.tnp import TNP, SourceBank, build_tnp_model
+
+        tnp = TNP.load(str(Path(models_dir) / TNP_FILE))
+        bank = SourceBank(sources)
+        return lambda X, Y, state: build_tnp_model(tnp, bank, X, Y, seed=seed)
+    return None
