@@ -294,6 +294,19 @@ def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> N
     click.echo(json.dumps(summary))
 
 
+@meta.command("train-transfer")
+@click.option("--models-dir", default="models", show_default=True)
+@params_option
+def meta_train_transfer(models_dir: str, params_file: str) -> None:
+    """Meta-train the Transferable Neural Process surrogate on the exported history."""
+    from pathlib import Path
+
+    from agent.meta.pipeline import load_params, stage_train_transfer
+
+    params = load_params(Path(params_file)).get("transfer", {})
+    click.echo(json.dumps(stage_train_transfer(params, Path(models_dir), Path("metrics/train_transfer.json"))))
+
+
 @cli.command("evaluate")
 @params_option
 def evaluate_cmd(params_file: str) -> None:
@@ -358,6 +371,27 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
     space = load_job(job).space
     for n in n_obs:
         click.echo(json.dumps(measure_latency(space, n, repeats=repeats)))
+
+
+@bench.command("lcbench")
+@click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of 34 x 5.")
+@click.option("--methods", default="random,tpe,gp,portfolio_gp,rgpe,tnp", show_default=True)
+@click.option("--seeds", type=int, default=5, show_default=True)
+@click.option("--tasks", type=int, default=None, help="Only the first N tasks.")
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--control", type=click.Choice(["none", "shuffled"]), default="none", show_default=True,
+              help="shuffled: every source's responses permuted (negative-transfer control).")
+@click.option("--scenario", "folder", default=None, help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench].")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/lcbench*.json and OUT/plots/.")
+def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, workers: int, control: str, folder: str | None, out: str) -> None:
+    """Transfer benchmark on the real-data LCBench surrogate (YAHPO Gym)."""
+    from pathlib import Path
+
+    from agent.bench.lcbench_cli import DEFAULT_FOLDER, run_lcbench
+
+    report = run_lcbench([m.strip() for m in methods.split(",") if m.strip()], quick, seeds, tasks, workers, control,
+                         Path(out), Path(folder) if folder else DEFAULT_FOLDER)
+    click.echo(json.dumps(report, indent=2))
 
 
 @bench.command("neighbours")

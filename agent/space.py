@@ -53,7 +53,8 @@ class Float:
     def from_unit(self, u: float) -> float:
         lo, hi, _ = _scaled(self.low, self.high, self.low, self.log)
         v = lo + float(np.clip(u, 0.0, 1.0)) * (hi - lo)
-        return float(math.exp(v) if self.log else v)
+        # exp(log(high)) can land an ulp above high: clip so decode always stays in the space.
+        return float(np.clip(math.exp(v) if self.log else v, self.low, self.high))
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, (int, float)) and self.low <= float(value) <= self.high

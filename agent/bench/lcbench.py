@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from agent.bench.methods import METHODS, Method, make_methods
+from agent.bench.methods import METHODS, Method, make_methods  # noqa: F401
 from agent.bench.yahpo import YahpoScenario
 from agent.space import SearchSpace
 
@@ -55,6 +55,7 @@ class BenchConfig:
     history_seed: int = 0
     reference_size: int = 5000
     reference_seed: int = 12345
+    control: str = "none"  # "shuffled": each source's responses permuted (negative-transfer control)
 
     def resolve(self, instances: Sequence[str]) -> BenchConfig:
         """Explicit task list and seed count (quick mode: 4 tasks spread over the list, 2 seeds)."""
@@ -82,6 +83,16 @@ def make_histories(scenario: YahpoScenario, history_size: int, seed: int,
         U = scenario.space.snap(np.random.default_rng([seed, i]).random((history_size, scenario.space.dim)))
         out[task] = (U, scenario.evaluate(task, U, target=target))
     return out
+
+
+def apply_control(histories: dict[str, tuple[np.ndarray, np.ndarray]], control: str, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The negative-transfer control: each task's responses shuffled over its configurations, so
+    the history says nothing true about any target (the target's own evaluations are untouched)."""
+    if control == "none":
+        return histories
+    if control != "shuffled":
+        raise ValueError(f"unknown control {control!r}")
+    return {t: (U, np.random.default_rng([seed, 99, i]).permutation(y)) for i, (t, (U, y)) in enumerate(histories.items())}
 
 
 def reference_range(scenario: YahpoScenario, task: str, config: BenchConfig) -> tuple[float, float]:
@@ -139,10 +150,11 @@ def _worker_init() -> None:
 
 
 def _worker_state(job: _Job) -> tuple[YahpoScenario, dict]:
-    key = (job.folder, job.targets, job.cont_names, job.config.history_size, job.config.history_seed)
+    key = (job.folder, job.targets, job.cont_names, job.config.history_size, job.config.history_seed, job.config.control)
     if _CACHE.get("key") != key:
         scenario = YahpoScenario.load(Path(job.folder), job.targets, job.cont_names)
         histories = make_histories(scenario, job.config.history_size, job.config.history_seed, job.config.target)
+        histories = apply_control(histories, job.config.control, job.config.history_seed)
         _CACHE.update(key=key, scenario=scenario, histories=histories)
     return _CACHE["scenario"], _CACHE["histories"]
 

@@ -193,3 +193,28 @@ def normalisation_report(E: np.ndarray, sources: list[str], k: int) -> dict[str,
             reg.append(normalised_regret(E[t], rows)[-1])
         out[how] = {"oracle_neighbour_precision": float(np.mean(prec)), "oracle_regret@k": float(np.mean(reg))}
     return out
+
+
+def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, export: Path = EXPORT_DIR) -> dict[str, Any]:
+    """Meta-trains the Transferable Neural Process (paper 004, Algorithm 1) on the exported history."""
+    from agent.surrogates.tnp import TNPConfig
+    from agent.surrogates.tnp_train import meta_train_tnp
+    from agent.surrogates.transfer import TNP_FILE, TNP_META, source_tasks
+
+    datasets = load_export(export)
+    space = _space(datasets)
+    sources = source_tasks(datasets, space)
+    if len(sources) < 2:
+        raise EmptyHistoryError(f"TNP meta-training needs at least 2 source tasks, the export has {len(sources)}")
+    start = time.perf_counter()
+    tnp, history = meta_train_tnp(sources, TNPConfig.from_dict(dict(p)))
+    models.mkdir(parents=True, exist_ok=True)
+    tnp.save(str(models / TNP_FILE))
+    (models / TNP_META).write_text(json.dumps({"job": datasets[0].job, "space_signature": datasets[0].space_signature,
+                                               "sources": len(sources)}, indent=1, sort_keys=True) + "\n")
+    summary = {"sources": len(sources), "meta_steps": int(p.get("meta_steps", 300)),
+               "seconds": round(time.perf_counter() - start, 1),
+               "final_loss": float(np.mean([h["loss"] for h in history[-5:]])) if history else float("nan")}
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    metrics.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary

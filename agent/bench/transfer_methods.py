@@ -1,0 +1,124 @@
+"""Transfer methods of the benchmark: RGPE and TNP behind :class:`agent.bench.methods.SurrogateMethod`.
+
+- ``rgpe`` (Feurer, Letham, Bakshy 2018): the best zero-shot configuration of the history first
+  (a one-point greedy portfolio), then LogEI on the ranking-weighted ensemble of the source GPs and
+  the target GP. Source GPs are fitted once per (process, target task) and cached.
+- ``tnp`` (paper 004): the TNP's learned initial configuration first, then LogEI on the fine-tuned
+  TNP. No target is ever seen in meta-training: tasks are split into ``TNP_FOLDS`` folds by index
+  and the model used for a target is meta-trained on the other folds (:func:`pretrain_tnp_folds`
+  runs before the workers start; the workers only load).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.bench.methods import History, SurrogateMethod, TaskContext, greedy_portfolio, source_regrets
+from agent.space import SearchSpace
+
+TNP_FOLDS = 5
+_SOURCES: dict[str, Any] = {}  # per benchmark worker process: fitted source GPs by history
+
+
+def _history_key(history: History) -> str:
+    h = hashlib.sha256()
+    for U, y in history:
+        h.update(np.ascontiguousarray(U).tobytes())
+        h.update(np.ascontiguousarray(y).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _portfolio(context: TaskContext, k: int) -> np.ndarray:
+    if not context.history:
+        return np.empty((0, context.space.dim))
+    candidates = context.space.snap(np.concatenate([U for U, _ in context.history]))
+    return candidates[greedy_portfolio(source_regrets(context.history, candidates), k)]
+
+
+def rgpe_model(train_X: Any, train_Y: Any, context: TaskContext) -> Any:
+    from agent.surrogates.rgpe import build_rgpe, fit_source_gps
+
+    key = _history_key(context.history)
+    if key not in _SOURCES:
+        _SOURCES.clear()  # one target task's sources at a time per worker
+        _SOURCES[key] = fit_source_gps(context.history)
+    return build_rgpe(_SOURCES[key], train_X, train_Y, seed=context.seed, warm_state=context.cache.setdefault("gp", {}))
+
+
+class RgpeSearch(SurrogateMethod):
+    name = "rgpe"
+
+    def __init__(self, space: SearchSpace) -> None:
+        super().__init__(space, "rgpe", rgpe_model, n_init=1, init_points=lambda c: _portfolio(c, 1))
+
+
+# -- TNP ---------------------------------------------------------------------------------------
+def tnp_cache_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("TUNE_AGENT_BENCH_CACHE", "data/bench-cache"))
+
+
+def fold_of(task_index: int) -> int:
+    return task_index % TNP_FOLDS
+
+
+def _fold_path(fold: int, n_tasks: int, config_key: str) -> Path:
+    return tnp_cache_dir() / f"tnp-{n_tasks}tasks-fold{fold}-{config_key}.pt"
+
+
+def _config() -> Any:
+    from agent.surrogates.tnp import TNPConfig
+
+    return TNPConfig()
+
+
+def _config_key() -> str:
+    import json
+
+    return hashlib.sha256(json.dumps(_config().to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def pretrain_tnp_folds(histories: list[tuple[np.ndarray, np.ndarray]]) -> list[Path]:
+    """Meta-trains one TNP per fold on the tasks outside it (skipped when cached)."""
+    from agent.surrogates.tnp_train import meta_train_tnp
+
+    paths = []
+    for fold in range(TNP_FOLDS):
+        path = _fold_path(fold, len(histories), _config_key())
+        if not path.exists():
+            sources = [h for i, h in enumerate(histories) if fold_of(i) != fold]
+            tnp, _ = meta_train_tnp(sources, _config())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tnp.save(str(path))
+        paths.append(path)
+    return paths
+
+
+def _tnp(context: TaskContext) -> Any:
+    from agent.surrogates.tnp import TNP, SourceBank
+
+    if "tnp" not in context.cache:
+        n_tasks = len(context.history) + 1
+        path = _fold_path(fold_of(context.task_index), n_tasks, _config_key())
+        context.cache["tnp"] = TNP.load(str(path))
+        context.cache["bank"] = SourceBank(context.history)
+    return context.cache["tnp"]
+
+
+def tnp_model(train_X: Any, train_Y: Any, context: TaskContext) -> Any:
+    from agent.surrogates.tnp import build_tnp_model
+
+    tnp = _tnp(context)
+    return build_tnp_model(tnp, context.cache["bank"], train_X, train_Y, seed=context.seed)
+
+
+class TnpSearch(SurrogateMethod):
+    name = "tnp"
+
+    def __init__(self, space: SearchSpace) -> None:
+        super().__init__(space, "tnp", tnp_model, n_init=1, init_points=lambda c: _tnp(c).initial_configs()[:1])
