@@ -24,6 +24,8 @@ TINY = {
     "distances": {"normalisation": "rank", "emd": False, "surrogate_points": 32},
     "meta_features": {"aggregator": "mean", "meta_dim": 8, "hidden": 16, "tau": 16, "pairs_per_step": 4,
                       "steps": 25, "lr": 0.003, "weight_decay": 0.0, "seed": 0},
+    "transfer": {"hidden": 16, "heads": 2, "meta_steps": 10, "inner_steps": 1, "inner_lr": 0.001,
+                 "outer_lr": 0.003, "n_initial": 2, "seed": 0},
     "evaluate": {"k": 2, "budget": 4, "folds": 2, "seeds": 1, "acquisitions": ["ei", "ucb"], "wings": [], "workers": 1},
 }
 
@@ -80,7 +82,7 @@ def test_bootstrap_shares_one_configuration_set(built) -> None:
 
 def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
     store, repo = built
-    for path in ("models/metafeature_extractor.pt", "models/metafeature_index.json", "data/distances.json",
+    for path in ("models/metafeature_extractor.pt", "models/metafeature_index.json", "data/distances.json", "models/tnp.pt",
                  "metrics/warmstart.json", "metrics/train_metafeatures.json", "plots/regret.csv", "plots/regret.png"):
         assert (repo / path).exists(), path
     report = json.loads((repo / "metrics/warmstart.json").read_text())
