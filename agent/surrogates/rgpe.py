@@ -30,6 +30,8 @@ from botorch.posteriors.gpytorch import GPyTorchPosterior
 from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
+from agent.surrogates.base import SingleOutputModel
+
 from agent.tuning.bo import fit_gp, impute_failures, torch_threads
 
 JITTER = 1e-8
@@ -252,7 +254,7 @@ def rgpe_weights(
     return torch.bincount(best, minlength=s + 1).double() / n_samples
 
 
-class RGPE(Model):
+class RGPE(SingleOutputModel):
     """Weighted GP ensemble: mean `Σ w_i μ_i(X)`, covariance `Σ w_i² Σ_i(X)`, one output.
 
     Members with weight 0 are dropped at construction. Predictions are formed on the standardised
@@ -271,14 +273,6 @@ class RGPE(Model):
         self.weights = weights[keep]
         self.y_mean, self.y_std = float(y_mean), float(y_std)
         self._predictor = _predictor(self.members)
-
-    @property
-    def num_outputs(self) -> int:
-        return 1
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return torch.Size([])
 
     def posterior(
         self,

@@ -33,11 +33,12 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
-from botorch.models.model import Model
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from gpytorch.distributions import MultivariateNormal
 from linear_operator.operators import DiagLinearOperator
 from torch import Tensor, nn
+
+from agent.surrogates.base import SingleOutputModel
 
 from agent.tuning.bo import impute_failures, torch_threads
 
@@ -294,7 +295,7 @@ def select_memory(
     return memory, s, chosen
 
 
-class TNPModel(Model):
+class TNPModel(SingleOutputModel):
     """BoTorch model over a fine-tuned TNP for one target: diagonal Gaussian posterior, one output.
 
     Keys and values of the target's observations and of the attended source memory are computed
@@ -307,14 +308,6 @@ class TNPModel(Model):
         self.prep = prep
         self.y_mean, self.y_std = float(y_mean), float(y_std)
         self.source_similarity = similarity  # `M`: cosine similarity of each source to the target
-
-    @property
-    def num_outputs(self) -> int:
-        return 1
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return torch.Size([])
 
     def posterior(
         self,
