@@ -35,6 +35,8 @@ from agent.surrogates.base import SingleOutputModel
 from agent.tuning.bo import fit_gp, impute_failures, torch_threads
 
 JITTER = 1e-8
+CHANCE_MIN_POINTS = 5
+CHANCE_Z = 1.0
 DILUTION_QUANTILE = 0.95
 MAX_RANK_POINTS = 100
 
@@ -210,6 +212,23 @@ def _loo_losses(target_model: Any, idx: Tensor, n_samples: int, gen: torch.Gener
     return (A @ (1.0 - 2.0 * below) + below.sum()).double().round()
 
 
+def _better_than_chance(src: Tensor, n: int) -> Tensor:
+    """Which sources rank the target's points better than a random order would (`s` booleans).
+
+    The negative-transfer guard: a source whose responses say nothing about the target (another
+    problem, shuffled values) ranks the target's points like a coin, and dilution alone does not
+    drop it while the target GP is still poor. Under a random order the ``2 x`` discordant-pair
+    loss has mean ``n(n-1)/2`` and standard deviation ``2 sqrt(n(n-1)(2n+5)/72)`` (Kendall's tau
+    null); a source is kept only if its median loss is ``CHANCE_Z`` deviations better. With fewer
+    than ``CHANCE_MIN_POINTS`` points there is no evidence either way and every source is kept.
+    """
+    if n < CHANCE_MIN_POINTS:
+        return torch.ones(src.shape[0], dtype=torch.bool)
+    pairs = n * (n - 1) / 2
+    sd = 2.0 * math.sqrt(n * (n - 1) * (2 * n + 5) / 72.0)
+    return src.median(dim=-1).values <= pairs - CHANCE_Z * sd
+
+
 def rgpe_weights(
     source_models: Sequence[Model],
     target_model: Model | None,
@@ -247,7 +266,7 @@ def rgpe_weights(
         src = _source_losses(source_models, X[idx], z[idx], n_samples, gen)
         tgt = _loo_losses(target_model, idx, n_samples, gen)
     diluted = src.median(dim=-1).values > torch.quantile(tgt, DILUTION_QUANTILE)
-    src[diluted] = math.inf
+    src[diluted | ~_better_than_chance(src, len(idx))] = math.inf
     losses = torch.cat([src, tgt.unsqueeze(0)])  # s+1 x S
     ties = torch.rand(losses.shape, generator=gen, dtype=torch.double) * 0.5
     best = (losses + ties).argmin(dim=0)
