@@ -245,6 +245,13 @@ class SurrogateMethod:
     ``build_model(train_X, train_Y, context)`` gets double tensors (`n x d`, `n x 1`, maximised) and
     returns a fitted BoTorch model whose posterior is on the scale of ``train_Y``; ``init_points``
     (context -> `k x d` cube points) replaces the Sobol design when given.
+
+    Cold-start fallback: a transfer model that reports ``source_weight == 0`` (RGPE after its
+    negative-transfer guard dropped every source) says the history is no help, and the points it
+    chose so far were picked from that history, so they may all sit in one corner. Until ``n_init``
+    space-filling points have been evaluated, such a step takes the next point of the cold start's
+    Sobol design (the same one ``gp`` uses) instead, so a useless history costs the few trials it
+    steered and then the method proceeds like ``gp``.
     """
 
     def __init__(self, space: SearchSpace, name: str, build_model: ModelBuilder, n_init: int = N_INIT,
@@ -271,9 +278,30 @@ class SurrogateMethod:
             X = torch.as_tensor(np.asarray(U), dtype=torch.double)
             Y = torch.as_tensor(np.asarray(y, dtype=float), dtype=torch.double).reshape(-1, 1)
             model = self.build_model(X, Y, self.context)
+            fallback = self._cold_start_point(model, U)
+            if fallback is not None:
+                return fallback
             torch.manual_seed(seed)
             x = optimize_on_space(build_acquisition(model, Y, "logei", n, self.space.dim), self.space, seed)
         return _fresh(self.space, self.space.snap(U), np.random.default_rng(seed), self.space.snap(x)[0])
+
+
+    def _cold_start_point(self, model: Any, U: np.ndarray) -> np.ndarray | None:
+        """The next unevaluated Sobol point while the sources carry no weight (see class docs)."""
+        if getattr(model, "source_weight", 1.0) > 0:
+            return None
+        cache = self.context.cache
+        if "cold_design" not in cache:
+            cache["cold_design"] = self.space.snap(initial_design("sobol", N_INIT, self.space.dim, self.context.seed))
+            cache["cold_used"] = 0
+        seen = {tuple(np.round(u, 9)) for u in self.space.snap(U)}
+        design = cache["cold_design"]
+        while cache["cold_used"] < len(design):
+            point = design[cache["cold_used"]]
+            cache["cold_used"] += 1
+            if tuple(np.round(point, 9)) not in seen:
+                return point
+        return None
 
 
 def single_task_gp(train_X: Any, train_Y: Any, context: TaskContext) -> Any:

@@ -2,7 +2,8 @@
 
 - ``rgpe`` (Feurer, Letham, Bakshy 2018): the best zero-shot configuration of the history first
   (a one-point greedy portfolio), then LogEI on the ranking-weighted ensemble of the source GPs and
-  the target GP. Source GPs are fitted once per (process, target task) and cached.
+  the target GP. Source GPs are fitted once per (process, target task) and cached; sources without
+  a response surface (:func:`agent.surrogates.rgpe.informative`) are left out from the start.
 - ``tnp`` (paper 004): the TNP's learned initial configuration first, then LogEI on the fine-tuned
   TNP. No target is ever seen in meta-training: tasks are split into ``TNP_FOLDS`` folds by index
   and the model used for a target is meta-trained on the other folds (:func:`pretrain_tnp_folds`
@@ -17,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from agent.bench.methods import History, SurrogateMethod, TaskContext, greedy_portfolio, source_regrets
+from agent.bench.methods import N_INIT, History, SurrogateMethod, TaskContext, greedy_portfolio, source_regrets
 from agent.space import SearchSpace
+from agent.tuning.design import initial_design
 
 TNP_FOLDS = 5
 _SOURCES: dict[str, Any] = {}  # per benchmark worker process: fitted source GPs by history
@@ -32,28 +34,42 @@ def _history_key(history: History) -> str:
     return h.hexdigest()[:16]
 
 
-def _portfolio(context: TaskContext, k: int) -> np.ndarray:
-    if not context.history:
-        return np.empty((0, context.space.dim))
-    candidates = context.space.snap(np.concatenate([U for U, _ in context.history]))
-    return candidates[greedy_portfolio(source_regrets(context.history, candidates), k)]
-
-
-def rgpe_model(train_X: Any, train_Y: Any, context: TaskContext) -> Any:
-    from agent.surrogates.rgpe import build_rgpe, fit_source_gps
+def _source_gps(context: TaskContext) -> tuple[list[Any], list[bool]]:
+    """The source GPs of this history and which carry a signal (fitted once per worker and target)."""
+    from agent.surrogates.rgpe import fit_source_gps, informative
 
     key = _history_key(context.history)
     if key not in _SOURCES:
         _SOURCES.clear()  # one target task's sources at a time per worker
-        _SOURCES[key] = fit_source_gps(context.history)
-    return build_rgpe(_SOURCES[key], train_X, train_Y, seed=context.seed, warm_state=context.cache.setdefault("gp", {}))
+        models = fit_source_gps(context.history)
+        _SOURCES[key] = (models, informative(models))
+    return _SOURCES[key]
+
+
+def _rgpe_start(context: TaskContext) -> np.ndarray:
+    """The best zero-shot configuration of the informative sources; the cold start's Sobol design
+    when no source has a signal (the history is then ignored and RGPE runs as ``gp``)."""
+    _, keep = _source_gps(context)
+    useful = [h for h, k in zip(context.history, keep) if k]
+    if not useful:
+        return initial_design("sobol", N_INIT, context.space.dim, context.seed)
+    candidates = context.space.snap(np.concatenate([U for U, _ in useful]))
+    return candidates[greedy_portfolio(source_regrets(useful, candidates), 1)]
+
+
+def rgpe_model(train_X: Any, train_Y: Any, context: TaskContext) -> Any:
+    from agent.surrogates.rgpe import build_rgpe
+
+    models, keep = _source_gps(context)
+    useful = [m for m, k in zip(models, keep) if k]
+    return build_rgpe(useful, train_X, train_Y, seed=context.seed, warm_state=context.cache.setdefault("gp", {}))
 
 
 class RgpeSearch(SurrogateMethod):
     name = "rgpe"
 
     def __init__(self, space: SearchSpace) -> None:
-        super().__init__(space, "rgpe", rgpe_model, n_init=1, init_points=lambda c: _portfolio(c, 1))
+        super().__init__(space, "rgpe", rgpe_model, n_init=1, init_points=_rgpe_start)
 
 
 # -- TNP ---------------------------------------------------------------------------------------

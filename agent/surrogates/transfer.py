@@ -66,17 +66,30 @@ def choose_surrogate(requested: str, sources: Sequence[Any], models_dir: Path, s
     return SurrogateChoice("rgpe", len(sources), f"surrogate: rgpe over {len(sources)} source tasks ({points} points)")
 
 
-def model_builder(choice: SurrogateChoice, sources: Sequence[tuple[np.ndarray, np.ndarray]], models_dir: Path, seed: int = 0) -> Callable | None:
-    """``(train_X, train_Y, warm_state) -> Model`` for the chosen transfer surrogate, None for gp."""
-    if choice.name == "rgpe":
-        from agent.surrogates.rgpe import build_rgpe, fit_source_gps
+def model_builder(choice: SurrogateChoice, sources: Sequence[tuple[np.ndarray, np.ndarray]], models_dir: Path,
+                  seed: int = 0) -> tuple[Callable | None, SurrogateChoice]:
+    """``(train_X, train_Y, warm_state) -> Model`` for the chosen transfer surrogate (None for gp),
+    and the choice as it stands after the sources were checked.
 
-        models = fit_source_gps(sources)
-        return lambda X, Y, state: build_rgpe(models, X, Y, seed=seed, warm_state=state)
+    RGPE leaves out sources whose own response surface is unpredictable
+    (:func:`agent.surrogates.rgpe.informative`); when none is left the study runs ``gp`` and the
+    message says why.
+    """
+    if choice.name == "rgpe":
+        from agent.surrogates.rgpe import build_rgpe, fit_source_gps, informative
+
+        fitted = fit_source_gps(sources)
+        models = [m for m, keep in zip(fitted, informative(fitted)) if keep]
+        if not models:
+            return None, SurrogateChoice("gp", 0, f"surrogate: gp (none of the {len(sources)} source tasks has a predictable response surface)")
+        dropped = len(fitted) - len(models)
+        if dropped:
+            choice = SurrogateChoice("rgpe", len(models), f"{choice.message}; {dropped} without a predictable response surface left out")
+        return (lambda X, Y, state: build_rgpe(models, X, Y, seed=seed, warm_state=state)), choice
     if choice.name == "tnp":
         from agent.surrogates.tnp import TNP, SourceBank, build_tnp_model
 
         tnp = TNP.load(str(Path(models_dir) / TNP_FILE))
         bank = SourceBank(sources)
-        return lambda X, Y, state: build_tnp_model(tnp, bank, X, Y, seed=seed)
-    return None
+        return (lambda X, Y, state: build_tnp_model(tnp, bank, X, Y, seed=seed)), choice
+    return None, choice

@@ -136,7 +136,7 @@ def make_sampler(kb: Any, space: Any, settings: StudySettings, warm: Any, models
                                exclude_fingerprints={exclude_fingerprint})
         sources = source_tasks(history, space)
     choice = choose_surrogate(surrogate, sources, models_dir, space.signature())
-    builder = model_builder(choice, sources, models_dir, seed=settings.seed)
+    builder, choice = model_builder(choice, sources, models_dir, seed=settings.seed)
     mean = neighbour_mean_factory(warm, space, kb) if builder is None else None
     sampler = BoSampler(space, settings, seeds=warm.seeds, mean_module_factory=mean, model_builder=builder)
     return sampler, choice
