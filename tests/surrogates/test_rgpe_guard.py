@@ -26,3 +26,35 @@ def test_shuffled_source_is_dropped_once_there_is_evidence() -> None:
     # With 3 points there is no evidence yet: the guard keeps every source.
     w3 = rgpe_weights(models, None, X[:3], Y[:3], seed=0)
     assert float(w3[:2].sum()) > 0.0
+
+
+def test_source_without_a_surface_is_not_informative() -> None:
+    from agent.surrogates.rgpe import informative, source_signal
+
+    rng = np.random.default_rng(1)
+    U = rng.random((60, 2))
+    models = fit_source_gps([(U, f(U)), (U, rng.permutation(f(U)))])
+    r2 = [source_signal(m) for m in models]
+    assert r2[0] > 0.9 and r2[1] < 0.4, r2
+    assert informative(models) == [True, False]
+
+
+def test_harness_falls_back_to_the_cold_start_design_when_the_history_is_noise() -> None:
+    """RGPE in the benchmark: with only noise sources it starts from gp's Sobol design."""
+    from agent.bench.methods import GpSearch
+    from agent.bench.transfer_methods import RgpeSearch
+    from agent.space import Float, SearchSpace
+
+    space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
+    rng = np.random.default_rng(2)
+    history = [(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(3))]
+    rgpe, gp = RgpeSearch(space), GpSearch(space)
+    rgpe.start(0, history, seed=3)
+    gp.start(0, history, seed=3)
+    U, y = np.empty((0, 2)), np.empty(0)
+    for _ in range(5):
+        u = rgpe.suggest(U, y)
+        np.testing.assert_allclose(u, gp.suggest(U, y))
+        U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
+    u = rgpe.suggest(U, y)  # then BO on the target GP alone
+    assert u.shape == (2,) and ((0 <= u) & (u <= 1)).all()
