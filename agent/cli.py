@@ -390,7 +390,8 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, work
     from agent.bench.lcbench_cli import DEFAULT_FOLDER, run_lcbench
 
     report = run_lcbench([m.strip() for m in methods.split(",") if m.strip()], quick, seeds, tasks, workers, control,
-                         Path(out), Path(folder) if folder else DEFAULT_FOLDER)
+                         Path(out), Path(folder) if folder else DEFAULT_FOLDER,
+                         progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(report, indent=2))
 
 

@@ -24,7 +24,7 @@ import csv
 import json
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -174,17 +174,35 @@ def _run_job(job: _Job) -> dict[str, Any]:
     return out
 
 
-def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: BenchConfig) -> dict[str, Any]:
-    """Runs every method on every (task, seed); returns curves (`runs x budget`) and timings."""
+def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: BenchConfig,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Runs every method on every (task, seed); returns curves (`runs x budget`) and timings.
+
+    ``progress`` gets one line per finished (task, seed), in completion order."""
     config = config.resolve(scenario.instances)
     jobs = [_Job(str(scenario.folder), tuple(scenario.targets), tuple(scenario.cont_names), task, seed,
                  dict(methods), config) for task in config.tasks or [] for seed in range(config.seeds)]
     start = time.perf_counter()
+
+    def report(done: int, run: dict[str, Any]) -> None:
+        if progress is not None:
+            finals = ", ".join(f"{m} {r['regret'][-1]:.3f}" for m, r in run["methods"].items())
+            progress(f"[{done}/{len(jobs)}] task {run['task']} seed {run['seed']} "
+                     f"({time.perf_counter() - start:.0f} s): regret@{config.budget} {finals}")
+
     if config.workers <= 1:
-        runs = [_run_job(job) for job in jobs]
+        runs = []
+        for job in jobs:
+            runs.append(_run_job(job))
+            report(len(runs), runs[-1])
     else:
         with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
-            runs = list(pool.map(_run_job, jobs))
+            futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
+            by_index: dict[int, dict[str, Any]] = {}
+            for future in as_completed(futures):
+                by_index[futures[future]] = future.result()
+                report(len(by_index), by_index[futures[future]])
+            runs = [by_index[i] for i in range(len(jobs))]
     wall = time.perf_counter() - start
     return {
         "scenario": scenario.folder.name,

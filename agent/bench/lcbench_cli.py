@@ -12,7 +12,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -49,7 +49,8 @@ def history_through_store(scenario: YahpoScenario, histories: dict[str, tuple[np
 
 
 def run_lcbench(methods: Sequence[str], quick: bool, seeds: int, tasks: int | None, workers: int, control: str,
-                out: Path, folder: Path = DEFAULT_FOLDER, tracking_uri: str | None = None) -> dict[str, Any]:
+                out: Path, folder: Path = DEFAULT_FOLDER, tracking_uri: str | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     scenario = YahpoScenario.load(folder)
     config = BenchConfig(tasks=scenario.instances[:tasks] if tasks else None, seeds=seeds, workers=workers,
                          quick=quick, control=control)
@@ -57,7 +58,7 @@ def run_lcbench(methods: Sequence[str], quick: bool, seeds: int, tasks: int | No
     store = history_through_store(scenario, histories, tracking_uri)
     if "tnp" in methods:
         pretrain_tnp_folds([histories[t] for t in scenario.instances])
-    result = run_benchmark(scenario, {m: ALL_METHODS[m] for m in methods}, config)
+    result = run_benchmark(scenario, {m: ALL_METHODS[m] for m in methods}, config, progress=progress)
     suffix = "" if control == "none" else f"_{control}"
     metrics = out / "metrics" / f"lcbench{suffix}.json"
     write_report(result, metrics, out / "plots" if control == "none" else out / "plots" / control)
