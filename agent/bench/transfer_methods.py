@@ -23,7 +23,7 @@ from agent.space import SearchSpace
 from agent.tuning.design import initial_design
 
 TNP_FOLDS = 5
-_SOURCES: dict[str, Any] = {}  # per benchmark worker process: fitted source GPs by history
+_SOURCES: dict[str, Any] = {}  # per benchmark worker process: (fitted GP, informative) by source
 
 
 def _history_key(history: History) -> str:
@@ -35,15 +35,21 @@ def _history_key(history: History) -> str:
 
 
 def _source_gps(context: TaskContext) -> tuple[list[Any], list[bool]]:
-    """The source GPs of this history and which carry a signal (fitted once per worker and target)."""
+    """The source GPs of this history and which carry a signal.
+
+    Each source's GP is fitted once per worker process and kept by the source's own bytes, so a
+    task that is a source for many targets (leave-one-task-out) is fitted once, not per target.
+    """
     from agent.surrogates.rgpe import fit_source_gps, informative
 
-    key = _history_key(context.history)
-    if key not in _SOURCES:
-        _SOURCES.clear()  # one target task's sources at a time per worker
-        models = fit_source_gps(context.history)
-        _SOURCES[key] = (models, informative(models))
-    return _SOURCES[key]
+    fitted = []
+    for U, y in context.history:
+        key = _history_key([(U, y)])
+        if key not in _SOURCES:
+            model = fit_source_gps([(U, y)])[0]
+            _SOURCES[key] = (model, informative([model])[0])
+        fitted.append(_SOURCES[key])
+    return [m for m, _ in fitted], [k for _, k in fitted]
 
 
 def _rgpe_start(context: TaskContext) -> np.ndarray:

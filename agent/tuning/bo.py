@@ -120,14 +120,23 @@ def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: i
     raise ValueError(f"unknown acquisition {acq!r}")
 
 
+ACQ_BUDGET = {"num_restarts": 4, "raw_samples": 128, "maxiter": 60}
+
+
 def optimize_on_space(acqf: Any, space: SearchSpace, seed: int) -> np.ndarray:
-    """Maximises ``acqf`` over the cube; categoricals are enumerated when there are few combos."""
+    """Maximises ``acqf`` over the cube; categoricals are enumerated when there are few combos.
+
+    The search budget is ``ACQ_BUDGET`` unless the model asks for another through an
+    ``acq_budget`` attribute (same keys): a neural surrogate whose gradient steps are dear can
+    trade restarts and iterations for a larger batched random start.
+    """
     import torch
     from botorch.optim import optimize_acqf, optimize_acqf_mixed
 
+    budget = {**ACQ_BUDGET, **(getattr(getattr(acqf, "model", None), "acq_budget", None) or {})}
     d = space.dim
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
-    options = {"seed": seed, "maxiter": 60}
+    options = {"seed": seed, "maxiter": budget["maxiter"]}
     cat_dims = space.categorical_dims()
     combos = list(
         itertools.product(*[range(len(space.params[i].choices)) for i in cat_dims])  # type: ignore[union-attr]
@@ -138,10 +147,12 @@ def optimize_on_space(acqf: Any, space: SearchSpace, seed: int) -> np.ndarray:
             for combo in combos
         ]
         x, _ = optimize_acqf_mixed(
-            acqf, bounds, q=1, num_restarts=4, raw_samples=64, fixed_features_list=fixed, options=options
+            acqf, bounds, q=1, num_restarts=budget["num_restarts"], raw_samples=max(budget["raw_samples"] // 2, 16),
+            fixed_features_list=fixed, options=options,
         )
     else:
-        x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=4, raw_samples=128, options=options)
+        x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=budget["num_restarts"], raw_samples=budget["raw_samples"],
+                             options=options)
     return x.detach().cpu().numpy().reshape(-1)
 
 
