@@ -49,7 +49,7 @@ def study_options(fn: Any) -> Any:
         click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),
         click.option("--warm-start", type=click.Choice(["auto", "learned", "handcrafted", "none"]), default="auto", show_default=True, help="Meta-features used to find similar historical datasets (auto: learned if trained, else hand-crafted)."),
         click.option("--k", type=int, default=3, show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
-        click.option("--prior-mean", type=click.Choice(["neighbours", "constant"]), default=None, help="GP prior mean [default: neighbours when warm-started]."),
+        click.option("--prior-mean", type=click.Choice(["neighbours", "observations", "constant"]), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
         click.option("--models-dir", default="models", show_default=True, help="Where `dvc repro` put the meta-models."),
         click.option("--surrogate", type=click.Choice(["gp", "rgpe", "tnp", "auto"]), default="auto", show_default=True, help="Surrogate model: cold GP, RGPE or TNP over the history; auto picks by the amount of history."),
         tracking_option,
@@ -375,7 +375,8 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
 
 @bench.command("lcbench")
 @click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of 34 x 5.")
-@click.option("--methods", default="random,tpe,gp,portfolio_gp,rgpe,tnp", show_default=True)
+@click.option("--methods", default="random,tpe,gp,portfolio_gp,rgpe,tnp", show_default=True,
+              help="Comma-separated; also obs_neighbour_gp (portfolio_gp with the observation-based neighbours' prior mean).")
 @click.option("--seeds", type=int, default=5, show_default=True)
 @click.option("--tasks", type=int, default=None, help="Only the first N tasks.")
 @click.option("--workers", type=int, default=2, show_default=True)
@@ -383,7 +384,9 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
               help="shuffled: every source's responses permuted (negative-transfer control).")
 @click.option("--scenario", "folder", default=None, help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench].")
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/lcbench*.json and OUT/plots/.")
-def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, workers: int, control: str, folder: str | None, out: str) -> None:
+@click.option("--fresh", is_flag=True, help="Forget the journal of finished runs (OUT/data/bench-runs/) and recompute all.")
+def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, workers: int, control: str, folder: str | None,
+                  out: str, fresh: bool) -> None:
     """Transfer benchmark on the real-data LCBench surrogate (YAHPO Gym)."""
     from pathlib import Path
 
@@ -391,7 +394,7 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, work
 
     report = run_lcbench([m.strip() for m in methods.split(",") if m.strip()], quick, seeds, tasks, workers, control,
                          Path(out), Path(folder) if folder else DEFAULT_FOLDER,
-                         progress=lambda line: click.echo(line, err=True))
+                         progress=lambda line: click.echo(line, err=True), fresh=fresh)
     click.echo(json.dumps(report, indent=2))
 
 

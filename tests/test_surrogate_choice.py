@@ -94,3 +94,17 @@ def test_tnp_without_a_model_falls_back_to_rgpe(history, cli, tmp_path) -> None:
     tags, _ = _study(cli, history, "iris-tnp-missing", "tnp", tmp_path / "nothing")
     assert _tags(tags, "surrogate") == "rgpe"
     assert "no TNP meta-trained" in _tags(tags, "surrogate_note")
+
+
+def test_gp_prior_mean_from_observation_neighbours_when_history_has_no_samples(history, cli, tmp_path) -> None:
+    """Imported history has no dataset samples, so meta-features cannot pick neighbours: the GP's
+    prior mean then comes from the sources nearest to the study's own observations."""
+    res = cli("start", "--dataset", "iris", "--job", JOB, "--trials", "3", "--n-init", "2", "--epochs", "1",
+              "--surrogate", "gp", "--models-dir", str(tmp_path / "models"), "--study-name", "iris-obs", *history.args)
+    assert res.code == 0, res.err
+    kb = history.kb()
+    record = kb.find_study("iris-obs")
+    warm = json.loads(_tags(kb.study_tags(record), "warm_start"))
+    assert warm["prior_mean"] == "observations"
+    trials = kb.trials(record)
+    assert len(trials) == 3 and all(np.isfinite(t.value) for t in trials)

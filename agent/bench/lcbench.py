@@ -174,35 +174,82 @@ def _run_job(job: _Job) -> dict[str, Any]:
     return out
 
 
+def protocol_key(scenario: YahpoScenario, config: BenchConfig, method: str) -> str:
+    """What makes a run's result reproducible: scenario, protocol settings, control and method."""
+    import hashlib
+
+    fields = {k: v for k, v in asdict(config).items() if k not in ("tasks", "seeds", "workers", "quick")}
+    blob = json.dumps({"scenario": scenario.folder.name, "method": method, **fields}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _load_journal(path: Path | None) -> dict[tuple[str, str, int], dict[str, Any]]:
+    done: dict[tuple[str, str, int], dict[str, Any]] = {}
+    if path is None or not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            done[(row["key"], row["task"], int(row["seed"]))] = row["result"]
+        except (ValueError, KeyError):
+            continue  # a line cut short by an interruption
+    return done
+
+
 def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: BenchConfig,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], None] | None = None, journal: Path | None = None) -> dict[str, Any]:
     """Runs every method on every (task, seed); returns curves (`runs x budget`) and timings.
 
-    ``progress`` gets one line per finished (task, seed), in completion order."""
+    ``progress`` gets one line per finished (task, seed), in completion order. ``journal`` (a JSONL
+    file) makes the run resumable: every finished (method, task, seed) is appended with its
+    :func:`protocol_key`, and results already there are reused instead of recomputed, so an
+    interrupted benchmark continues where it stopped. Seeds are the outer loop, so a partial run
+    covers every task. ``wall_seconds`` counts only this call's work.
+    """
     config = config.resolve(scenario.instances)
-    jobs = [_Job(str(scenario.folder), tuple(scenario.targets), tuple(scenario.cont_names), task, seed,
-                 dict(methods), config) for task in config.tasks or [] for seed in range(config.seeds)]
+    keys = {m: protocol_key(scenario, config, m) for m in methods}
+    done = _load_journal(journal)
+    if journal is not None and journal.exists() and journal.stat().st_size:
+        with journal.open("rb+") as fh:  # a line cut by an interruption must not swallow the next one
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+    pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or []]
+    jobs = []
+    for task, seed in pairs:
+        todo = {m: f for m, f in methods.items() if (keys[m], task, seed) not in done}
+        if todo:
+            jobs.append(_Job(str(scenario.folder), tuple(scenario.targets), tuple(scenario.cont_names), task, seed,
+                             todo, config))
     start = time.perf_counter()
+    if progress is not None and len(jobs) < len(pairs):
+        progress(f"{len(pairs) - len(jobs)} of {len(pairs)} (task, seed) runs taken from {journal}")
 
-    def report(done: int, run: dict[str, Any]) -> None:
+    def record(run: dict[str, Any]) -> None:
+        for m, r in run["methods"].items():
+            done[(keys[m], run["task"], run["seed"])] = r
+        if journal is not None:
+            journal.parent.mkdir(parents=True, exist_ok=True)
+            with journal.open("a") as fh:
+                for m, r in run["methods"].items():
+                    fh.write(json.dumps({"key": keys[m], "method": m, "task": run["task"], "seed": run["seed"],
+                                         "result": r}) + "\n")
         if progress is not None:
             finals = ", ".join(f"{m} {r['regret'][-1]:.3f}" for m, r in run["methods"].items())
-            progress(f"[{done}/{len(jobs)}] task {run['task']} seed {run['seed']} "
+            progress(f"[{finished[0]}/{len(jobs)}] task {run['task']} seed {run['seed']} "
                      f"({time.perf_counter() - start:.0f} s): regret@{config.budget} {finals}")
 
+    finished = [0]
     if config.workers <= 1:
-        runs = []
         for job in jobs:
-            runs.append(_run_job(job))
-            report(len(runs), runs[-1])
+            finished[0] += 1
+            record(_run_job(job))
     else:
         with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
-            futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
-            by_index: dict[int, dict[str, Any]] = {}
-            for future in as_completed(futures):
-                by_index[futures[future]] = future.result()
-                report(len(by_index), by_index[futures[future]])
-            runs = [by_index[i] for i in range(len(jobs))]
+            for future in as_completed([pool.submit(_run_job, job) for job in jobs]):
+                finished[0] += 1
+                record(future.result())
+    runs = [{"task": t, "seed": sd, "methods": {m: done[(keys[m], t, sd)] for m in methods}} for t, sd in pairs]
     wall = time.perf_counter() - start
     return {
         "scenario": scenario.folder.name,
@@ -214,6 +261,7 @@ def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: 
         "suggest_seconds": {m: statistics.median(s for r in runs for s in r["methods"][m]["seconds"])
                             for m in methods},
         "wall_seconds": wall,
+        "runs_from_journal": len(pairs) - len(jobs),
     }
 
 
@@ -244,6 +292,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
         "methods": methods,
         "suggest_seconds": {m: round(s, 5) for m, s in result["suggest_seconds"].items()},
         "wall_seconds": round(result["wall_seconds"], 2),
+        "runs_from_journal": result.get("runs_from_journal", 0),
     }
 
 

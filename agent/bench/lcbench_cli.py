@@ -18,10 +18,10 @@ import numpy as np
 
 from agent.bench.lcbench import BenchConfig, make_histories, run_benchmark, summarise, write_report
 from agent.bench.methods import METHODS
-from agent.bench.transfer_methods import RgpeSearch, TnpSearch, pretrain_tnp_folds
+from agent.bench.transfer_methods import ObsNeighbourGpSearch, RgpeSearch, TnpSearch, fold_of, pretrain_tnp_folds
 from agent.bench.yahpo import YahpoScenario
 
-ALL_METHODS = {**METHODS, "rgpe": RgpeSearch, "tnp": TnpSearch}
+ALL_METHODS = {**METHODS, "rgpe": RgpeSearch, "tnp": TnpSearch, "obs_neighbour_gp": ObsNeighbourGpSearch}
 DEFAULT_FOLDER = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "yahpo" / "lcbench"
 
 
@@ -50,16 +50,27 @@ def history_through_store(scenario: YahpoScenario, histories: dict[str, tuple[np
 
 def run_lcbench(methods: Sequence[str], quick: bool, seeds: int, tasks: int | None, workers: int, control: str,
                 out: Path, folder: Path = DEFAULT_FOLDER, tracking_uri: str | None = None,
-                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[str], None] | None = None, fresh: bool = False) -> dict[str, Any]:
+    """Runs the benchmark and writes ``out/metrics/lcbench[_control].json`` and the plots.
+
+    Finished runs are journalled in ``out/data/bench-runs/lcbench[_control].jsonl`` and reused by
+    the next call with the same protocol (so ``--quick`` results count towards the full run and an
+    interrupted run resumes); ``fresh`` deletes the journal first (do that after changing code).
+    """
     scenario = YahpoScenario.load(folder)
     config = BenchConfig(tasks=scenario.instances[:tasks] if tasks else None, seeds=seeds, workers=workers,
                          quick=quick, control=control)
     histories = make_histories(scenario, config.history_size, config.history_seed, config.target)
     store = history_through_store(scenario, histories, tracking_uri)
     if "tnp" in methods:
-        pretrain_tnp_folds([histories[t] for t in scenario.instances])
-    result = run_benchmark(scenario, {m: ALL_METHODS[m] for m in methods}, config, progress=progress)
+        targets = config.resolve(scenario.instances).tasks or []
+        pretrain_tnp_folds([histories[t] for t in scenario.instances],
+                           folds=[fold_of(scenario.instances.index(t)) for t in targets])
     suffix = "" if control == "none" else f"_{control}"
+    journal = out / "data" / "bench-runs" / f"lcbench{suffix}.jsonl"
+    if fresh and journal.exists():
+        journal.unlink()
+    result = run_benchmark(scenario, {m: ALL_METHODS[m] for m in methods}, config, progress=progress, journal=journal)
     metrics = out / "metrics" / f"lcbench{suffix}.json"
     write_report(result, metrics, out / "plots" if control == "none" else out / "plots" / control)
     report = {**summarise(result), "history_store": store, "quick": quick, "control": control,

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from agent.bench.methods import N_INIT, History, SurrogateMethod, TaskContext, greedy_portfolio, source_regrets
+from agent.bench.methods import (N_INIT, History, PortfolioGpSearch, SurrogateMethod, TaskContext, greedy_portfolio,
+                                 source_regrets)
+from agent.tuning.bo import propose_next
 from agent.space import SearchSpace
 from agent.tuning.design import initial_design
 
@@ -78,6 +80,45 @@ class RgpeSearch(SurrogateMethod):
         super().__init__(space, "rgpe", rgpe_model, n_init=1, init_points=_rgpe_start)
 
 
+# -- observation-based neighbours ---------------------------------------------------------------
+_SURFACES: dict[str, Any] = {}  # per worker process: neighbour surfaces by source
+
+
+def _surfaces(history: History) -> list[Any]:
+    from agent.surrogates.neighbour_mean import fit_neighbour_surface
+
+    out = []
+    for U, y in history:
+        key = _history_key([(U, y)])
+        if key not in _SURFACES:
+            _SURFACES[key] = fit_neighbour_surface(U, y)
+        out.append(_SURFACES[key])
+    return out
+
+
+class ObsNeighbourGpSearch(PortfolioGpSearch):
+    """``portfolio_gp`` whose GP has the neighbours' prior mean (paper 000, Algorithm 3), the
+    neighbours being the 3 source tasks nearest to the target by its own observations (paper 003's
+    distance on the target's configurations), re-chosen at every step: the warm-start issue's prior
+    mean for a target without a dataset sample."""
+
+    name = "obs_neighbour_gp"
+    k = 3
+
+    def start(self, task_index: int, history: History, seed: int) -> None:
+        from agent.surrogates.neighbour_mean import ObservationNeighbours
+
+        super().start(task_index, history, seed)
+        self._neighbours = ObservationNeighbours([], k=self.k, surfaces=_surfaces(history))
+
+    def suggest(self, U: np.ndarray, y: np.ndarray) -> np.ndarray:
+        n = len(y)
+        if n < len(self._init):
+            return self._init[n]
+        return propose_next(self.space, U, y, "logei", iteration=n, seed=self._seed * 1000 + n,
+                            warm_state=self._state, mean_module=self._neighbours(U, y))
+
+
 # -- TNP ---------------------------------------------------------------------------------------
 def tnp_cache_dir() -> Path:
     import os
@@ -105,12 +146,13 @@ def _config_key() -> str:
     return hashlib.sha256(json.dumps(_config().to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
 
-def pretrain_tnp_folds(histories: list[tuple[np.ndarray, np.ndarray]]) -> list[Path]:
-    """Meta-trains one TNP per fold on the tasks outside it (skipped when cached)."""
+def pretrain_tnp_folds(histories: list[tuple[np.ndarray, np.ndarray]], folds: Sequence[int] | None = None) -> list[Path]:
+    """Meta-trains one TNP per fold on the tasks outside it (skipped when cached); ``folds``
+    limits the work to the folds of the target tasks that will run (all by default)."""
     from agent.surrogates.tnp_train import meta_train_tnp
 
     paths = []
-    for fold in range(TNP_FOLDS):
+    for fold in (range(TNP_FOLDS) if folds is None else sorted(set(folds))):
         path = _fold_path(fold, len(histories), _config_key())
         if not path.exists():
             sources = [h for i, h in enumerate(histories) if fold_of(i) != fold]

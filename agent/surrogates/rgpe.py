@@ -184,6 +184,14 @@ class _GPStack:
         self.y_mean[i] = tf.means.reshape(()) if tf is not None else 0.0
         self.y_std[i] = tf.stdvs.reshape(()) if tf is not None else 1.0
 
+    def predict_mean(self, X: Tensor) -> Tensor:
+        """Posterior means only: `... x d` → `s x ...` in each model's units (no covariance work)."""
+        Xf = X.double().reshape(1, -1, X.shape[-1])  # 1 x M x d
+        Kxs = self.kernel(Xf, self.X, self.ls, self.os)  # s x M x N
+        mean = self.const[:, None] + (Kxs @ self.alpha.unsqueeze(-1)).squeeze(-1)
+        mean = self.y_mean[:, None] + self.y_std[:, None] * mean
+        return mean.reshape(len(self.os), *X.shape[:-1]).to(X.dtype)
+
     def predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """`B x q x d` → means `s x B x q` and covariances `s x B x q x q` in each model's units."""
         Xs = X.unsqueeze(0)  # 1 x B x q x d

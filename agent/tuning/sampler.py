@@ -67,7 +67,7 @@ class BoSampler:
         if k < len(self._design):
             return Suggestion(self.space.decode(self._design[k]), f"init:{self.settings.init}")
         U, y = self.observations(history)
-        mean = self.mean_module_factory() if self.mean_module_factory else None
+        mean = self.mean_module_factory(U, y) if self.mean_module_factory else None
         u = propose_next(
             self.space,
             U,

@@ -138,8 +138,23 @@ def make_sampler(kb: Any, space: Any, settings: StudySettings, warm: Any, models
     choice = choose_surrogate(surrogate, sources, models_dir, space.signature())
     builder, choice = model_builder(choice, sources, models_dir, seed=settings.seed)
     mean = neighbour_mean_factory(warm, space, kb) if builder is None else None
+    if builder is None and warm.prior_mean == "observations":
+        mean = observation_neighbours(kb, space, settings, sources, exclude_fingerprint)
     sampler = BoSampler(space, settings, seeds=warm.seeds, mean_module_factory=mean, model_builder=builder)
     return sampler, choice
+
+
+def observation_neighbours(kb: Any, space: Any, settings: StudySettings, sources: list, exclude_fingerprint: str) -> Any:
+    """The neighbours' prior mean with neighbours re-chosen from the study's observations, or None."""
+    from agent.knowledge.history import load_history
+    from agent.surrogates.neighbour_mean import ObservationNeighbours
+    from agent.surrogates.transfer import source_tasks
+
+    if not sources:
+        history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
+                               exclude_fingerprints={exclude_fingerprint})
+        sources = source_tasks(history, space)
+    return ObservationNeighbours(sources, k=settings.k) if sources else None
 
 
 def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None, models_dir: str = "models") -> tuple[Study, Any]:

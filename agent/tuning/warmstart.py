@@ -22,7 +22,7 @@ from agent.knowledge.history import HistoricalDataset, load_history, with_evalua
 from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, vectors_for
 
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
-PRIOR_MEANS = ("neighbours", "constant")
+PRIOR_MEANS = ("neighbours", "observations", "constant")
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ def plan_warm_start(
     if not history:
         return WarmStart("none", message=f"warm start: no history for job {job.name} with this search space; starting cold")
     featurizer, note = _featurizer(requested, models_dir)
+    evaluated_elsewhere = len(history)  # before datasets without samples or meta-features drop out
     _attach_samples(kb, featurizer, history)
     vectors = vectors_for(featurizer, history)
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
@@ -108,6 +109,13 @@ def plan_warm_start(
         if best is not None:
             neighbours.append(NeighbourInfo(h.name, h.key, n.distance, dict(best.config), best.value))
     prior = prior_mean or ("neighbours" if neighbours else "constant")
+    if not neighbours and evaluated_elsewhere and prior_mean in (None, "neighbours"):
+        # No meta-feature neighbours (e.g. the history is imported evaluations without dataset
+        # samples): choose them from the target's own observations as trials arrive instead.
+        prior = "observations"
+        message = (f"warm start: none of the {evaluated_elsewhere} historical datasets has {featurizer.method} "
+                   "meta-features; the GP prior mean follows the ones nearest to this study's results")
+        return WarmStart(featurizer.method, (), message, prior, tuple(history))
     names = ", ".join(f"{n.name} ({n.distance:.3g})" for n in neighbours)
     message = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}): nearest {names}"
     return WarmStart(featurizer.method, tuple(neighbours), message, prior, tuple(history))
@@ -151,7 +159,7 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
                 surfaces.append(fit_neighbour_surface(U, y))
     if not surfaces:
         return None
-    return lambda: NeighbourMean(surfaces)
+    return lambda *observations: NeighbourMean(surfaces)
 
 
 def surface_data(h: HistoricalDataset, space: Any) -> tuple[np.ndarray, np.ndarray]:

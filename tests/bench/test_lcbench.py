@@ -27,7 +27,7 @@ def test_tiny_run_writes_the_report(scenario: YahpoScenario, tmp_path: Path) -> 
     result = run_benchmark(scenario, make_methods(["random", "gp", "portfolio_gp"]), config)
     write_report(result, tmp_path / "metrics" / "lcbench.json", tmp_path / "plots")
     metrics = json.loads((tmp_path / "metrics" / "lcbench.json").read_text())
-    assert set(metrics) == {"tasks", "seeds", "methods", "suggest_seconds", "wall_seconds"}
+    assert set(metrics) == {"tasks", "seeds", "methods", "suggest_seconds", "wall_seconds", "runs_from_journal"}
     assert metrics["tasks"] == 2 and metrics["seeds"] == 1
     assert set(metrics["methods"]) == {"random", "gp", "portfolio_gp"}
     for entry in metrics["methods"].values():
@@ -73,3 +73,21 @@ def test_regret_and_portfolio_helpers() -> None:
                                [0.8, 0.4, 0.4, 0.0])
     regrets = np.array([[0.0, 1.0, 0.4], [1.0, 0.0, 0.4]])
     assert greedy_portfolio(regrets, 2) == [2, 0]
+
+
+def test_journal_resumes_an_interrupted_run(scenario: YahpoScenario, tmp_path: Path) -> None:
+    """Finished (method, task, seed) runs are journalled; the next call reuses them, runs only
+    what is missing, and gives the same curves."""
+    journal = tmp_path / "runs.jsonl"
+    config = BenchConfig(tasks=scenario.instances[:2], seeds=1, budget=4, history_size=10, workers=1, reference_size=500)
+    first = run_benchmark(scenario, make_methods(["random"]), config, journal=journal)
+    assert len(journal.read_text().splitlines()) == 2 and first["runs_from_journal"] == 0
+    with journal.open("a") as fh:
+        fh.write('{"key": "cut sh')  # an interruption mid-line is skipped
+    lines = []
+    second = run_benchmark(scenario, make_methods(["random", "tpe"]), config, journal=journal, progress=lines.append)
+    assert second["regret"]["random"] == first["regret"]["random"]
+    assert len(second["regret"]["tpe"]) == 2
+    assert any("[2/2]" in line and "tpe" in line and "random" not in line.split(":")[-1] for line in lines)
+    third = run_benchmark(scenario, make_methods(["random", "tpe"]), config, journal=journal)
+    assert third["runs_from_journal"] == 2 and third["regret"] == second["regret"]

@@ -36,3 +36,29 @@ def test_neighbour_prior_drives_a_bo_step_towards_the_neighbours_optimum() -> No
     U = np.array([[0.1, 0.9], [0.3, 0.7], [0.2, 0.5]])
     u = propose_next(space, U, f(U), "logei", iteration=1, seed=0, mean_module=NeighbourMean([surface]))
     assert np.linalg.norm(u - np.array([0.8, 0.2])) < 0.3
+
+
+def test_neighbours_are_chosen_from_the_targets_observations() -> None:
+    """With no dataset sample, the nearest sources are those whose surfaces order the target's
+    observations alike; they are re-chosen as observations arrive."""
+    from agent.surrogates.neighbour_mean import ObservationNeighbours, observation_distances
+
+    rng = np.random.default_rng(3)
+    g = lambda U: -((U[:, 0] - 0.1) ** 2) - (U[:, 1] - 0.9) ** 2  # noqa: E731 - the opposite corner
+    sources = []
+    for i in range(4):
+        U = rng.random((30, 2))
+        sources.append((U, 2.0 * f(U) + i if i < 2 else g(U)))  # 0, 1 like the target (other scales)
+    neighbours = ObservationNeighbours(sources, k=2)
+    before = neighbours()  # no observations yet: every source
+    assert neighbours.chosen == [0, 1, 2, 3] and len(before._surfaces) == 4
+    U_t = rng.random((8, 2))
+    d = observation_distances(neighbours.surfaces, U_t, f(U_t))
+    assert max(d[:2]) < min(d[2:])
+    mean = neighbours(U_t, f(U_t))
+    assert sorted(neighbours.chosen) == [0, 1] and len(mean._surfaces) == 2
+    X = torch.as_tensor(U_t, dtype=torch.double)
+    model = fit_gp(X, torch.as_tensor(f(U_t), dtype=torch.double).reshape(-1, 1), mean_module=mean)
+    test = torch.as_tensor(rng.random((100, 2)), dtype=torch.double)
+    pred = model.posterior(test).mean.detach().numpy().ravel()
+    assert np.corrcoef(pred, f(test.numpy()))[0, 1] > 0.9
