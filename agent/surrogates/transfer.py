@@ -19,7 +19,11 @@ SURROGATES = ("gp", "rgpe", "tnp", "auto")
 TNP_FILE = "tnp.pt"
 TNP_META = "tnp.json"  # {"job": ..., "space_signature": ...}: the history the TNP was meta-trained on
 MIN_SOURCE_POINTS = 5
-TNP_MIN_POINTS = 500
+# RGPE's suggestion cost grows with the history (one GP per source, every point kernelised: ~0.4 s
+# at 3300 points on 2 CPU cores, `metrics/lcbench.json`); the TNP's does not (it attends to the
+# top-m similar sources). RGPE is also the better and the guarded method on lcbench, so `auto`
+# keeps it until the history is too large for it to answer within about a second.
+TNP_MIN_POINTS = 20000
 
 
 @dataclass(frozen=True)
