@@ -305,9 +305,9 @@ def write_report(result: dict[str, Any], metrics_path: Path, plots_dir: Path) ->
     means = {m: np.asarray(c).mean(axis=0) for m, c in result["regret"].items()}
     with open(plots_dir / "lcbench_regret.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["trial", "method", "regret"])
-        for m, curve in means.items():
-            writer.writerows([t + 1, m, round(float(v), 6)] for t, v in enumerate(curve))
+        writer.writerow(["trial", *means])  # wide: one column per method, one DVC plot line each
+        budget = len(next(iter(means.values())))
+        writer.writerows([t + 1, *(round(float(c[t]), 6) for c in means.values())] for t in range(budget))
     _plot(means, plots_dir / "lcbench_regret.png", len(result["tasks"]), result["seeds"])
 
 

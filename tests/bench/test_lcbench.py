@@ -39,7 +39,7 @@ def test_tiny_run_writes_the_report(scenario: YahpoScenario, tmp_path: Path) -> 
         assert ((curves >= 0) & (curves <= 1)).all()
         assert (np.diff(curves, axis=1) <= 1e-12).all()
     rows = (tmp_path / "plots" / "lcbench_regret.csv").read_text().splitlines()
-    assert rows[0] == "trial,method,regret" and len(rows) == 1 + 3 * 6
+    assert rows[0] == "trial,random,gp,portfolio_gp" and len(rows) == 1 + 6
     assert (tmp_path / "plots" / "lcbench_regret.png").stat().st_size > 0
 
 
