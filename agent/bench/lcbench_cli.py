@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from agent.bench.lcbench import BenchConfig, make_histories, run_benchmark, summarise, write_report
+from agent.bench.lcbench import BenchConfig, apply_control, make_histories, run_benchmark, summarise, write_report
 from agent.bench.methods import METHODS
 from agent.bench.transfer_methods import ObsNeighbourGpSearch, RgpeSearch, TnpSearch, fold_of, pretrain_tnp_folds
 from agent.bench.yahpo import YahpoScenario
@@ -64,7 +64,8 @@ def run_lcbench(methods: Sequence[str], quick: bool, seeds: int, tasks: int | No
     store = history_through_store(scenario, histories, tracking_uri)
     if "tnp" in methods:
         targets = config.resolve(scenario.instances).tasks or []
-        pretrain_tnp_folds([histories[t] for t in scenario.instances],
+        trained_on = apply_control(histories, control, config.history_seed)  # what the targets will see
+        pretrain_tnp_folds([trained_on[t] for t in scenario.instances],
                            folds=[fold_of(scenario.instances.index(t)) for t in targets])
     suffix = "" if control == "none" else f"_{control}"
     journal = out / "data" / "bench-runs" / f"lcbench{suffix}.jsonl"

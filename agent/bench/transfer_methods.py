@@ -130,8 +130,24 @@ def fold_of(task_index: int) -> int:
     return task_index % TNP_FOLDS
 
 
-def _fold_path(fold: int, n_tasks: int, config_key: str) -> Path:
-    return tnp_cache_dir() / f"tnp-{n_tasks}tasks-fold{fold}-{config_key}.pt"
+def _fold_path(fold: int, n_tasks: int, config_key: str, sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> Path:
+    """Cache file of one fold's TNP, named by what it was trained on: the task count, the TNP
+    settings and the training sources' contents (so a control's shuffled histories never reuse a
+    network meta-trained on the real ones)."""
+    digest = hashlib.sha1()
+    for U, y in sources:
+        digest.update(np.ascontiguousarray(U).tobytes() + np.ascontiguousarray(y).tobytes())
+    return tnp_cache_dir() / f"tnp-{n_tasks}tasks-fold{fold}-{config_key}-{digest.hexdigest()[:8]}.pt"
+
+
+def _fold_sources(history: Sequence[tuple[np.ndarray, np.ndarray]], fold: int,
+                  target_index: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The tasks outside ``fold``; ``history`` is every task (``target_index`` None) or every task
+    but the target at ``target_index`` (the target is in ``fold``, so nothing outside is missing)."""
+    def task_index(j: int) -> int:
+        return j if target_index is None or j < target_index else j + 1
+
+    return [h for j, h in enumerate(history) if fold_of(task_index(j)) != fold]
 
 
 def _config() -> Any:
@@ -153,9 +169,9 @@ def pretrain_tnp_folds(histories: list[tuple[np.ndarray, np.ndarray]], folds: Se
 
     paths = []
     for fold in (range(TNP_FOLDS) if folds is None else sorted(set(folds))):
-        path = _fold_path(fold, len(histories), _config_key())
+        sources = _fold_sources(histories, fold)
+        path = _fold_path(fold, len(histories), _config_key(), sources)
         if not path.exists():
-            sources = [h for i, h in enumerate(histories) if fold_of(i) != fold]
             tnp, _ = meta_train_tnp(sources, _config())
             path.parent.mkdir(parents=True, exist_ok=True)
             tnp.save(str(path))
@@ -168,7 +184,8 @@ def _tnp(context: TaskContext) -> Any:
 
     if "tnp" not in context.cache:
         n_tasks = len(context.history) + 1
-        path = _fold_path(fold_of(context.task_index), n_tasks, _config_key())
+        fold = fold_of(context.task_index)
+        path = _fold_path(fold, n_tasks, _config_key(), _fold_sources(context.history, fold, context.task_index))
         context.cache["tnp"] = TNP.load(str(path))
         context.cache["bank"] = SourceBank(context.history)
     return context.cache["tnp"]

@@ -47,3 +47,20 @@ def test_history_survives_the_mlflow_round_trip(scenario, tmp_path) -> None:
     small = {t: h for t, h in list(make_histories(scenario, 4, 0).items())[:3]}
     timing = history_through_store(scenario, small, f"sqlite:///{tmp_path / 'h.db'}")
     assert timing["rows"] == 12 and timing["read_seconds"] >= 0
+
+
+def test_fold_models_are_named_by_their_training_sources(scenario) -> None:
+    histories = make_histories(scenario, 6, 0)
+    real = [histories[t] for t in scenario.instances]
+    shuffled_map = apply_control(histories, "shuffled", 0)
+    shuffled = [shuffled_map[t] for t in scenario.instances]
+    key = transfer_methods._config_key()
+    fold = transfer_methods.fold_of(7)
+    by_fold = transfer_methods._fold_sources(real, fold)
+    # a worker sees every task but its target, and must find the network trained outside its fold
+    worker_view = [h for i, h in enumerate(real) if i != 7]
+    assert transfer_methods._fold_sources(worker_view, fold, 7) == by_fold
+    assert all(transfer_methods.fold_of(i) != fold for i, h in enumerate(real) if any(h is s for s in by_fold))
+    path = transfer_methods._fold_path(fold, len(real), key, by_fold)
+    assert path == transfer_methods._fold_path(fold, len(real), key, transfer_methods._fold_sources(worker_view, fold, 7))
+    assert path != transfer_methods._fold_path(fold, len(real), key, transfer_methods._fold_sources(shuffled, fold))
