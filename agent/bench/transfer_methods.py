@@ -130,24 +130,18 @@ def fold_of(task_index: int) -> int:
     return task_index % TNP_FOLDS
 
 
-def _fold_path(fold: int, n_tasks: int, config_key: str, sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> Path:
+def _fold_path(fold: int, n_tasks: int, config_key: str, sources: History) -> Path:
     """Cache file of one fold's TNP, named by what it was trained on: the task count, the TNP
     settings and the training sources' contents (so a control's shuffled histories never reuse a
     network meta-trained on the real ones)."""
-    digest = hashlib.sha1()
-    for U, y in sources:
-        digest.update(np.ascontiguousarray(U).tobytes() + np.ascontiguousarray(y).tobytes())
-    return tnp_cache_dir() / f"tnp-{n_tasks}tasks-fold{fold}-{config_key}-{digest.hexdigest()[:8]}.pt"
+    return tnp_cache_dir() / f"tnp-{n_tasks}tasks-fold{fold}-{config_key}-{_history_key(sources)[:8]}.pt"
 
 
-def _fold_sources(history: Sequence[tuple[np.ndarray, np.ndarray]], fold: int,
-                  target_index: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+def _fold_sources(history: History, fold: int, target_index: int | None = None) -> History:
     """The tasks outside ``fold``; ``history`` is every task (``target_index`` None) or every task
     but the target at ``target_index`` (the target is in ``fold``, so nothing outside is missing)."""
-    def task_index(j: int) -> int:
-        return j if target_index is None or j < target_index else j + 1
-
-    return [h for j, h in enumerate(history) if fold_of(task_index(j)) != fold]
+    indices = [i for i in range(len(history) + 1) if i != target_index][:len(history)]
+    return [h for i, h in zip(indices, history) if fold_of(i) != fold]
 
 
 def _config() -> Any:
