@@ -88,6 +88,18 @@ def test_tnp_surrogate_with_a_meta_trained_model(history, cli, tmp_path) -> None
     tags, trials = _study(cli, history, "iris-tnp", "tnp", models)
     assert _tags(tags, "surrogate") == "tnp"
     assert len(trials) == 3 and all(np.isfinite(t.value) for t in trials)
+    # the same negative-transfer guard as RGPE's: the noise-only source is not attended to
+    assert "1 without a predictable response surface left out" in _tags(tags, "surrogate_note")
+
+
+def test_tnp_over_noise_only_history_runs_as_gp(tmp_path) -> None:
+    from agent.surrogates.transfer import SurrogateChoice, model_builder
+
+    rng = np.random.default_rng(3)
+    noise = [(rng.random((30, 4)), rng.standard_normal(30)) for _ in range(3)]
+    builder, choice = model_builder(SurrogateChoice("tnp", 3, "surrogate: tnp"), noise, tmp_path / "no-model-needed")
+    assert builder is None and choice.name == "gp"
+    assert "none of the 3 source tasks has a predictable response surface" in choice.message
 
 
 def test_tnp_without_a_model_falls_back_to_rgpe(history, cli, tmp_path) -> None:

@@ -5,7 +5,8 @@
   the target GP. Source GPs are fitted once per (process, target task) and cached; sources without
   a response surface (:func:`agent.surrogates.rgpe.informative`) are left out from the start.
 - ``tnp`` (paper 004): the TNP's learned initial configuration first, then LogEI on the fine-tuned
-  TNP. No target is ever seen in meta-training: tasks are split into ``TNP_FOLDS`` folds by index
+  TNP. It attends only to the sources that pass the same signal check as RGPE's; with none left it
+  runs as ``gp`` (Sobol design, then the target GP). No target is ever seen in meta-training: tasks are split into ``TNP_FOLDS`` folds by index
   and the model used for a target is meta-trained on the other folds (:func:`pretrain_tnp_folds`
   runs before the workers start; the workers only load).
 """
@@ -174,6 +175,8 @@ def pretrain_tnp_folds(histories: list[tuple[np.ndarray, np.ndarray]], folds: Se
 
 
 def _tnp(context: TaskContext) -> Any:
+    """The fold's meta-trained TNP; its source bank holds only the informative sources (None when
+    there are none)."""
     from agent.surrogates.tnp import TNP, SourceBank
 
     if "tnp" not in context.cache:
@@ -181,14 +184,28 @@ def _tnp(context: TaskContext) -> Any:
         fold = fold_of(context.task_index)
         path = _fold_path(fold, n_tasks, _config_key(), _fold_sources(context.history, fold, context.task_index))
         context.cache["tnp"] = TNP.load(str(path))
-        context.cache["bank"] = SourceBank(context.history)
+        _, keep = _source_gps(context)
+        useful = [h for h, k in zip(context.history, keep) if k]
+        context.cache["bank"] = SourceBank(useful) if useful else None
     return context.cache["tnp"]
 
 
+def _tnp_start(context: TaskContext) -> np.ndarray:
+    """The TNP's learned initial configuration; the cold start's Sobol design when no source has a
+    signal (the negative-transfer guard: the TNP then stands aside and the method runs as ``gp``)."""
+    tnp = _tnp(context)
+    if context.cache["bank"] is None:
+        return initial_design("sobol", N_INIT, context.space.dim, context.seed)
+    return tnp.initial_configs()[:1]
+
+
 def tnp_model(train_X: Any, train_Y: Any, context: TaskContext) -> Any:
+    from agent.surrogates.rgpe import build_rgpe
     from agent.surrogates.tnp import build_tnp_model
 
     tnp = _tnp(context)
+    if context.cache["bank"] is None:  # no informative source: the target GP alone, source_weight 0
+        return build_rgpe([], train_X, train_Y, seed=context.seed, warm_state=context.cache.setdefault("gp", {}))
     return build_tnp_model(tnp, context.cache["bank"], train_X, train_Y, seed=context.seed)
 
 
@@ -196,4 +213,4 @@ class TnpSearch(SurrogateMethod):
     name = "tnp"
 
     def __init__(self, space: SearchSpace) -> None:
-        super().__init__(space, "tnp", tnp_model, n_init=1, init_points=lambda c: _tnp(c).initial_configs()[:1])
+        super().__init__(space, "tnp", tnp_model, n_init=1, init_points=_tnp_start)

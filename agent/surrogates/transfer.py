@@ -75,25 +75,26 @@ def model_builder(choice: SurrogateChoice, sources: Sequence[tuple[np.ndarray, n
     """``(train_X, train_Y, warm_state) -> Model`` for the chosen transfer surrogate (None for gp),
     and the choice as it stands after the sources were checked.
 
-    RGPE leaves out sources whose own response surface is unpredictable
-    (:func:`agent.surrogates.rgpe.informative`); when none is left the study runs ``gp`` and the
-    message says why.
+    RGPE and TNP both leave out sources whose own response surface is unpredictable
+    (:func:`agent.surrogates.rgpe.informative`, the negative-transfer guard); when none is left the
+    study runs ``gp`` and the message says why.
     """
+    if choice.name not in ("rgpe", "tnp"):
+        return None, choice
+    from agent.surrogates.rgpe import build_rgpe, fit_source_gps, informative
+
+    fitted = fit_source_gps(sources)
+    keep = informative(fitted)
+    if not any(keep):
+        return None, SurrogateChoice("gp", 0, f"surrogate: gp (none of the {len(sources)} source tasks has a predictable response surface)")
+    dropped = len(fitted) - sum(keep)
+    if dropped:
+        choice = SurrogateChoice(choice.name, sum(keep), f"{choice.message}; {dropped} without a predictable response surface left out")
     if choice.name == "rgpe":
-        from agent.surrogates.rgpe import build_rgpe, fit_source_gps, informative
-
-        fitted = fit_source_gps(sources)
-        models = [m for m, keep in zip(fitted, informative(fitted)) if keep]
-        if not models:
-            return None, SurrogateChoice("gp", 0, f"surrogate: gp (none of the {len(sources)} source tasks has a predictable response surface)")
-        dropped = len(fitted) - len(models)
-        if dropped:
-            choice = SurrogateChoice("rgpe", len(models), f"{choice.message}; {dropped} without a predictable response surface left out")
+        models = [m for m, k in zip(fitted, keep) if k]
         return (lambda X, Y, state: build_rgpe(models, X, Y, seed=seed, warm_state=state)), choice
-    if choice.name == "tnp":
-        from agent.surrogates.tnp import TNP, SourceBank, build_tnp_model
+    from agent.surrogates.tnp import TNP, SourceBank, build_tnp_model
 
-        tnp = TNP.load(str(Path(models_dir) / TNP_FILE))
-        bank = SourceBank(sources)
-        return (lambda X, Y, state: build_tnp_model(tnp, bank, X, Y, seed=seed)), choice
-    return None, choice
+    tnp = TNP.load(str(Path(models_dir) / TNP_FILE))
+    bank = SourceBank([s for s, k in zip(sources, keep) if k])
+    return (lambda X, Y, state: build_tnp_model(tnp, bank, X, Y, seed=seed)), choice

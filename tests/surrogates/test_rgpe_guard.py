@@ -58,3 +58,39 @@ def test_harness_falls_back_to_the_cold_start_design_when_the_history_is_noise()
         U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
     u = rgpe.suggest(U, y)  # then BO on the target GP alone
     assert u.shape == (2,) and ((0 <= u) & (u <= 1)).all()
+
+
+def test_tnp_stands_aside_when_the_history_is_noise(tmp_path, monkeypatch) -> None:
+    """TNP in the benchmark: it attends only to informative sources; with none it runs as gp."""
+    from agent.bench import transfer_methods
+    from agent.bench.methods import GpSearch
+    from agent.bench.transfer_methods import TnpSearch, pretrain_tnp_folds
+    from agent.space import Float, SearchSpace
+    from agent.surrogates.tnp import TNPConfig
+
+    monkeypatch.setenv("TUNE_AGENT_BENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(transfer_methods, "_config", lambda: TNPConfig(meta_steps=5, hidden=16, heads=2))
+    monkeypatch.setattr(transfer_methods, "TNP_FOLDS", 2)
+    space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
+    rng = np.random.default_rng(4)
+    tasks = [(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(4))]
+    pretrain_tnp_folds(tasks)
+    history = tasks[1:]  # target is task 0
+    tnp, gp = TnpSearch(space), GpSearch(space)
+    tnp.start(0, history, seed=5)
+    gp.start(0, history, seed=5)
+    assert tnp.context.cache["bank"] is None
+    U, y = np.empty((0, 2)), np.empty(0)
+    for _ in range(5):
+        u = tnp.suggest(U, y)
+        np.testing.assert_allclose(u, gp.suggest(U, y))
+        U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
+    u = tnp.suggest(U, y)  # then BO on the target GP alone
+    assert u.shape == (2,) and ((0 <= u) & (u <= 1)).all()
+
+    # A history with a surface keeps its sources in the bank.
+    faithful = [(U_, f(U_)) for U_, _ in tasks]
+    pretrain_tnp_folds(faithful)
+    tnp.start(0, faithful[1:], seed=5)
+    tnp.suggest(np.empty((0, 2)), np.empty(0))
+    assert len(tnp.context.cache["bank"]) == 3
