@@ -44,6 +44,7 @@ def study_options(fn: Any) -> Any:
         click.option("--init", "init", type=click.Choice(["random", "lhs", "sobol", "halton"]), default="sobol", show_default=True, help="Initial design."),
         click.option("--n-init", type=int, default=None, help="Initial design size [default: min(5, trials)]."),
         click.option("--acq", type=click.Choice(["logei", "ucb"]), default="logei", show_default=True, help="Acquisition function."),
+        click.option("--random-every", type=int, default=4, show_default=True, help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never)."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--val-fraction", type=float, default=0.2, show_default=True, help="Share of data held out for validation (stratified, seeded)."),
         click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),

@@ -30,6 +30,7 @@ class StudySettings:
     init: str = "sobol"
     n_init: int = 5
     acq: str = "logei"
+    random_every: int = 4
     seed: int = 0
     val_fraction: float = 0.2
     label: str | None = None
@@ -51,6 +52,8 @@ class StudySettings:
             raise TuneAgentError(f"--acq must be one of {', '.join(ACQUISITIONS)}, got {self.acq!r}")
         if self.time_limit is not None and self.time_limit <= 0:
             raise TuneAgentError(f"--time-limit must be positive seconds, got {self.time_limit}")
+        if self.random_every < 0:
+            raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {self.random_every}")
         if self.k < 1:
             raise TuneAgentError(f"--k must be at least 1, got {self.k}")
         if not 0.0 < self.val_fraction < 1.0:

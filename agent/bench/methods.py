@@ -8,7 +8,7 @@ the LCBench study (Zimmer et al. 2021, through the YAHPO Gym surrogate of Pfiste
 - ``random``: uniform points of the cube, snapped to the space;
 - ``tpe``: Optuna's default ``TPESampler`` driven through ask/tell;
 - ``gp``: the product's cold start, 5 Sobol points then SingleTaskGP + LogEI
-  (:func:`agent.tuning.bo.propose_next`);
+  (:func:`agent.tuning.bo.propose_next`), every 4th step a random configuration;
 - ``portfolio_gp``: a zero-shot greedy portfolio of 5 history configurations, then ``gp``;
 
 and :class:`SurrogateMethod`, the hook through which transfer surrogates (RGPE, TNP, ...) plug into
@@ -29,7 +29,8 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from agent.space import Float, Int, SearchSpace
-from agent.tuning.bo import build_acquisition, fit_gp, optimize_on_space, propose_next, torch_threads
+from agent.tuning.bo import (build_acquisition, fit_gp, interleaved_random, optimize_on_space, propose_next,
+                             random_unseen, torch_threads)
 from agent.tuning.design import initial_design
 
 History = list[tuple[np.ndarray, np.ndarray]]
@@ -54,16 +55,6 @@ class TaskContext:
     history: History
     seed: int
     cache: dict[str, Any] = field(default_factory=dict)  # per-run scratch for builders
-
-
-def _fresh(space: SearchSpace, U: np.ndarray, rng: np.random.Generator, candidate: np.ndarray) -> np.ndarray:
-    """``candidate`` unless it was already evaluated; then a random unseen configuration."""
-    seen = {tuple(np.round(u, 9)) for u in np.atleast_2d(U)} if len(U) else set()
-    for _ in range(100):
-        if tuple(np.round(candidate, 9)) not in seen:
-            break
-        candidate = space.snap(rng.random(space.dim))[0]
-    return candidate
 
 
 class RandomSearch:
@@ -144,7 +135,8 @@ def _suggest(trial: Any, p: Any) -> Any:
 
 
 class GpSearch:
-    """The product's cold start: Sobol initial design, then SingleTaskGP + LogEI each step."""
+    """The product's cold start: Sobol initial design, then SingleTaskGP + LogEI each step, every
+    ``RANDOM_EVERY``-th step a random configuration instead (:func:`agent.tuning.bo.interleaved_random`)."""
 
     name = "gp"
 
@@ -166,6 +158,13 @@ class GpSearch:
         n = len(y)
         if n < len(self._init):
             return self._init[n]
+        if interleaved_random(n - len(self._init) + 1):
+            return random_unseen(self.space, U, np.random.default_rng(self._seed * 1000 + n))
+        return self.propose(U, y)
+
+    def propose(self, U: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """One GP + LogEI step."""
+        n = len(y)
         return propose_next(self.space, U, y, "logei", iteration=n, seed=self._seed * 1000 + n,
                             warm_state=self._state)
 
@@ -246,6 +245,10 @@ class SurrogateMethod:
     returns a fitted BoTorch model whose posterior is on the scale of ``train_Y``; ``init_points``
     (context -> `k x d` cube points) replaces the Sobol design when given.
 
+    Negative-transfer guard: ``has_signal(context)`` (when given) is asked once per run; when it
+    says no source carries a signal the history is ignored and the run is ``gp``'s, step for step,
+    as the product runs the cold GP when its guard leaves no source.
+
     Cold-start fallback: a transfer model that reports ``source_weight == 0`` (RGPE after its
     negative-transfer guard dropped every source) says the history is no help, and the points it
     chose so far were picked from that history, so they may all sit in one corner. Until ``n_init``
@@ -255,14 +258,21 @@ class SurrogateMethod:
     """
 
     def __init__(self, space: SearchSpace, name: str, build_model: ModelBuilder, n_init: int = N_INIT,
-                 init_points: InitPoints | None = None) -> None:
+                 init_points: InitPoints | None = None, has_signal: Callable[[TaskContext], bool] | None = None) -> None:
         self.space, self.name = space, name
         self.build_model, self.n_init, self.init_points = build_model, n_init, init_points
+        self.has_signal = has_signal
         self.context = TaskContext(space, 0, [], 0)
         self._init = np.empty((0, space.dim))
+        self._cold: GpSearch | None = None
 
     def start(self, task_index: int, history: History, seed: int) -> None:
         self.context = TaskContext(self.space, task_index, history, seed)
+        self._cold = None
+        if self.has_signal is not None and not self.has_signal(self.context):
+            self._cold = GpSearch(self.space)
+            self._cold.start(task_index, history, seed)
+            return
         raw = (self.init_points(self.context) if self.init_points is not None
                else initial_design("sobol", self.n_init, self.space.dim, seed))
         self._init = self.space.snap(raw) if len(raw) else np.empty((0, self.space.dim))
@@ -270,6 +280,8 @@ class SurrogateMethod:
     def suggest(self, U: np.ndarray, y: np.ndarray) -> np.ndarray:
         import torch
 
+        if self._cold is not None:
+            return self._cold.suggest(U, y)
         n = len(y)
         if n < len(self._init):
             return self._init[n]
@@ -283,7 +295,7 @@ class SurrogateMethod:
                 return fallback
             torch.manual_seed(seed)
             x = optimize_on_space(build_acquisition(model, Y, "logei", n, self.space.dim), self.space, seed)
-        return _fresh(self.space, self.space.snap(U), np.random.default_rng(seed), self.space.snap(x)[0])
+        return random_unseen(self.space, U, np.random.default_rng(seed), self.space.snap(x)[0])
 
 
     def _cold_start_point(self, model: Any, U: np.ndarray) -> np.ndarray | None:

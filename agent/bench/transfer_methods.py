@@ -3,7 +3,8 @@
 - ``rgpe`` (Feurer, Letham, Bakshy 2018): the best zero-shot configuration of the history first
   (a one-point greedy portfolio), then LogEI on the ranking-weighted ensemble of the source GPs and
   the target GP. Source GPs are fitted once per (process, target task) and cached; sources without
-  a response surface (:func:`agent.surrogates.rgpe.informative`) are left out from the start.
+  a response surface (:func:`agent.surrogates.rgpe.informative`) are left out from the start, and
+  with none left the run is ``gp``'s.
 - ``tnp`` (paper 004): the TNP's learned initial configuration first, then LogEI on the fine-tuned
   TNP. It attends only to the sources that pass the same signal check as RGPE's; with none left it
   runs as ``gp`` (Sobol design, then the target GP). No target is ever seen in meta-training: tasks are split into ``TNP_FOLDS`` folds by index
@@ -19,11 +20,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.bench.methods import (N_INIT, History, PortfolioGpSearch, SurrogateMethod, TaskContext, greedy_portfolio,
+from agent.bench.methods import (History, PortfolioGpSearch, SurrogateMethod, TaskContext, greedy_portfolio,
                                  source_regrets)
 from agent.tuning.bo import propose_next
 from agent.space import SearchSpace
-from agent.tuning.design import initial_design
 
 TNP_FOLDS = 5
 _SOURCES: dict[str, Any] = {}  # per benchmark worker process: (fitted GP, informative) by source
@@ -55,13 +55,15 @@ def _source_gps(context: TaskContext) -> tuple[list[Any], list[bool]]:
     return [m for m, _ in fitted], [k for _, k in fitted]
 
 
+def _has_signal(context: TaskContext) -> bool:
+    """Whether any source passes the signal check; with none, RGPE and TNP run as ``gp``."""
+    return any(_source_gps(context)[1])
+
+
 def _rgpe_start(context: TaskContext) -> np.ndarray:
-    """The best zero-shot configuration of the informative sources; the cold start's Sobol design
-    when no source has a signal (the history is then ignored and RGPE runs as ``gp``)."""
+    """The best zero-shot configuration of the informative sources."""
     _, keep = _source_gps(context)
     useful = [h for h, k in zip(context.history, keep) if k]
-    if not useful:
-        return initial_design("sobol", N_INIT, context.space.dim, context.seed)
     candidates = context.space.snap(np.concatenate([U for U, _ in useful]))
     return candidates[greedy_portfolio(source_regrets(useful, candidates), 1)]
 
@@ -78,7 +80,7 @@ class RgpeSearch(SurrogateMethod):
     name = "rgpe"
 
     def __init__(self, space: SearchSpace) -> None:
-        super().__init__(space, "rgpe", rgpe_model, n_init=1, init_points=_rgpe_start)
+        super().__init__(space, "rgpe", rgpe_model, n_init=1, init_points=_rgpe_start, has_signal=_has_signal)
 
 
 # -- observation-based neighbours ---------------------------------------------------------------
@@ -112,10 +114,8 @@ class ObsNeighbourGpSearch(PortfolioGpSearch):
         super().start(task_index, history, seed)
         self._neighbours = ObservationNeighbours([], k=self.k, surfaces=_surfaces(history))
 
-    def suggest(self, U: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def propose(self, U: np.ndarray, y: np.ndarray) -> np.ndarray:
         n = len(y)
-        if n < len(self._init):
-            return self._init[n]
         return propose_next(self.space, U, y, "logei", iteration=n, seed=self._seed * 1000 + n,
                             warm_state=self._state, mean_module=self._neighbours(U, y))
 
@@ -175,8 +175,7 @@ def pretrain_tnp_folds(histories: list[tuple[np.ndarray, np.ndarray]], folds: Se
 
 
 def _tnp(context: TaskContext) -> Any:
-    """The fold's meta-trained TNP; its source bank holds only the informative sources (None when
-    there are none)."""
+    """The fold's meta-trained TNP; its source bank holds only the informative sources."""
     from agent.surrogates.tnp import TNP, SourceBank
 
     if "tnp" not in context.cache:
@@ -186,26 +185,14 @@ def _tnp(context: TaskContext) -> Any:
         context.cache["tnp"] = TNP.load(str(path))
         _, keep = _source_gps(context)
         useful = [h for h, k in zip(context.history, keep) if k]
-        context.cache["bank"] = SourceBank(useful) if useful else None
+        context.cache["bank"] = SourceBank(useful)
     return context.cache["tnp"]
 
 
-def _tnp_start(context: TaskContext) -> np.ndarray:
-    """The TNP's learned initial configuration; the cold start's Sobol design when no source has a
-    signal (the negative-transfer guard: the TNP then stands aside and the method runs as ``gp``)."""
-    tnp = _tnp(context)
-    if context.cache["bank"] is None:
-        return initial_design("sobol", N_INIT, context.space.dim, context.seed)
-    return tnp.initial_configs()[:1]
-
-
 def tnp_model(train_X: Any, train_Y: Any, context: TaskContext) -> Any:
-    from agent.surrogates.rgpe import build_rgpe
     from agent.surrogates.tnp import build_tnp_model
 
     tnp = _tnp(context)
-    if context.cache["bank"] is None:  # no informative source: the target GP alone, source_weight 0
-        return build_rgpe([], train_X, train_Y, seed=context.seed, warm_state=context.cache.setdefault("gp", {}))
     return build_tnp_model(tnp, context.cache["bank"], train_X, train_Y, seed=context.seed)
 
 
@@ -213,4 +200,5 @@ class TnpSearch(SurrogateMethod):
     name = "tnp"
 
     def __init__(self, space: SearchSpace) -> None:
-        super().__init__(space, "tnp", tnp_model, n_init=1, init_points=_tnp_start)
+        super().__init__(space, "tnp", tnp_model, n_init=1, init_points=lambda c: _tnp(c).initial_configs()[:1],
+                         has_signal=_has_signal)

@@ -16,7 +16,7 @@ import numpy as np
 from agent.config import StudySettings
 from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TrialRecord
 from agent.space import SearchSpace
-from agent.tuning.bo import propose_next
+from agent.tuning.bo import interleaved_random, propose_next, random_unseen
 from agent.tuning.design import initial_design
 
 
@@ -67,6 +67,9 @@ class BoSampler:
         if k < len(self._design):
             return Suggestion(self.space.decode(self._design[k]), f"init:{self.settings.init}")
         U, y = self.observations(history)
+        seed = self.settings.seed * 100003 + number
+        if self.model_builder is None and interleaved_random(number - self.settings.n_init + 1, self.settings.random_every):
+            return Suggestion(self.space.decode(random_unseen(self.space, U, np.random.default_rng(seed))), "random:interleaved")
         mean = self.mean_module_factory(U, y) if self.mean_module_factory else None
         u = propose_next(
             self.space,
@@ -74,7 +77,7 @@ class BoSampler:
             y,
             self.settings.acq,
             iteration=number - self.settings.n_init + 1,
-            seed=self.settings.seed * 100003 + number,
+            seed=seed,
             mean_module=mean,
             warm_state=self._gp_state,
             model_builder=self.model_builder,

@@ -33,6 +33,7 @@ class StartRequest:
     init: str = "sobol"
     n_init: int | None = None
     acq: str = "logei"
+    random_every: int = 4
     seed: int = 0
     val_fraction: float = 0.2
     study_name: str | None = None
@@ -94,6 +95,7 @@ def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any
         init=req.init,
         n_init=n_init,
         acq=req.acq,
+        random_every=req.random_every,
         seed=req.seed,
         val_fraction=req.val_fraction,
         label=req.label,

@@ -40,7 +40,7 @@ def test_source_without_a_surface_is_not_informative() -> None:
 
 
 def test_harness_falls_back_to_the_cold_start_design_when_the_history_is_noise() -> None:
-    """RGPE in the benchmark: with only noise sources it starts from gp's Sobol design."""
+    """RGPE in the benchmark: with only noise sources it runs exactly as gp."""
     from agent.bench.methods import GpSearch
     from agent.bench.transfer_methods import RgpeSearch
     from agent.space import Float, SearchSpace
@@ -52,12 +52,10 @@ def test_harness_falls_back_to_the_cold_start_design_when_the_history_is_noise()
     rgpe.start(0, history, seed=3)
     gp.start(0, history, seed=3)
     U, y = np.empty((0, 2)), np.empty(0)
-    for _ in range(5):
+    for _ in range(10):  # the whole run is gp's: Sobol design, GP steps, the interleaved random one
         u = rgpe.suggest(U, y)
         np.testing.assert_allclose(u, gp.suggest(U, y))
         U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
-    u = rgpe.suggest(U, y)  # then BO on the target GP alone
-    assert u.shape == (2,) and ((0 <= u) & (u <= 1)).all()
 
 
 def test_tnp_stands_aside_when_the_history_is_noise(tmp_path, monkeypatch) -> None:
@@ -79,14 +77,12 @@ def test_tnp_stands_aside_when_the_history_is_noise(tmp_path, monkeypatch) -> No
     tnp, gp = TnpSearch(space), GpSearch(space)
     tnp.start(0, history, seed=5)
     gp.start(0, history, seed=5)
-    assert tnp.context.cache["bank"] is None
     U, y = np.empty((0, 2)), np.empty(0)
-    for _ in range(5):
+    for _ in range(10):  # the whole run is gp's
         u = tnp.suggest(U, y)
         np.testing.assert_allclose(u, gp.suggest(U, y))
         U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
-    u = tnp.suggest(U, y)  # then BO on the target GP alone
-    assert u.shape == (2,) and ((0 <= u) & (u <= 1)).all()
+    assert "tnp" not in tnp.context.cache  # the network was never consulted
 
     # A history with a surface keeps its sources in the bank.
     faithful = [(U_, f(U_)) for U_, _ in tasks]

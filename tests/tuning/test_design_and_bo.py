@@ -64,3 +64,38 @@ def test_bo_step_handles_categoricals_and_failures() -> None:
     y = np.where(np.arange(6) % 3 == 0, np.nan, -np.abs(U[:, 0] - 0.5))
     config = space.decode(propose_next(space, U, y, "logei", iteration=1, seed=0))
     assert config["c"] in ("a", "b", "c")
+
+
+def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
+    """Interleaved random search (SMAC's): steps 4, 8, ... after the design; 0 turns it off."""
+    from agent.config import StudySettings
+    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.tuning.bo import interleaved_random, random_unseen
+    from agent.tuning.sampler import BoSampler
+
+    assert [s for s in range(1, 13) if interleaved_random(s)] == [4, 8, 12]
+    assert not any(interleaved_random(s, every=0) for s in range(1, 13))
+
+    space = SearchSpace([Float("x", 0.0, 1.0), Int("k", 0, 3)])
+    U = space.snap(initial_design("sobol", 3, 2, seed=0))
+    fresh = random_unseen(space, U, np.random.default_rng(0), candidate=U[1])
+    assert not any(np.allclose(fresh, row) for row in U)
+
+    def settings(every: int) -> StudySettings:
+        return StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=12, n_init=2,
+                             random_every=every)
+
+    f = lambda u: -((u[0] - 0.7) ** 2)  # noqa: E731
+    origins = {}
+    for every in (4, 0):
+        sampler, history = BoSampler(space, settings(every)), []
+        for number in range(6):
+            s = sampler.suggest(number, history)
+            u = space.encode(s.config)
+            history.append(TrialRecord(str(number), number, TRIAL_OK, s.config, float(f(u)), s.origin))
+        origins[every] = [t.origin for t in history]
+    assert origins[4] == ["init:sobol"] * 2 + ["bo:logei"] * 3 + ["random:interleaved"]
+    assert origins[0] == ["init:sobol"] * 2 + ["bo:logei"] * 4
+    with pytest.raises(TuneAgentError, match="--random-every"):
+        settings(-1)
