@@ -120,3 +120,22 @@ def test_gp_prior_mean_from_observation_neighbours_when_history_has_no_samples(h
     assert warm["prior_mean"] == "observations"
     trials = kb.trials(record)
     assert len(trials) == 3 and all(np.isfinite(t.value) for t in trials)
+
+
+def test_auto_picks_the_tnp_once_history_and_meta_training_cover_enough_tasks(tmp_path) -> None:
+    from agent.surrogates.transfer import TNP_FILE, TNP_META, TNP_MIN_SOURCES, choose_surrogate
+
+    rng = np.random.default_rng(0)
+    many = [(rng.random((50, 4)), rng.standard_normal(50)) for _ in range(TNP_MIN_SOURCES)]
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / TNP_FILE).write_bytes(b"")  # choose_surrogate reads only the meta file
+    for trained_on, sources, expected in ((TNP_MIN_SOURCES, many, "tnp"), (5, many, "rgpe"),
+                                          (TNP_MIN_SOURCES, many[:5], "rgpe")):
+        (models / TNP_META).write_text(json.dumps({"job": "x", "space_signature": "sig", "sources": trained_on}))
+        choice = choose_surrogate("auto", sources, models, "sig")
+        assert (choice.name, choice.sources) == (expected, len(sources)), (trained_on, len(sources), choice)
+        if expected == "rgpe":
+            assert f"the TNP waits for {TNP_MIN_SOURCES} source tasks" in choice.message
+    # a TNP meta-trained for another search space is never used
+    assert choose_surrogate("auto", many, models, "other").name == "rgpe"

@@ -2,9 +2,12 @@
 
 Sources are the historical datasets run with the same job and search space; each contributes its
 evaluations as cube points and normal-score values (maximised), so tasks with different objective
-scales are comparable. ``auto`` picks by the amount of history: no usable history → ``gp``; a
-meta-trained TNP in ``models/`` and at least ``TNP_MIN_POINTS`` source points → ``tnp``; otherwise
-``rgpe`` (RGPE needs no meta-training and down-weights unhelpful sources by itself).
+scales are comparable. ``auto`` picks by the amount of history: no usable history → ``gp``; a TNP
+meta-trained for this space in ``models/`` on at least ``TNP_MIN_SOURCES`` tasks, with at least as
+many source tasks in the history now (or ``TNP_MIN_POINTS`` points, too many for RGPE to answer
+quickly) → ``tnp``; otherwise ``rgpe`` (it needs no meta-training, so it is the choice while the
+history is too small for a neural process to generalise from). Both leave out sources without a
+predictable response surface.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ SURROGATES = ("gp", "rgpe", "tnp", "auto")
 TNP_FILE = "tnp.pt"
 TNP_META = "tnp.json"  # {"job": ..., "space_signature": ...}: the history the TNP was meta-trained on
 MIN_SOURCE_POINTS = 5
-# RGPE's suggestion cost grows with the history (one GP per source, every point kernelised: ~0.4 s
-# at 3300 points on 2 CPU cores, `metrics/lcbench.json`); the TNP's does not (it attends to the
-# top-m similar sources). RGPE is also the better and the guarded method on lcbench, so `auto`
-# keeps it until the history is too large for it to answer within about a second.
+# On lcbench (`metrics/lcbench.json`) a TNP meta-trained on 27 source tasks beats RGPE at every
+# reported trial count (regret@5 .029 vs .061) and answers faster (0.33 vs 0.42 s at 3300 points);
+# paper 004 meta-trains on tens of tasks, and a network meta-trained on a handful would overfit them.
+TNP_MIN_SOURCES = 20
+# RGPE's suggestion cost grows with the history (one GP per source, every point kernelised); the
+# TNP's does not (it attends to the top-m similar sources): past this, a TNP is used however few
+# tasks hold the points.
 TNP_MIN_POINTS = 20000
 
 
@@ -46,18 +52,28 @@ def source_tasks(history: Sequence[Any], space: Any) -> list[tuple[np.ndarray, n
     return out
 
 
-def tnp_available(models_dir: Path, space_signature: str) -> bool:
+def tnp_meta(models_dir: Path, space_signature: str) -> dict[str, Any] | None:
+    """What the TNP in ``models_dir`` was meta-trained on (``job``, ``sources``), or None when
+    there is none for this search space."""
     import json
 
     meta = Path(models_dir) / TNP_META
     if not (Path(models_dir) / TNP_FILE).exists() or not meta.exists():
-        return False
-    return json.loads(meta.read_text()).get("space_signature") == space_signature
+        return None
+    info = json.loads(meta.read_text())
+    return info if info.get("space_signature") == space_signature else None
+
+
+def tnp_available(models_dir: Path, space_signature: str) -> bool:
+    return tnp_meta(models_dir, space_signature) is not None
 
 
 def choose_surrogate(requested: str, sources: Sequence[Any], models_dir: Path, space_signature: str) -> SurrogateChoice:
     points = sum(len(y) for _, y in sources)
-    has_tnp = tnp_available(models_dir, space_signature)
+    meta = tnp_meta(models_dir, space_signature)
+    has_tnp = meta is not None
+    enough = has_tnp and (points >= TNP_MIN_POINTS or (
+        len(sources) >= TNP_MIN_SOURCES and int(meta.get("sources", 0)) >= TNP_MIN_SOURCES))
     if requested == "gp" or (requested == "auto" and not sources):
         why = "" if requested == "gp" else " (no history for this job and space)"
         return SurrogateChoice("gp", 0, f"surrogate: gp{why}")
@@ -65,9 +81,11 @@ def choose_surrogate(requested: str, sources: Sequence[Any], models_dir: Path, s
         return SurrogateChoice("gp", 0, f"surrogate: {requested} needs history for this job and space; using gp")
     if requested == "tnp" and not has_tnp:
         return SurrogateChoice("rgpe", len(sources), f"surrogate: no TNP meta-trained for this space in {models_dir} (run `dvc repro`); using rgpe over {len(sources)} source tasks")
-    if requested == "tnp" or (requested == "auto" and has_tnp and points >= TNP_MIN_POINTS):
+    if requested == "tnp" or (requested == "auto" and enough):
         return SurrogateChoice("tnp", len(sources), f"surrogate: tnp over {len(sources)} source tasks ({points} points)")
-    return SurrogateChoice("rgpe", len(sources), f"surrogate: rgpe over {len(sources)} source tasks ({points} points)")
+    why = (f"; the TNP waits for {TNP_MIN_SOURCES} source tasks, in the history and in its meta-training"
+           if requested == "auto" and has_tnp else "")
+    return SurrogateChoice("rgpe", len(sources), f"surrogate: rgpe over {len(sources)} source tasks ({points} points){why}")
 
 
 def model_builder(choice: SurrogateChoice, sources: Sequence[tuple[np.ndarray, np.ndarray]], models_dir: Path,
