@@ -53,6 +53,9 @@ BAD_JOB = "class NoSpace:\n    name = 'nospace'\n    metric = 'val_loss'\n    mo
         ("cnn on tabular", ["--job", "cnn"], "tabular"),
         ("unreachable server", ["--tracking-uri", "http://127.0.0.1:9"], "http://127.0.0.1:9"),
         ("bad mode", ["--mode", "sideways"], "sideways"),
+        ("negative --random-every", ["--random-every", "-1"], "--random-every"),
+        ("zero --n-init", ["--n-init", "0"], "--n-init"),
+        ("unknown acquisition", ["--acq", "pi"], "pi"),
     ],
 )
 def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch) -> None:
@@ -66,6 +69,7 @@ def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch)
     assert len(lines) == 1 and lines[0].startswith("tune-agent: error:"), res.err
     assert needle in lines[0], lines[0]
     assert "Traceback" not in res.err
+    assert not res.out.strip(), f"bad input printed progress first: {res.out!r}"
     assert not (store.root / "mlflow.db").exists(), "bad input wrote to the store"
 
 

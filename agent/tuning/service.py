@@ -77,8 +77,6 @@ def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any
     if kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     warm = plan_warm_start(kb, job, dataset, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
-    if warm.message:
-        echo(warm.message)
     n_init = req.n_init if req.n_init is not None else (len(warm.seeds) or min(5, req.trials))
     settings = StudySettings(
         job=req.job,
@@ -103,7 +101,9 @@ def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any
         k=req.k,
         prior_mean=warm.prior_mean,
         surrogate=req.surrogate,
-    )
+    )  # validates the remaining options, so bad input stops before anything is printed or written
+    if warm.message:
+        echo(warm.message)
     description = (
         f"Tuning job `{job.name}` on dataset `{dataset.name}` ({dataset.n} instances, "
         f"{dataset.num_classes} classes): {settings.trials} trials of {settings.epochs} epochs, "
