@@ -204,7 +204,8 @@ def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: 
     file) makes the run resumable: every finished (method, task, seed) is appended with its
     :func:`protocol_key`, and results already there are reused instead of recomputed, so an
     interrupted benchmark continues where it stopped. Seeds are the outer loop, so a partial run
-    covers every task. ``wall_seconds`` counts only this call's work.
+    covers every task. ``wall_seconds`` counts only this call's work; ``runs_from_journal`` says,
+    per method, how many runs were reused instead.
     """
     config = config.resolve(scenario.instances)
     keys = {m: protocol_key(scenario, config, m) for m in methods}
@@ -214,6 +215,7 @@ def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: 
             fh.seek(-1, 2)
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
+    reused = set(done)
     pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or []]
     jobs = []
     for task, seed in pairs:
@@ -261,7 +263,8 @@ def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: 
         "suggest_seconds": {m: statistics.median(s for r in runs for s in r["methods"][m]["seconds"])
                             for m in methods},
         "wall_seconds": wall,
-        "runs_from_journal": len(pairs) - len(jobs),
+        # per method: the (task, seed) runs taken from the journal, not computed (and timed) here
+        "runs_from_journal": {m: sum((keys[m], t, sd) in reused for t, sd in pairs) for m in methods},
     }
 
 
@@ -292,7 +295,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
         "methods": methods,
         "suggest_seconds": {m: round(s, 5) for m, s in result["suggest_seconds"].items()},
         "wall_seconds": round(result["wall_seconds"], 2),
-        "runs_from_journal": result.get("runs_from_journal", 0),
+        "runs_from_journal": result.get("runs_from_journal", {}),
     }
 
 

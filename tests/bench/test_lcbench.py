@@ -81,13 +81,14 @@ def test_journal_resumes_an_interrupted_run(scenario: YahpoScenario, tmp_path: P
     journal = tmp_path / "runs.jsonl"
     config = BenchConfig(tasks=scenario.instances[:2], seeds=1, budget=4, history_size=10, workers=1, reference_size=500)
     first = run_benchmark(scenario, make_methods(["random"]), config, journal=journal)
-    assert len(journal.read_text().splitlines()) == 2 and first["runs_from_journal"] == 0
+    assert len(journal.read_text().splitlines()) == 2 and first["runs_from_journal"] == {"random": 0}
     with journal.open("a") as fh:
         fh.write('{"key": "cut sh')  # an interruption mid-line is skipped
     lines = []
     second = run_benchmark(scenario, make_methods(["random", "tpe"]), config, journal=journal, progress=lines.append)
     assert second["regret"]["random"] == first["regret"]["random"]
+    assert second["runs_from_journal"] == {"random": 2, "tpe": 0}
     assert len(second["regret"]["tpe"]) == 2
     assert any("[2/2]" in line and "tpe" in line and "random" not in line.split(":")[-1] for line in lines)
     third = run_benchmark(scenario, make_methods(["random", "tpe"]), config, journal=journal)
-    assert third["runs_from_journal"] == 2 and third["regret"] == second["regret"]
+    assert third["runs_from_journal"] == {"random": 2, "tpe": 2} and third["regret"] == second["regret"]
