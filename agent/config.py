@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from agent.errors import TuneAgentError
-from agent.tuning.bo import ACQUISITIONS
+from agent.tuning.bo import ACQUISITIONS, RANDOM_EVERY
 from agent.tuning.design import INIT_METHODS
 
 
@@ -30,7 +30,7 @@ class StudySettings:
     init: str = "sobol"
     n_init: int = 5
     acq: str = "logei"
-    random_every: int = 4
+    random_every: int = RANDOM_EVERY
     seed: int = 0
     val_fraction: float = 0.2
     label: str | None = None

@@ -215,7 +215,6 @@ def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: 
             fh.seek(-1, 2)
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
-    reused = set(done)
     pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or []]
     jobs = []
     for task, seed in pairs:
@@ -264,7 +263,7 @@ def run_benchmark(scenario: YahpoScenario, methods: dict[str, Factory], config: 
                             for m in methods},
         "wall_seconds": wall,
         # per method: the (task, seed) runs taken from the journal, not computed (and timed) here
-        "runs_from_journal": {m: sum((keys[m], t, sd) in reused for t, sd in pairs) for m in methods},
+        "runs_from_journal": {m: len(pairs) - sum(m in job.methods for job in jobs) for m in methods},
     }
 
 

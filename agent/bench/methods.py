@@ -29,8 +29,8 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from agent.space import Float, Int, SearchSpace
-from agent.tuning.bo import (build_acquisition, fit_gp, interleaved_random, optimize_on_space, propose_next,
-                             random_unseen, torch_threads)
+from agent.tuning.bo import (build_acquisition, evaluated_keys, fit_gp, interleaved_random, optimize_on_space,
+                             point_key, propose_next, random_unseen, torch_threads)
 from agent.tuning.design import initial_design
 
 History = list[tuple[np.ndarray, np.ndarray]]
@@ -306,12 +306,12 @@ class SurrogateMethod:
         if "cold_design" not in cache:
             cache["cold_design"] = self.space.snap(initial_design("sobol", N_INIT, self.space.dim, self.context.seed))
             cache["cold_used"] = 0
-        seen = {tuple(np.round(u, 9)) for u in self.space.snap(U)}
+        seen = evaluated_keys(self.space, U)
         design = cache["cold_design"]
         while cache["cold_used"] < len(design):
             point = design[cache["cold_used"]]
             cache["cold_used"] += 1
-            if tuple(np.round(point, 9)) not in seen:
+            if point_key(point) not in seen:
                 return point
         return None
 

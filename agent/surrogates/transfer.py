@@ -64,10 +64,6 @@ def tnp_meta(models_dir: Path, space_signature: str) -> dict[str, Any] | None:
     return info if info.get("space_signature") == space_signature else None
 
 
-def tnp_available(models_dir: Path, space_signature: str) -> bool:
-    return tnp_meta(models_dir, space_signature) is not None
-
-
 def choose_surrogate(requested: str, sources: Sequence[Any], models_dir: Path, space_signature: str) -> SurrogateChoice:
     points = sum(len(y) for _, y in sources)
     meta = tnp_meta(models_dir, space_signature)

@@ -48,15 +48,24 @@ def interleaved_random(bo_step: int, every: int = RANDOM_EVERY) -> bool:
     return every > 0 and bo_step > 0 and bo_step % every == 0
 
 
+def point_key(u: np.ndarray) -> tuple[float, ...]:
+    """A snapped cube point as a hashable key, to tell whether it was already evaluated."""
+    return tuple(np.round(u, 9))
+
+
+def evaluated_keys(space: SearchSpace, U: np.ndarray) -> set[tuple[float, ...]]:
+    return {point_key(u) for u in space.snap(np.atleast_2d(U))} if len(U) else set()
+
+
 def random_unseen(space: SearchSpace, U: np.ndarray, rng: np.random.Generator,
                   candidate: np.ndarray | None = None) -> np.ndarray:
-    """``candidate`` (a uniform random point when None), snapped, unless a row of ``U`` already
-    holds it; then random snapped points until one is new (100 tries: a tiny space may be full)."""
-    seen = {tuple(np.round(u, 9)) for u in space.snap(np.atleast_2d(U))} if len(U) else set()
+    """``candidate`` (a snapped point; a uniform random one when None) unless a row of ``U``
+    already holds it; then random snapped points until one is new (100 tries: a tiny space may be full)."""
+    seen = evaluated_keys(space, U)
     if candidate is None:
         candidate = space.snap(rng.random(space.dim))[0]
     for _ in range(100):
-        if tuple(np.round(candidate, 9)) not in seen:
+        if point_key(candidate) not in seen:
             break
         candidate = space.snap(rng.random(space.dim))[0]
     return candidate

@@ -14,6 +14,7 @@ from typing import Any
 from agent.config import StudySettings, check_positive
 from agent.errors import StudyError
 from agent.knowledge.mlflow_store import MlflowKnowledgeBase, store_exists
+from agent.tuning.bo import RANDOM_EVERY
 from agent.tuning.sampler import BoSampler
 from agent.tuning.study import Study
 
@@ -33,7 +34,7 @@ class StartRequest:
     init: str = "sobol"
     n_init: int | None = None
     acq: str = "logei"
-    random_every: int = 4
+    random_every: int = RANDOM_EVERY
     seed: int = 0
     val_fraction: float = 0.2
     study_name: str | None = None
