@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from agent.config import SAMPLERS
 from agent.errors import TuneAgentError
 
 tracking_option = click.option(
@@ -31,8 +32,38 @@ def cli() -> None:
     """Bayesian optimisation of PyTorch Lightning jobs, with every run kept in MLflow."""
 
 
+def surrogate_choices() -> tuple[str, ...]:
+    from agent.surrogates.registry import choices
+
+    return choices()
+
+
+def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--config FILE.yaml``: option defaults from a file whose keys are the option names; flags
+    given on the command line (or in the environment) still win."""
+    if not value:
+        return value
+    import yaml
+
+    try:
+        data = yaml.safe_load(open(value, encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TuneAgentError(f"cannot read --config {value}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise TuneAgentError(f"--config {value} must hold a mapping of option names to values")
+    known = {p.name for p in ctx.command.params if p.name and p.name != "config"}
+    settings = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise TuneAgentError(f"--config {value}: unknown option {unknown[0]!r}; options are {', '.join(sorted(known))}")
+    ctx.default_map = {**(ctx.default_map or {}), **settings}
+    return value
+
+
 def study_options(fn: Any) -> Any:
     options = [
+        click.option("--config", "config", default=None, is_eager=True, expose_value=False, callback=_load_config_file,
+                     help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it."),
         click.option("--dataset", required=True, help="Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like 'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."),
         click.option("--job", required=True, help="Built-in job (cnn, mlp) or a user job 'package.module:attr'."),
         click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
@@ -52,7 +83,8 @@ def study_options(fn: Any) -> Any:
         click.option("--k", type=int, default=3, show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
         click.option("--prior-mean", type=click.Choice(["neighbours", "observations", "constant"]), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
         click.option("--models-dir", default="models", show_default=True, help="Where `dvc repro` put the meta-models."),
-        click.option("--surrogate", type=click.Choice(["gp", "rgpe", "tnp", "auto"]), default="auto", show_default=True, help="Surrogate model: cold GP, RGPE or TNP over the history; auto picks by the amount of history."),
+        click.option("--surrogate", type=click.Choice(surrogate_choices()), default="auto", show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
+        click.option("--sampler", type=click.Choice(SAMPLERS), default="bo", show_default=True, help="bo (the surrogate above), random, or tpe (Optuna's TPESampler)."),
         tracking_option,
         artifact_option,
     ]
@@ -112,7 +144,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
 
     study, job_obj = open_study(study_name, tracking_uri, artifact_root)
     check_resume_matches(study, job_obj, job, dataset)
-    data, split = load_study_data(study)
+    data, split = load_study_data(study, job_obj)
     closed = study.recover()
     reporter = ProgressReporter()
     for t in closed:
@@ -374,28 +406,52 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
         click.echo(json.dumps(measure_latency(space, n, repeats=repeats)))
 
 
+def _fidelity(values: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise TuneAgentError(f"--fidelity takes NAME=NUMBER, got {item!r}") from None
+        if not sep or not name.strip():
+            raise TuneAgentError(f"--fidelity takes NAME=NUMBER, got {item!r}")
+    return out
+
+
 @bench.command("lcbench")
-@click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of 34 x 5.")
+@click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of every task x 5.")
 @click.option("--methods", default="random,tpe,gp,portfolio_gp,rgpe,tnp", show_default=True,
-              help="Comma-separated; also obs_neighbour_gp (portfolio_gp with the observation-based neighbours' prior mean).")
+              help="Comma-separated samplers (random, tpe) and registry surrogates (gp, portfolio_gp, neighbour_gp, rgpe, tnp).")
 @click.option("--seeds", type=int, default=5, show_default=True)
 @click.option("--tasks", type=int, default=None, help="Only the first N tasks.")
+@click.option("--budget", type=int, default=30, show_default=True, help="Trials per study.")
 @click.option("--workers", type=int, default=2, show_default=True)
 @click.option("--control", type=click.Choice(["none", "shuffled"]), default="none", show_default=True,
               help="shuffled: every source's responses permuted (negative-transfer control).")
 @click.option("--scenario", "folder", default=None, help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench].")
-@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/lcbench*.json and OUT/plots/.")
+@click.option("--target", default=None, help="Output to optimise [default: the scenario's, lcbench: val_accuracy].")
+@click.option("--maximize/--minimize", "maximize", default=None, help="Direction of --target [default: the scenario's].")
+@click.option("--fidelity", multiple=True, help="NAME=VALUE: evaluate at this fidelity instead of the full one (repeatable).")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/<scenario>*.json and OUT/plots/.")
 @click.option("--fresh", is_flag=True, help="Forget the journal of finished runs (OUT/data/bench-runs/) and recompute all.")
-def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, workers: int, control: str, folder: str | None,
-                  out: str, fresh: bool) -> None:
-    """Transfer benchmark on the real-data LCBench surrogate (YAHPO Gym)."""
+def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
+                  folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
+                  fresh: bool) -> None:
+    """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from pathlib import Path
 
-    from agent.bench.lcbench_cli import DEFAULT_FOLDER, run_lcbench
+    from agent.bench.run import run_transfer_benchmark
+    from agent.config import check_positive
 
-    report = run_lcbench([m.strip() for m in methods.split(",") if m.strip()], quick, seeds, tasks, workers, control,
-                         Path(out), Path(folder) if folder else DEFAULT_FOLDER,
-                         progress=lambda line: click.echo(line, err=True), fresh=fresh)
+    for option, value in (("--seeds", seeds), ("--budget", budget), ("--workers", workers)):
+        check_positive(option, value)
+    if tasks is not None:
+        check_positive("--tasks", tasks)
+    report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
+                                    target=target, maximize=maximize, fidelity=_fidelity(fidelity), quick=quick,
+                                    seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
+                                    progress=lambda line: click.echo(line, err=True), fresh=fresh)
     click.echo(json.dumps(report, indent=2))
 
 

@@ -76,11 +76,12 @@ def test_tnp_surrogate_with_a_meta_trained_model(history, cli, tmp_path) -> None
     from agent.knowledge.history import load_history
     from agent.surrogates.tnp import TNPConfig
     from agent.surrogates.tnp_train import meta_train_tnp
-    from agent.surrogates.transfer import TNP_FILE, TNP_META, source_tasks
+    from agent.surrogates.contract import source_tasks
+    from agent.surrogates.specs import TNP_FILE, TNP_META
 
     space = LogisticJob().space
     sources = source_tasks(load_history(history.kb(), job="logistic", with_samples=False), space)
-    tnp, _ = meta_train_tnp(sources, TNPConfig(hidden=16, heads=2, meta_steps=5, fine_tune_steps=2))
+    tnp, _ = meta_train_tnp([(s.U, s.y) for s in sources], TNPConfig(hidden=16, heads=2, meta_steps=5, fine_tune_steps=2))
     models = tmp_path / "models"
     models.mkdir()
     tnp.save(str(models / TNP_FILE))
@@ -93,19 +94,21 @@ def test_tnp_surrogate_with_a_meta_trained_model(history, cli, tmp_path) -> None
 
 
 def test_tnp_over_noise_only_history_runs_as_gp(tmp_path) -> None:
-    from agent.surrogates.transfer import SurrogateChoice, model_builder
+    from agent.surrogates import registry
+    from agent.surrogates.contract import SourceTask, SurrogateInputs
 
     rng = np.random.default_rng(3)
-    noise = [(rng.random((30, 4)), rng.standard_normal(30)) for _ in range(3)]
-    builder, choice = model_builder(SurrogateChoice("tnp", 3, "surrogate: tnp"), noise, tmp_path / "no-model-needed")
-    assert builder is None and choice.name == "gp"
-    assert "none of the 3 source tasks has a predictable response surface" in choice.message
+    noise = tuple(SourceTask(f"k{i}", f"noise-{i}", rng.random((30, 4)), rng.standard_normal(30)) for i in range(3))
+    inputs = SurrogateInputs(_space4(), noise, tmp_path / "no-model-needed")
+    surrogate = registry.prepare(registry.Resolution("tnp"), inputs)
+    assert surrogate.name == "gp"
+    assert "none of the 3 source tasks has a predictable response surface" in surrogate.note
 
 
 def test_tnp_without_a_model_falls_back_to_rgpe(history, cli, tmp_path) -> None:
     tags, _ = _study(cli, history, "iris-tnp-missing", "tnp", tmp_path / "nothing")
     assert _tags(tags, "surrogate") == "rgpe"
-    assert "no TNP meta-trained" in _tags(tags, "surrogate_note")
+    assert "tnp was asked for but none is meta-trained" in _tags(tags, "surrogate_note")
 
 
 def test_gp_prior_mean_from_observation_neighbours_when_history_has_no_samples(history, cli, tmp_path) -> None:
@@ -123,19 +126,30 @@ def test_gp_prior_mean_from_observation_neighbours_when_history_has_no_samples(h
 
 
 def test_auto_picks_the_tnp_once_history_and_meta_training_cover_enough_tasks(tmp_path) -> None:
-    from agent.surrogates.transfer import TNP_FILE, TNP_META, TNP_MIN_SOURCES, choose_surrogate
+    from agent.surrogates import registry
+    from agent.surrogates.contract import SourceTask, SurrogateInputs
+    from agent.surrogates.specs import TNP_FILE, TNP_META
 
     rng = np.random.default_rng(0)
-    many = [(rng.random((50, 4)), rng.standard_normal(50)) for _ in range(TNP_MIN_SOURCES)]
+    many = tuple(SourceTask(f"k{i}", f"t{i}", rng.random((50, 4)), rng.standard_normal(50))
+                 for i in range(registry.TNP_MIN_SOURCES))
     models = tmp_path / "models"
     models.mkdir()
-    (models / TNP_FILE).write_bytes(b"")  # choose_surrogate reads only the meta file
-    for trained_on, sources, expected in ((TNP_MIN_SOURCES, many, "tnp"), (5, many, "rgpe"),
-                                          (TNP_MIN_SOURCES, many[:5], "rgpe")):
-        (models / TNP_META).write_text(json.dumps({"job": "x", "space_signature": "sig", "sources": trained_on}))
-        choice = choose_surrogate("auto", sources, models, "sig")
-        assert (choice.name, choice.sources) == (expected, len(sources)), (trained_on, len(sources), choice)
+    (models / TNP_FILE).write_bytes(b"")  # resolve reads only the meta file
+    space = _space4()
+    for trained_on, sources, expected in ((registry.TNP_MIN_SOURCES, many, "tnp"), (5, many, "rgpe"),
+                                          (registry.TNP_MIN_SOURCES, many[:5], "rgpe")):
+        (models / TNP_META).write_text(json.dumps({"job": "x", "space_signature": space.signature(), "sources": trained_on}))
+        resolution = registry.resolve("auto", SurrogateInputs(space, sources, models))
+        assert resolution.name == expected, (trained_on, len(sources), resolution)
         if expected == "rgpe":
-            assert f"the TNP waits for {TNP_MIN_SOURCES} source tasks" in choice.message
+            assert f"the TNP waits for {registry.TNP_MIN_SOURCES} source tasks" in resolution.why
     # a TNP meta-trained for another search space is never used
-    assert choose_surrogate("auto", many, models, "other").name == "rgpe"
+    (models / TNP_META).write_text(json.dumps({"job": "x", "space_signature": "other", "sources": 99}))
+    assert registry.resolve("auto", SurrogateInputs(space, many, models)).name == "rgpe"
+
+
+def _space4():
+    from agent.space import Float, SearchSpace
+
+    return SearchSpace([Float(f"x{i}", 0.0, 1.0) for i in range(4)])

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from agent.space import SearchSpace
-from agent.tuning.bo import propose_next
+from agent.config import StudySettings
+from agent.tuning.study import cold_sampler
 
 
 def synthetic_response(U: np.ndarray) -> np.ndarray:
@@ -24,11 +25,14 @@ def synthetic_response(U: np.ndarray) -> np.ndarray:
 def measure_latency(space: SearchSpace, n_obs: int, repeats: int = 5, acq: str = "logei", seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     times = []
-    state: dict = {}  # as in a study: each step starts from the previous fit's hyperparameters
+    settings = StudySettings(job="latency", job_name="latency", dataset="synthetic", dataset_name="synthetic",
+                             fingerprint="-", space_signature=space.signature(), metric="y", mode="max",
+                             trials=n_obs + repeats + 1, n_init=1, acq=acq, random_every=0, seed=seed)
+    sampler = cold_sampler(space, settings)  # one sampler: each step warm-starts from the previous fit
     U = space.snap(rng.random((n_obs + repeats, space.dim)))
     y = synthetic_response(U)
     for r in range(repeats):
         start = time.perf_counter()
-        propose_next(space, U[: n_obs + r], y[: n_obs + r], acq, iteration=n_obs, seed=seed + r, warm_state=state)
+        sampler.propose(U[: n_obs + r], y[: n_obs + r], U[: n_obs + r], n_obs, seed + r, np.random.default_rng(seed + r))
         times.append(time.perf_counter() - start)
     return {"n_obs": n_obs, "median_s": statistics.median(times), "max_s": max(times), "repeats": repeats}

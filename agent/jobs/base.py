@@ -8,6 +8,7 @@ and small helpers shared by the built-in jobs (dataset sanity checks, config loo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
@@ -61,6 +62,38 @@ class Job(Protocol):
     ) -> tuple["pl.LightningModule", "pl.LightningDataModule"]: ...
 
 
+@dataclass(frozen=True)
+class BenchmarkTask:
+    """One task of a surrogate benchmark: what a study records in place of a dataset."""
+
+    name: str
+    instance: str
+    fingerprint: str
+
+
+@runtime_checkable
+class BenchmarkJob(Protocol):
+    """A job whose trials query a benchmark's surrogate instead of training (e.g. ``yahpo:lcbench``).
+
+    Everything else — warm start, surrogates, MLflow logging, resume — is the product's: such a job
+    gives a tuning study of seconds, and the benchmarks are loops over these studies.
+
+    Methods:
+        task(spec): the :class:`BenchmarkTask` named by ``--dataset``; raises :class:`JobError`
+            (one line) for an unknown one.
+        evaluate(config, task): the objective of ``config`` (active parameters only) on ``task``.
+    """
+
+    name: str
+    space: SearchSpace
+    metric: str
+    mode: str
+
+    def task(self, spec: str) -> BenchmarkTask: ...
+
+    def evaluate(self, config: Mapping[str, Any], task: BenchmarkTask) -> float: ...
+
+
 def validate_job(job: Any, label: str) -> Job:
     """Returns ``job`` if it meets the protocol, else raises a one-line :class:`JobError`."""
     problems = []
@@ -77,7 +110,8 @@ def validate_job(job: Any, label: str) -> Job:
     mode = getattr(job, "mode", None)
     if mode not in MODES:
         problems.append(f"'mode' must be 'min' or 'max', got {mode!r}")
-    for method in ("check_dataset", "build"):
+    methods = ("task", "evaluate") if isinstance(job, BenchmarkJob) else ("check_dataset", "build")
+    for method in methods:
         if not callable(getattr(job, method, None)):
             problems.append(f"'{method}' must be callable")
     if problems:

@@ -16,6 +16,7 @@ from agent.jobs.cnn import CNNJob
 from agent.jobs.mlp import MLPJob
 
 BUILTIN_JOBS = ("cnn", "mlp")
+YAHPO_PREFIX = "yahpo:"  # a YAHPO Gym surrogate scenario: agent.jobs.yahpo
 _BUILTIN_CLASSES: dict[str, Callable[[], Job]] = {"cnn": CNNJob, "mlp": MLPJob}
 
 
@@ -26,11 +27,15 @@ def load_job(spec: str) -> Job:
     factory returning a job.
     """
     spec = str(spec).strip()
+    if spec.startswith(YAHPO_PREFIX):
+        from agent.jobs.yahpo import YahpoJob
+
+        return validate_job(YahpoJob.from_spec(spec), spec)
     if spec in BUILTIN_JOBS:
         return _BUILTIN_CLASSES[spec]()
     if ":" not in spec:
         raise JobError(
-            f"unknown job {spec!r}; built-in jobs: {', '.join(BUILTIN_JOBS)} "
+            f"unknown job {spec!r}; built-in jobs: {', '.join(BUILTIN_JOBS)}, yahpo:SCENARIO "
             "(or give package.module:attr)"
         )
     module_name, _, attr = spec.partition(":")

@@ -1,15 +1,39 @@
 """The knowledge-base contract: studies and trials as small frozen records.
 
 A *study* is one tuning campaign of one job on one dataset; a *trial* is one evaluated (or failed,
-or killed) configuration inside it. Backends (:class:`agent.knowledge.mlflow_store.MlflowKnowledgeBase`)
-convert their own objects to these records at the edge, so nothing above ``agent/knowledge`` ever
-sees a backend type.
+or killed) configuration inside it. Backends (:class:`agent.knowledge.mlflow_store.MlflowKnowledgeBase`,
+:class:`agent.knowledge.memory.InMemoryKnowledgeBase`; :func:`agent.knowledge.open_knowledge_base`
+picks one by URI) convert their own objects to these records at the edge, so nothing above
+``agent/knowledge`` ever sees a backend type. ``tests/knowledge/test_contract.py`` checks every
+backend against the contract below.
 
 Contract every backend honours:
-- ``create_study`` writes nothing visible until the study record is complete.
-- ``start_trial`` marks a trial ``running``; ``finish_trial`` moves it to ``ok`` or ``failed``;
-  ``close_running_trials`` moves every ``running`` trial of a study to ``killed``.
-- ``ok`` and ``failed`` trials count against a study's budget; ``killed`` ones do not.
+
+- Records are snapshots. A returned :class:`StudyRecord` or :class:`TrialRecord` never changes;
+  read the store again (``find_study``, ``trials``) to see later writes.
+- Values go through text the way MLflow stores them: ``settings`` and ``best_config`` through JSON
+  with sorted keys, a trial's ``config`` through JSON in its own key order; whatever JSON cannot
+  hold comes back as its ``str`` (a ``numpy.int64`` comes back as ``"3"``). Study tags and params
+  are strings; tag values are cut at 8000 characters, params at 6000, failure reasons at 4000.
+- Names are not unique. ``create_study`` always creates a new study; ``find_study`` returns the
+  most recently created one of a name. Callers that want one study per name (``tune-agent start``)
+  look it up first.
+- Order. ``list_studies`` returns studies oldest first. ``trials`` returns a study's trials by
+  ``number``, trials sharing a number (a killed trial and the one that re-ran its slot) in the
+  order they were started; MLflow orders starts at its clock's 1 ms resolution.
+- States. ``start_trial`` makes a trial ``running``; ``finish_trial`` moves it to the state it is
+  given (``ok``, ``failed`` or ``killed``); ``close_running_trials`` moves every ``running`` trial
+  of a study to ``killed``. A backend may also report a ``running`` trial as ``killed`` when it knows
+  the trial's run was ended without ``finish_trial`` (MLflow: its run was marked FAILED or KILLED).
+- ``ok`` and ``failed`` trials (:data:`COUNTED_STATES`) count against a study's budget; ``killed``
+  ones do not, and their slot ``number`` may be used again.
+- Metrics. A trial's ``extra`` maps each metric other than ``objective`` and ``duration_s`` to its
+  latest value: the one logged at the highest step, the later write winning a tie. The metrics given
+  to ``finish_trial`` are logged at step 0; those logged through ``trial_logger`` at Lightning's step.
+- Errors. A store that cannot serve a request, or an id it does not hold, raises
+  :class:`agent.errors.StoreError` with one line; ``find_study`` and ``load_dataset_sample`` answer
+  ``None`` instead for a name or id they do not hold. ``create_study`` raises ``KeyError`` when
+  ``settings`` lacks a key it needs (it expects ``StudySettings.to_dict()``).
 """
 
 from __future__ import annotations
@@ -23,6 +47,7 @@ TRIAL_FAILED = "failed"
 TRIAL_KILLED = "killed"
 TRIAL_RUNNING = "running"
 COUNTED_STATES = (TRIAL_OK, TRIAL_FAILED)
+IMPORT_ORIGIN = "import"
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,12 @@ class TrialRecord:
 class KnowledgeBase(abc.ABC):
     """Where studies and trials live. See the module docstring for the contract."""
 
+    @property
+    @abc.abstractmethod
+    def tracking_uri(self) -> str:
+        """The store's URI, resolved (``sqlite:///...``, ``http://...``, ``memory://name``)."""
+
+    # -- studies -------------------------------------------------------------------------------
     @abc.abstractmethod
     def create_study(
         self,
@@ -71,21 +102,94 @@ class KnowledgeBase(abc.ABC):
         dataset_summary: Mapping[str, Any],
         dataset_sample: tuple[Any, Any] | None,
         description: str,
-    ) -> StudyRecord: ...
+    ) -> StudyRecord:
+        """A new study with status ``created``, visible to readers only once it is complete.
+
+        Its ``tags`` are those of :func:`agent.knowledge.layout.study_tags`, its ``params`` those of
+        :func:`agent.knowledge.layout.study_params`. ``space`` and ``description`` are kept for
+        people (MLflow shows them) and not read back. ``dataset_sample`` (numeric ``X``, ``y``
+        arrays) is kept for :meth:`load_dataset_sample`. Never refuses an existing name.
+        """
 
     @abc.abstractmethod
-    def find_study(self, name: str) -> StudyRecord | None: ...
+    def find_study(self, name: str) -> StudyRecord | None:
+        """The most recently created study named ``name``, or None."""
 
     @abc.abstractmethod
-    def list_studies(self) -> list[StudyRecord]: ...
+    def list_studies(self) -> list[StudyRecord]:
+        """Every study (imported ones included, meta-model runs not), oldest first."""
 
     @abc.abstractmethod
-    def trials(self, study: StudyRecord) -> list[TrialRecord]: ...
+    def update_study(
+        self,
+        study: StudyRecord,
+        status: str,
+        best_value: float | None = None,
+        best_config: Mapping[str, Any] | None = None,
+    ) -> StudyRecord:
+        """Sets the status (``running``, ``finished``, ``failed``, ``interrupted``) and, when
+        ``best_value`` is given, the best result; a ``None`` best keeps the stored one.
+        Returns the study as now stored."""
+
+    @abc.abstractmethod
+    def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
+        """Adds or overwrites tags; non-string values are stored as JSON (sorted keys)."""
+
+    @abc.abstractmethod
+    def study_tags(self, study: StudyRecord) -> dict[str, str]:
+        """The study's current tags, read fresh (``study.tags`` is the snapshot of its record)."""
+
+    @staticmethod
+    def dataset_summary(study: StudyRecord) -> dict[str, Any]:
+        """The dataset statistics given to ``create_study``, from the record's ``dataset.*``
+        params: numbers parsed back to ``int`` or ``float``, anything else as text."""
+        prefix = "dataset."
+        return {k[len(prefix):]: _parse_param(v) for k, v in study.params.items() if k.startswith(prefix)}
+
+    @abc.abstractmethod
+    def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
+        """The ``(X, y)`` sample given to ``create_study`` as numpy arrays, or None when the study
+        has none or the id is unknown."""
+
+    @abc.abstractmethod
+    def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
+        """Saves a matplotlib ``figure`` with the study as ``artifact_file`` (its suffix picks
+        the format); a second figure under the same name replaces the first."""
+
+    def import_evaluations(
+        self,
+        name: str,
+        settings: Mapping[str, Any],
+        space: list[dict[str, Any]],
+        configs: list[Mapping[str, Any]],
+        values: list[float],
+        description: str,
+    ) -> StudyRecord:
+        """One ``finished`` study holding evaluations made elsewhere.
+
+        Trial ``i`` is ``configs[i]`` with value ``values[i]`` (``None`` if not finite), state
+        ``ok``, origin ``import``; pairs beyond the shorter list are dropped. The dataset summary is
+        ``{"source": settings["dataset_name"], "kind": "external"}``, there is no sample and no best
+        result. The study is visible while its trials are written; its status turns ``finished``
+        last. Backends may override this for speed; the records must stay the same.
+        """
+        summary = {"source": settings["dataset_name"], "kind": "external"}
+        record = self.create_study(name, settings, space, summary, None, description)
+        for number, (config, value) in enumerate(zip(configs, values)):
+            trial = self.start_trial(record, number, config, IMPORT_ORIGIN)
+            self.finish_trial(record, trial, float(value), TRIAL_OK)
+        return self.update_study(record, "finished")
+
+    # -- trials --------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def trials(self, study: StudyRecord) -> list[TrialRecord]:
+        """Every trial of ``study`` in every state, by ``number`` then start order."""
 
     @abc.abstractmethod
     def start_trial(
         self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
-    ) -> TrialRecord: ...
+    ) -> TrialRecord:
+        """A ``running`` trial in slot ``number``; slots are not checked (the study picks them)."""
 
     @abc.abstractmethod
     def finish_trial(
@@ -97,23 +201,45 @@ class KnowledgeBase(abc.ABC):
         reason: str = "",
         duration: float | None = None,
         metrics: Mapping[str, float] | None = None,
-    ) -> TrialRecord: ...
+    ) -> TrialRecord:
+        """Ends ``trial`` in ``state`` and returns it as now stored.
 
-    @abc.abstractmethod
-    def close_running_trials(self, study: StudyRecord, reason: str) -> list[TrialRecord]: ...
+        ``value`` becomes the trial's ``value``, ``duration`` its ``duration`` and ``metrics`` go
+        to ``extra``; values that are not finite are not stored. A non-empty ``reason`` is kept.
+        Finishing a trial again overwrites its state and adds to what it stored.
+        """
 
-    @abc.abstractmethod
-    def update_study(
-        self,
-        study: StudyRecord,
-        status: str,
-        best_value: float | None = None,
-        best_config: Mapping[str, Any] | None = None,
-    ) -> StudyRecord: ...
-
-    @abc.abstractmethod
-    def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None: ...
+    def close_running_trials(self, study: StudyRecord, reason: str) -> list[TrialRecord]:
+        """Finishes every ``running`` trial of ``study`` as ``killed``; returns them in
+        :meth:`trials` order."""
+        return [
+            self.finish_trial(study, t, None, TRIAL_KILLED, reason)
+            for t in self.trials(study)
+            if t.state == TRIAL_RUNNING
+        ]
 
     @abc.abstractmethod
     def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
-        """A Lightning logger that writes the trial's per-epoch metrics to its record."""
+        """A Lightning ``Logger`` whose metrics land in the trial's ``extra``; hyperparameters
+        already in ``trial.config`` are not logged again. It does not change the trial's state."""
+
+    # -- meta-model runs -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:
+        """A run for training a meta-model ``kind`` and a Lightning ``Logger`` writing to it.
+        Model runs are not studies: ``list_studies`` never returns them."""
+
+    @abc.abstractmethod
+    def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
+        """Logs the finite ``metrics``, keeps a copy of each file in ``artifacts`` (as
+        ``model/<file name>``) and ends the run. A path that is not a readable file raises
+        :class:`agent.errors.StoreError` before anything is logged."""
+
+
+def _parse_param(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value

@@ -14,7 +14,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from agent.errors import TuneAgentError
 from agent.knowledge.base import TRIAL_OK, KnowledgeBase, StudyRecord, TrialRecord
+from agent.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -141,3 +143,16 @@ def _floats(raw: str) -> dict[str, float]:
     import json
 
     return {k: float("nan") if v is None else float(v) for k, v in json.loads(raw).items()}
+
+
+def surface_data(h: HistoricalDataset, space: SearchSpace) -> tuple[np.ndarray, np.ndarray]:
+    """A neighbour's evaluations as cube points and maximised values."""
+    sign = -1.0 if h.mode == "min" else 1.0
+    rows, values = [], []
+    for e in h.evaluations:
+        try:
+            rows.append(space.encode(e.config))
+        except TuneAgentError:
+            continue
+        values.append(sign * e.value)
+    return np.array(rows).reshape(-1, space.dim), np.array(values)

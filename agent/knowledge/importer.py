@@ -49,6 +49,12 @@ def _row_config(space: SearchSpace, row: Any) -> dict[str, Any]:
     return config
 
 
+def task_fingerprint(job_name: str, task: str) -> str:
+    """The fingerprint an imported task gets; a benchmark job's task of the same name gets the same,
+    so a study on it never counts its own imported evaluations as history."""
+    return hashlib.sha256(f"{job_name}/{task}".encode()).hexdigest()[:16]
+
+
 def import_table(kb: Any, table: Any, space: SearchSpace, job_name: str, metric: str, mode: str, prefix: str = "import") -> dict[str, Any]:
     """Writes one study per task; returns counts and the seconds it took."""
     missing = [c for c in ["task", "value", *space.names] if c not in table.columns]
@@ -62,7 +68,7 @@ def import_table(kb: Any, table: Any, space: SearchSpace, job_name: str, metric:
             space.validate(c)
         settings = StudySettings(
             job=f"external:{job_name}", job_name=job_name, dataset=str(task), dataset_name=str(task),
-            fingerprint=hashlib.sha256(f"{job_name}/{task}".encode()).hexdigest()[:16],
+            fingerprint=task_fingerprint(job_name, str(task)),
             space_signature=space.signature(), metric=metric, mode=mode, trials=len(configs),
             n_init=len(configs), warm_start="none",
         )

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from agent.errors import StoreError
+from agent.knowledge import layout
 from agent.knowledge.base import (
     TRIAL_KILLED,
     TRIAL_RUNNING,
@@ -34,6 +35,7 @@ from agent.knowledge.base import (
 DEFAULT_TRACKING_URI = "sqlite:///mlflow/mlflow.db"
 DEFAULT_ARTIFACT_ROOT = "mlflow/artifacts"
 T = "tune_agent."  # tag prefix
+SCHEMES = ("", "file", "sqlite", "http", "https")  # what check_reachable accepts
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -62,7 +64,7 @@ def check_reachable(uri: str) -> None:
         path = _sqlite_path(uri)
         if path is None or (path.parent != Path("") and not path.parent.exists()):
             raise StoreError(f"tracking store directory does not exist: {uri}")
-    elif scheme not in ("", "file"):
+    elif scheme not in SCHEMES:
         raise StoreError(f"unsupported tracking URI scheme {scheme!r}: {uri}")
 
 
@@ -72,20 +74,20 @@ def store_exists(uri: str) -> bool:
     return path is None or path.exists()
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 class MlflowKnowledgeBase(KnowledgeBase):
     """Studies and trials in an MLflow tracking store (sqlite file or ``mlflow server``)."""
 
     def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None) -> None:
-        self.tracking_uri = resolve_tracking_uri(tracking_uri)
-        check_reachable(self.tracking_uri)
+        self._tracking_uri = resolve_tracking_uri(tracking_uri)
+        check_reachable(self._tracking_uri)
         self.artifact_root = artifact_root
-        if artifact_root is None and self.tracking_uri == DEFAULT_TRACKING_URI:
+        if artifact_root is None and self._tracking_uri == DEFAULT_TRACKING_URI:
             self.artifact_root = DEFAULT_ARTIFACT_ROOT
         self._client_instance: Any = None
+
+    @property
+    def tracking_uri(self) -> str:
+        return self._tracking_uri
 
     @property
     def _client(self) -> Any:
@@ -147,23 +149,8 @@ class MlflowKnowledgeBase(KnowledgeBase):
         return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
 
     def _to_study(self, run: Any) -> StudyRecord:
-        tags = run.data.tags
-        best = tags.get(T + "best_value")
-        return StudyRecord(
-            study_id=run.info.run_id,
-            name=tags.get(T + "study", run.info.run_name),
-            job=tags.get(T + "job", ""),
-            dataset=tags.get(T + "dataset", ""),
-            fingerprint=tags.get(T + "fingerprint", ""),
-            space_signature=tags.get(T + "space_signature", ""),
-            status=tags.get(T + "status", ""),
-            settings=json.loads(tags.get(T + "settings", "{}")),
-            best_value=float(best) if best not in (None, "") else None,
-            best_config=json.loads(tags[T + "best_config"]) if T + "best_config" in tags else None,
-            start_time=run.info.start_time or 0,
-            tags={k[len(T):]: v for k, v in tags.items() if k.startswith(T)},
-            params=dict(run.data.params),
-        )
+        tags = {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
+        return layout.study_record(run.info.run_id, run.info.start_time, tags, dict(run.data.params), run.info.run_name)
 
     def _to_trial(self, run: Any) -> TrialRecord:
         tags, metrics = run.data.tags, run.data.metrics
@@ -197,29 +184,14 @@ class MlflowKnowledgeBase(KnowledgeBase):
         from mlflow.entities import Param, RunTag
 
         exp_id = self._experiment_for(settings["job_name"])
-        tags = {
-            T + "kind": "study",
-            T + "study": name,
-            T + "job": settings["job_name"],
-            T + "dataset": settings["dataset_name"],
-            T + "fingerprint": settings["fingerprint"],
-            T + "space_signature": settings["space_signature"],
-            T + "objective": f"{settings['mode']} {settings['metric']}",
-            T + "seed": str(settings["seed"]),
-            T + "status": "created",
-            T + "settings": _json(settings),
-            "mlflow.note.content": description,
-        }
-        run = self._call(self._client.create_run, exp_id, run_name=name, tags=tags)
+        tags = layout.study_tags(name, settings, dataset_summary)
+        kind = tags.pop("kind")  # tagged last: searches find the study only once it is complete
+        run_tags = {T + k: v for k, v in tags.items()}
+        run = self._call(self._client.create_run, exp_id, run_name=name,
+                         tags={**run_tags, "mlflow.note.content": description})
         rid = run.info.run_id
-        params = {f"study.{k}": v for k, v in settings.items() if not isinstance(v, (dict, list))}
-        params.update({f"dataset.{k}": v for k, v in dataset_summary.items()})
-        self._call(
-            self._client.log_batch,
-            rid,
-            params=[Param(k, str(v)[:6000]) for k, v in params.items()],
-            tags=[RunTag(T + "dataset_kind", str(dataset_summary.get("kind", "")))],
-        )
+        params = layout.study_params(settings, dataset_summary)
+        self._call(self._client.log_batch, rid, params=[Param(k, v) for k, v in params.items()])
         self._call(self._client.log_dict, rid, dict(dataset_summary), "dataset/summary.json")
         self._call(self._client.log_dict, rid, {"params": space}, "space.json")
         if dataset_sample is not None:
@@ -227,6 +199,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 path = Path(tmp) / "sample.npz"
                 np.savez_compressed(path, X=dataset_sample[0], y=dataset_sample[1])
                 self._call(self._client.log_artifact, rid, str(path), "dataset")
+        self._call(self._client.log_batch, rid, tags=[RunTag(T + "kind", kind)])
         return self._to_study(self._call(self._client.get_run, rid))
 
     def find_study(self, name: str) -> StudyRecord | None:
@@ -254,7 +227,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         tags = [RunTag(T + "status", status)]
         metrics = []
         if best_value is not None:
-            tags += [RunTag(T + "best_value", repr(best_value)), RunTag(T + "best_config", _json(best_config))]
+            tags += [RunTag(T + "best_value", repr(float(best_value))), RunTag(T + "best_config", layout.to_json(best_config))]
             metrics.append(Metric("best_objective", best_value, int(time.time() * 1000), 0))
         self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
         run_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status)
@@ -270,7 +243,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        batch = [RunTag(T + k, v if isinstance(v, str) else _json(v)) for k, v in tags.items()]
+        batch = [RunTag(T + k, layout.tag_value(v)) for k, v in tags.items()]
         self._call(self._client.log_batch, study.study_id, tags=batch)
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
@@ -289,11 +262,6 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 return None
             with np.load(path) as data:
                 return data["X"], data["y"]
-
-    @staticmethod
-    def dataset_summary(study: StudyRecord) -> dict[str, Any]:
-        """The dataset statistics logged as ``dataset.*`` params on the study run."""
-        return {k[len("dataset."):]: _parse_param(v) for k, v in study.params.items() if k.startswith("dataset.")}
 
     # -- external evaluations ------------------------------------------------------------------
     def import_evaluations(
@@ -314,7 +282,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         for number, (config, value) in enumerate(zip(configs, values)):
             tags = {"mlflow.parentRunId": record.study_id, T + "kind": "trial", T + "study": name,
                     T + "trial": str(number), T + "state": "ok", T + "origin": "import",
-                    T + "config": json.dumps(dict(config), default=str)}
+                    T + "config": layout.config_json(config)}
             run = self._call(self._client.create_run, exp_id, run_name=f"{name}/trial-{number}", tags=tags)
             self._call(self._client.log_batch, run.info.run_id,
                        metrics=[Metric("objective", float(value), now, 0)],
@@ -332,12 +300,15 @@ class MlflowKnowledgeBase(KnowledgeBase):
         tags = {T + "kind": "meta-model", T + "model": kind, "mlflow.note.content": description}
         run = self._call(self._client.create_run, exp_id, run_name=kind, tags=tags)
         rid = run.info.run_id
-        self._call(self._client.log_batch, rid, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        self._call(self._client.log_batch, rid, params=[Param(k, str(v)[:layout.PARAM_LIMIT]) for k, v in params.items()])
         return rid, MLFlowLogger(tracking_uri=self.tracking_uri, run_id=rid)
 
     def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
         from mlflow.entities import Metric
 
+        unreadable = [p for p in artifacts if not Path(p).is_file()]
+        if unreadable:
+            raise StoreError(f"cannot read model artifact {unreadable[0]}")
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(float(v))]
         self._call(self._client.log_batch, run_id, metrics=batch)
@@ -349,8 +320,10 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def trials(self, study: StudyRecord) -> list[TrialRecord]:
         run = self._call(self._client.get_run, study.study_id)
         flt = f"tags.`mlflow.parentRunId` = '{study.study_id}'"
+        # The search returns runs by start time (ties by run id); a stable sort keeps that order
+        # among trials sharing a number, as the contract asks.
         records = [self._to_trial(r) for r in self._search(flt, [run.info.experiment_id])]
-        return sorted(records, key=lambda t: (t.number, t.trial_id))
+        return sorted(records, key=lambda t: t.number)
 
     def start_trial(
         self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
@@ -366,7 +339,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
             T + "trial": str(number),
             T + "state": TRIAL_RUNNING,
             T + "origin": origin,
-            T + "config": json.dumps(dict(config), default=str),  # keeps the space's order
+            T + "config": layout.config_json(config),  # keeps the space's order
             T + "dataset": study.dataset,
             T + "job": study.job,
             "mlflow.note.content": f"Trial {number} of study `{study.name}` ({origin}): {summary}",
@@ -397,18 +370,11 @@ class MlflowKnowledgeBase(KnowledgeBase):
         if duration is not None:
             values["duration_s"] = duration
         batch = [Metric(k, float(v), now, 0) for k, v in values.items() if math.isfinite(float(v))]
-        tags = [RunTag(T + "state", state)] + ([RunTag(T + "reason", reason[:4000])] if reason else [])
+        tags = [RunTag(T + "state", state)] + ([RunTag(T + "reason", reason[:layout.REASON_LIMIT])] if reason else [])
         self._call(self._client.log_batch, trial.trial_id, metrics=batch, tags=tags)
         status = {"ok": "FINISHED", "failed": "FAILED"}.get(state, "KILLED")
         self._call(self._client.set_terminated, trial.trial_id, status)
         return self._to_trial(self._call(self._client.get_run, trial.trial_id))
-
-    def close_running_trials(self, study: StudyRecord, reason: str) -> list[TrialRecord]:
-        closed = []
-        for trial in self.trials(study):
-            if trial.state == TRIAL_RUNNING:
-                closed.append(self.finish_trial(study, trial, None, TRIAL_KILLED, reason))
-        return closed
 
     def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
         from lightning.pytorch.loggers import MLFlowLogger
@@ -423,15 +389,6 @@ class MlflowKnowledgeBase(KnowledgeBase):
                     super().log_hyperparams(extra)
 
         return TrialLogger(tracking_uri=self.tracking_uri, run_id=trial.trial_id)
-
-
-def _parse_param(value: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 
 def _short(value: Any) -> str:

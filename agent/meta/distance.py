@@ -94,7 +94,7 @@ def _surrogate_mean(X: np.ndarray, e: np.ndarray, design: np.ndarray) -> np.ndar
     """Posterior mean at ``design`` of a GP on one dataset; failures are imputed as worst error."""
     import torch
 
-    from agent.tuning.bo import fit_gp, impute_failures
+    from agent.surrogates.gp import fit_gp, impute_failures
 
     if not np.isfinite(e).any():
         return np.full(len(design), np.nan)
@@ -118,7 +118,7 @@ def surrogate_error_matrix(
     configurations `n_i x d` (same ``d`` for all) and ``errors[i]`` its `n_i` errors (NaN =
     failed). Feed the result to :func:`target_distance_matrix`.
     """
-    from agent.tuning.bo import torch_threads
+    from agent.surrogates.gp import torch_threads
 
     if len(points) != len(errors):
         raise ValueError(f"{len(points)} point sets but {len(errors)} error vectors")

@@ -72,7 +72,7 @@ def neighbour_inits(vectors: np.ndarray, E: np.ndarray, target: int, k: int, sta
 
 
 def design_inits(method: str, k: int, U: np.ndarray, seed: int) -> list[int]:
-    from agent.tuning.design import initial_design
+    from agent.design import initial_design
 
     if method == "random":
         return [int(i) for i in np.random.default_rng(seed).choice(len(U), size=k, replace=False)]

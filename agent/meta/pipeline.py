@@ -199,7 +199,8 @@ def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, expo
     """Meta-trains the Transferable Neural Process (paper 004, Algorithm 1) on the exported history."""
     from agent.surrogates.tnp import TNPConfig
     from agent.surrogates.tnp_train import meta_train_tnp
-    from agent.surrogates.transfer import TNP_FILE, TNP_META, source_tasks
+    from agent.surrogates.contract import source_tasks
+    from agent.surrogates.specs import TNP_FILE, TNP_META
 
     datasets = load_export(export)
     space = _space(datasets)
@@ -207,7 +208,7 @@ def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, expo
     if len(sources) < 2:
         raise EmptyHistoryError(f"TNP meta-training needs at least 2 source tasks, the export has {len(sources)}")
     start = time.perf_counter()
-    tnp, history = meta_train_tnp(sources, TNPConfig.from_dict(dict(p)))
+    tnp, history = meta_train_tnp([(s.U, s.y) for s in sources], TNPConfig.from_dict(dict(p)))
     models.mkdir(parents=True, exist_ok=True)
     tnp.save(str(models / TNP_FILE))
     (models / TNP_META).write_text(json.dumps({"job": datasets[0].job, "space_signature": datasets[0].space_signature,

@@ -42,7 +42,7 @@ def _acquisition_scores(model: Any, X: Any, best: float, acq: str, t: int, dim: 
     import torch
     from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 
-    from agent.tuning.bo import ucb_beta
+    from agent.surrogates.gp import ucb_beta
 
     fn = LogExpectedImprovement(model, best_f=best) if acq == "ei" else UpperConfidenceBound(model, beta=ucb_beta(t, dim))
     with torch.no_grad():
@@ -60,7 +60,7 @@ def replay_bo(
     """Evaluation order: ``init`` first, then GP + EI/UCB picks over the unevaluated rows."""
     import torch
 
-    from agent.tuning.bo import fit_gp, torch_threads
+    from agent.surrogates.gp import fit_gp, torch_threads
 
     order = [int(i) for i in init][:budget]
     y_all = -np.nan_to_num(np.asarray(errors, dtype=float), nan=np.nanmax(errors))

@@ -22,8 +22,8 @@ from gpytorch.means import Mean
 
 def fit_neighbour_surface(U: np.ndarray, y: np.ndarray) -> Any:
     """A GP on a neighbour's cube points `n x d` and maximised values `n`, as normal scores
-    (the same rank transform the target's values get in :func:`agent.tuning.bo.propose_next`)."""
-    from agent.tuning.bo import fit_gp, impute_failures, normal_scores
+    (the same rank transform the target's values get in :class:`agent.tuning.sampler.BoSampler`)."""
+    from agent.surrogates.gp import fit_gp, impute_failures, normal_scores
 
     z = normal_scores(impute_failures(np.asarray(y, dtype=float)))
     X = torch.as_tensor(np.asarray(U), dtype=torch.double)
@@ -67,7 +67,7 @@ def observation_distances(surfaces: Sequence[Any], U: np.ndarray, y: np.ndarray)
     sample to compute meta-features from (imported histories, benchmark tables).
     Args: ``U`` `n x d` cube points of the target, ``y`` `n` maximised values (``n >= 2``).
     """
-    from agent.tuning.bo import impute_failures, normal_scores
+    from agent.surrogates.gp import impute_failures, normal_scores
 
     z = normal_scores(impute_failures(np.asarray(y, dtype=float)))
     X = torch.as_tensor(np.asarray(U), dtype=torch.double)
@@ -112,7 +112,7 @@ class ObservationNeighbours:
     def __init__(self, sources: Sequence[tuple[np.ndarray, np.ndarray]], k: int = 3, min_points: int = 3,
                  surfaces: Sequence[Any] | None = None) -> None:
         """``surfaces`` (already fitted, one per source) skips fitting; ``sources`` is then ignored."""
-        from agent.tuning.bo import torch_threads
+        from agent.surrogates.gp import torch_threads
 
         if surfaces is not None:
             self.surfaces = list(surfaces)

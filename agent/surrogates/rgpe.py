@@ -32,7 +32,7 @@ from torch import Tensor
 
 from agent.surrogates.base import SingleOutputModel
 
-from agent.tuning.bo import fit_gp, impute_failures, torch_threads
+from agent.surrogates.gp import fit_gp, impute_failures, torch_threads
 
 JITTER = 1e-8
 CHANCE_MIN_POINTS = 5

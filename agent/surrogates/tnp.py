@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from agent.surrogates.base import SingleOutputModel
 
-from agent.tuning.bo import impute_failures, torch_threads
+from agent.surrogates.gp import impute_failures, torch_threads
 
 
 @dataclass(frozen=True)

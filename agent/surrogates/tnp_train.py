@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, episode_split, standardise
-from agent.tuning.bo import torch_threads
+from agent.surrogates.gp import torch_threads
 
 INIT_INNER_LR = 0.5  # SGD rate of the inner steps on initial-configuration logits
 MIN_CONTEXT = 3

@@ -84,13 +84,13 @@ def run_bootstrap(
             if study.remaining() <= 0:
                 done.append(name)
                 continue
-            dataset, split = load_study_data(study)
+            dataset, split = load_study_data(study, job_obj)
             study.recover()
         except Exception as exc:  # noqa: BLE001 - absent: create it below
             if "no study named" not in str(exc):
                 raise
             req = StartRequest(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
-                               init="sobol", seed=seed, study_name=name, warm_start="none",
+                               init="sobol", seed=seed, study_name=name, warm_start="none", surrogate="gp",
                                tracking_uri=tracking_uri, artifact_root=artifact_root)
             study, job_obj, dataset, split = prepare_study(req, echo=lambda _: None)
         try:

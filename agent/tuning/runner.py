@@ -70,8 +70,27 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 
 
-def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any]) -> TrialOutcome:
+def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -> TrialOutcome:
+    """Queries a benchmark job's surrogate once; a failure is the trial's outcome, never raised."""
+    start = time.perf_counter()
+    try:
+        value = float(job.evaluate(dict(trial.config), task))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the job is the trial's outcome
+        return TrialOutcome(None, f"{type(exc).__name__}: {str(exc).strip()[:400]}", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if not math.isfinite(value):
+        return TrialOutcome(None, f"diverged: {study.settings.metric} is {value}", seconds)
+    return TrialOutcome(value, "", seconds, {study.settings.metric: value})
+
+
+def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None) -> TrialOutcome:
     """Trains ``job`` once with ``trial.config``; never raises for a failure inside the trial."""
+    from agent.jobs.base import BenchmarkJob
+
+    if isinstance(job, BenchmarkJob):
+        return run_benchmark_trial(study, trial, job, dataset)
     import lightning.pytorch as pl
 
     settings = study.settings
@@ -79,6 +98,7 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
     start = time.perf_counter()
+    assert split is not None, "a training job needs its train/validation split"
     try:
         module, datamodule = job.build(dict(trial.config), dataset, split[0], split[1], seed)
         trainer = pl.Trainer(
@@ -111,8 +131,12 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
     return TrialOutcome(value, "", fit_seconds, metrics)
 
 
-def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any], reporter: Any) -> StudyTiming:
-    """Asks, trains and tells until the budget is spent; returns where the time went."""
+def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
+              trace_plot: bool = True) -> StudyTiming:
+    """Asks, trains and tells until the budget is spent; returns where the time went.
+
+    ``trace_plot`` False skips the trace figure (the benchmark runs thousands of studies).
+    """
     quiet_lightning()
     timing = StudyTiming()
     wall_start = time.perf_counter()
@@ -145,7 +169,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any], repo
             )
     timing.wall_seconds = time.perf_counter() - wall_start
     study.set_status("finished")
-    log_trace_plot(study, trials)
+    if trace_plot:
+        log_trace_plot(study, trials)
     reporter.end(study, study.best(trials), timing)
     return timing
 

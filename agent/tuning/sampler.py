@@ -1,23 +1,38 @@
-"""Samplers decide the next configuration from a study's history (Optuna's sampler role).
+"""Samplers decide the next configuration of a study from its trials (Optuna's sampler role).
 
-:class:`BoSampler` is paper 000's Algorithm 1: the first ``n_init`` slots come from a seeded
-initial design (or from seed configurations handed in, e.g. a warm start), every later slot from
-one BO step over the finished trials. Slot ``n`` always gets the same design point, so a study
-resumed after a crash continues on the design it started with.
+The contract (:class:`Sampler`): ``suggest(number, trials)`` returns the configuration for trial
+slot ``number`` and its origin, given every trial of the study so far — finished, failed and
+running. A sampler keeps no state that the trials do not also hold (caches aside), so a study
+resumed in another process continues exactly where it stopped.
+
+- :class:`BoSampler`, the product's: the study's initial configurations (warm-start seeds, then the
+  surrogate's own start points such as a portfolio or the TNP's learned configurations), then an
+  initial design up to ``n_init``, then one BO step per slot on the surrogate's model. This class is
+  the one place that imputes failures, turns values into normal scores, interleaves random steps
+  for the GP family and falls back to the cold start's design when a transfer model has dropped
+  every source.
+- :class:`RandomSampler`: uniform configurations.
+- :class:`TpeSampler`: Optuna's ``TPESampler`` behind the same contract.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TrialRecord
-from agent.space import SearchSpace
-from agent.tuning.bo import interleaved_random, propose_next, random_unseen
-from agent.tuning.design import initial_design
+from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.space import Float, Int, SearchSpace
+from agent.surrogates.contract import Surrogate
+from agent.tuning.bo import (build_acquisition, evaluated_keys, interleaved_random, optimize_on_space, point_key,
+                             random_unseen)
+from agent.design import initial_design
+
+# Size of the cold start's design that a transfer model falls back to when its guard has dropped
+# every source (the design a cold ``gp`` study of the same seed starts with).
+COLD_DESIGN = 5
 
 
 @dataclass(frozen=True)
@@ -26,60 +41,146 @@ class Suggestion:
     origin: str
 
 
-class BoSampler:
-    """Initial design, then GP + LogEI/UCB. ``seeds`` ``(config, origin)`` take the first slots."""
+class Sampler(Protocol):
+    """Suggests trial ``number``'s configuration from the study's trials (all states)."""
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        settings: StudySettings,
-        seeds: Sequence[tuple[Mapping[str, Any], str]] = (),
-        mean_module_factory: Any = None,
-        model_builder: Any = None,
-    ) -> None:
+    def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion: ...
+
+
+def encoded(space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str, ...], sign: float) -> tuple[np.ndarray, np.ndarray]:
+    """Cube points `n x d` and maximised values `n` (NaN when failed or running) of ``trials`` in ``states``."""
+    rows, values = [], []
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.state not in states:
+            continue
+        try:
+            rows.append(space.encode(t.config))
+        except Exception:  # noqa: BLE001 - a hand-edited record outside the space is skipped
+            continue
+        values.append(np.nan if t.value is None else sign * t.value)
+    U = np.array(rows) if rows else np.empty((0, space.dim))
+    return U, np.array(values, dtype=float)
+
+
+class BoSampler:
+    """Initial configurations, a design up to ``n_init``, then BO on the prepared surrogate."""
+
+    def __init__(self, space: SearchSpace, settings: StudySettings, surrogate: Surrogate,
+                 initial: Sequence[tuple[Mapping[str, Any], str]] = ()) -> None:
         self.space = space
         self.settings = settings
-        self.seeds = [(dict(c), origin) for c, origin in seeds]
-        self.mean_module_factory = mean_module_factory
-        self.model_builder = model_builder
-        self._gp_state: dict = {}
-        n_design = max(settings.n_init - len(self.seeds), 0)
-        self._design = space.snap(initial_design(settings.init, n_design, space.dim, settings.seed)) if n_design else np.empty((0, space.dim))
+        self.surrogate = surrogate
+        self.initial = [(dict(c), origin) for c, origin in initial]
+        self._state: dict[str, Any] = {}
+        n_design = max(settings.n_init - len(self.initial), 0)
+        self._design = (space.snap(initial_design(settings.init, n_design, space.dim, settings.seed))
+                        if n_design else np.empty((0, space.dim)))
 
-    def observations(self, history: Sequence[TrialRecord]) -> tuple[np.ndarray, np.ndarray]:
-        """Cube points `n x d` and maximised values `n` (NaN for failed) of finished trials."""
-        rows, values = [], []
-        for t in history:
-            if t.state not in (TRIAL_OK, TRIAL_FAILED):
-                continue
-            try:
-                rows.append(self.space.encode(t.config))
-            except Exception:  # noqa: BLE001 - a hand-edited record outside the space is skipped
-                continue
-            values.append(np.nan if t.value is None else self.settings.sign * t.value)
-        U = np.array(rows) if rows else np.empty((0, self.space.dim))
-        return U, np.array(values, dtype=float)
-
-    def suggest(self, number: int, history: Sequence[TrialRecord]) -> Suggestion:
-        if number < len(self.seeds):
-            return Suggestion(*self.seeds[number])
-        k = number - len(self.seeds)
+    def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
+        if number < len(self.initial):
+            return Suggestion(*self.initial[number])
+        k = number - len(self.initial)
         if k < len(self._design):
             return Suggestion(self.space.decode(self._design[k]), f"init:{self.settings.init}")
-        U, y = self.observations(history)
+        U, y = encoded(self.space, trials, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
+        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
+        seen = np.vstack([U, running])
         seed = self.settings.seed * 100003 + number
-        if self.model_builder is None and interleaved_random(number - self.settings.n_init + 1, self.settings.random_every):
-            return Suggestion(self.space.decode(random_unseen(self.space, U, np.random.default_rng(seed))), "random:interleaved")
-        mean = self.mean_module_factory(U, y) if self.mean_module_factory else None
-        u = propose_next(
-            self.space,
-            U,
-            y,
-            self.settings.acq,
-            iteration=number - self.settings.n_init + 1,
-            seed=seed,
-            mean_module=mean,
-            warm_state=self._gp_state,
-            model_builder=self.model_builder,
-        )
-        return Suggestion(self.space.decode(u), f"bo:{self.settings.acq}")
+        rng = np.random.default_rng(seed)
+        bo_step = number - self.settings.n_init + 1
+        if self.surrogate.interleave_random and interleaved_random(bo_step, self.settings.random_every):
+            return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:interleaved")
+        u, origin = self.propose(U, y, seen, bo_step, seed, rng)
+        return Suggestion(self.space.decode(u), origin)
+
+    def propose(self, U: np.ndarray, y: np.ndarray, seen: np.ndarray, bo_step: int, seed: int,
+                rng: np.random.Generator) -> tuple[np.ndarray, str]:
+        """One BO step: (snapped cube point, origin)."""
+        import torch
+
+        from agent.surrogates.gp import impute_failures, normal_scores, torch_threads
+
+        y = impute_failures(y)
+        if not np.isfinite(y).any():
+            return random_unseen(self.space, seen, rng), "random:no-finite-value"
+        with torch_threads(1):
+            train_X = torch.as_tensor(U, dtype=torch.double)
+            train_Y = torch.as_tensor(normal_scores(y), dtype=torch.double).reshape(-1, 1)
+            step = self.surrogate.step_model(train_X, train_Y, self._state)
+            if step.source_weight <= 0:
+                fallback = self.cold_start_point(seen)
+                if fallback is not None:
+                    return fallback, "init:cold-fallback"
+            acqf = build_acquisition(step.model, train_Y, self.settings.acq, bo_step, self.space.dim)
+            torch.manual_seed(seed)
+            x = optimize_on_space(acqf, self.space, seed, self.surrogate.budget)
+        # An acquisition peak on an evaluated configuration (integer lattice) explores instead.
+        return random_unseen(self.space, seen, rng, self.space.snap(x)[0]), f"bo:{self.settings.acq}"
+
+    def cold_start_point(self, seen: np.ndarray) -> np.ndarray | None:
+        """The first point of the cold start's design not yet tried, while the model's sources carry
+        no weight: the configurations the history steered may all sit in one corner, so a useless
+        history costs the few trials it steered and the study then proceeds like ``gp``."""
+        keys = evaluated_keys(self.space, seen)
+        design = self.space.snap(initial_design(self.settings.init, COLD_DESIGN, self.space.dim, self.settings.seed))
+        return next((u for u in design if point_key(u) not in keys), None)
+
+
+class RandomSampler:
+    """Uniform configurations of the space, one seeded stream per slot."""
+
+    def __init__(self, space: SearchSpace, settings: StudySettings) -> None:
+        self.space, self.settings = space, settings
+
+    def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
+        u = np.random.default_rng([self.settings.seed, number]).random(self.space.dim)
+        return Suggestion(self.space.decode(self.space.snap(u)[0]), "random")
+
+
+class TpeSampler:
+    """Optuna's default ``TPESampler``, rebuilt from the trials at every slot (seeded per slot), so
+    it resumes like every sampler here. Log parameters get log distributions; conditional
+    parameters are suggested define-by-run, so they stay conditional."""
+
+    def __init__(self, space: SearchSpace, settings: StudySettings) -> None:
+        self.space, self.settings = space, settings
+
+    def _distribution(self, name: str) -> Any:
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        p = self.space[name]
+        if isinstance(p, Float):
+            return FloatDistribution(p.low, p.high, log=p.log)
+        if isinstance(p, Int):
+            return IntDistribution(p.low, p.high, log=p.log)
+        return CategoricalDistribution(p.choices)  # type: ignore[union-attr]
+
+    def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
+        import logging
+
+        import optuna
+        from optuna.trial import TrialState, create_trial
+
+        optuna.logging.set_verbosity(logging.WARNING)
+        direction = "maximize" if self.settings.mode == "max" else "minimize"
+        study = optuna.create_study(direction=direction,
+                                    sampler=optuna.samplers.TPESampler(seed=self.settings.seed * 100003 + number))
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.state not in (TRIAL_OK, TRIAL_FAILED):
+                continue
+            dists = {n: self._distribution(n) for n in t.config}
+            ok = t.state == TRIAL_OK and t.value is not None
+            study.add_trial(create_trial(params=dict(t.config), distributions=dists,
+                                         value=float(t.value) if ok else None,  # type: ignore[arg-type]
+                                         state=TrialState.COMPLETE if ok else TrialState.FAIL))
+        trial = study.ask()
+        config: dict[str, Any] = {}
+        for p in self.space.params:
+            if self.space.is_active(p, config):
+                if isinstance(p, Float):
+                    config[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.log)
+                elif isinstance(p, Int):
+                    config[p.name] = trial.suggest_int(p.name, p.low, p.high, log=p.log)
+                else:
+                    config[p.name] = trial.suggest_categorical(p.name, list(p.choices))  # type: ignore[union-attr]
+        return Suggestion(config, "tpe")

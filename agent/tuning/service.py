@@ -1,24 +1,28 @@
-"""Study services behind the CLI: validate everything, then touch the store, then run.
+"""Study services behind the CLI and the benchmarks: validate, plan, create, and build the sampler.
 
 Order matters for the bad-input promise: job, dataset and options are all checked before the
-tracking store is opened, so a rejected command writes nothing.
+tracking store is written, so a rejected command writes nothing. The plan (warm start, surrogate,
+initial configurations) is computed once from one read of the history and recorded on the study
+run, so ``resume`` rebuilds exactly that sampler — or refuses in one line when it cannot.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
 
-from agent.config import StudySettings, check_positive
+from agent.config import PRIOR_MEANS, RANDOM_EVERY, SAMPLERS, WARM_METHODS, StudySettings, check_positive
 from agent.errors import StudyError
-from agent.knowledge.mlflow_store import MlflowKnowledgeBase, store_exists
-from agent.tuning.bo import RANDOM_EVERY
-from agent.tuning.sampler import BoSampler
+from agent.knowledge.base import KnowledgeBase
+from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs, source_tasks
+from agent.tuning.sampler import BoSampler, RandomSampler, Sampler, TpeSampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
+PLAN_TAG = "surrogate_plan"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,75 @@ class StartRequest:
     prior_mean: str | None = None
     models_dir: str = "models"
     surrogate: str = "auto"
+    sampler: str = "bo"
+
+    def check(self) -> None:
+        """The options that need no job, dataset or store; one line per problem, exit 2."""
+        from agent.surrogates import registry
+
+        check_positive("--trials", self.trials)
+        check_positive("--epochs", self.epochs)
+        check_positive("--k", self.k)
+        if self.warm_start not in WARM_METHODS:
+            raise StudyError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {self.warm_start!r}")
+        if self.prior_mean not in (None, *PRIOR_MEANS):
+            raise StudyError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
+        if self.surrogate not in registry.choices():
+            raise StudyError(f"--surrogate must be one of {', '.join(registry.choices())}, got {self.surrogate!r}")
+        if self.sampler not in SAMPLERS:
+            raise StudyError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.n_init is not None and self.n_init < 1:
+            raise StudyError(f"--n-init must be at least 1, got {self.n_init}")
+
+
+@dataclass(frozen=True)
+class SurrogatePlan:
+    """What a study's sampler was built from; stored on the study run (tag ``surrogate_plan``).
+
+    ``source_keys`` are the historical datasets the surrogate was prepared on; ``meta_model`` the
+    hash of the meta-trained network it loaded (None when it needs none); ``initial`` the
+    configurations (with origins) evaluated before the design and BO.
+    """
+
+    sampler: str
+    requested: str
+    surrogate: str
+    note: str
+    models_dir: str
+    meta_model: str | None = None
+    source_keys: tuple[str, ...] = ()
+    initial: tuple[tuple[dict[str, Any], str], ...] = ()
+
+    def to_record(self) -> str:
+        return json.dumps({**asdict(self), "initial": [[c, o] for c, o in self.initial]}, sort_keys=True)
+
+    @classmethod
+    def from_record(cls, raw: str) -> SurrogatePlan:
+        data = json.loads(raw)
+        data["source_keys"] = tuple(data.get("source_keys", ()))
+        data["initial"] = tuple((dict(c), str(o)) for c, o in data.get("initial", ()))
+        return cls(**data)
+
+
+@dataclass
+class Planned:
+    """A sampler and the plan it was built from."""
+
+    sampler: Sampler
+    plan: SurrogatePlan
+    extra_tags: dict[str, Any] = field(default_factory=dict)
+
+
+def surrogate_names() -> tuple[str, ...]:
+    """The registry's surrogates (the benchmark's methods beside the samplers)."""
+    from agent.surrogates import registry
+
+    return registry.names()
+
+
+def source_cache() -> SourceFits:
+    """A cache of source fits to share across studies over the same history (benchmark workers)."""
+    return SourceFits()
 
 
 def default_study_name(dataset_name: str, job_name: str) -> str:
@@ -52,142 +125,211 @@ def default_study_name(dataset_name: str, job_name: str) -> str:
     return f"{short}-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_study(req: StartRequest, echo: Any = print) -> tuple[Study, Any, Any, tuple[Any, Any]]:
-    """Validates a start request, creates the study in the store, returns what running needs."""
-    from pathlib import Path
+def open_store(tracking_uri: str | None, artifact_root: str | None) -> KnowledgeBase:
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
 
-    from agent.data import describe_dataset, load_dataset, sample_dataset, split_dataset
+    return MlflowKnowledgeBase(tracking_uri, artifact_root)
+
+
+def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exclude: str) -> list[SourceTask]:
+    from agent.knowledge.history import load_history
+
+    history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
+                           exclude_fingerprints={exclude})
+    return source_tasks(history, space)
+
+
+def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: Any, requested: str,
+                 exclude_fingerprint: str, fits: SourceFits | None = None,
+                 recorded: SurrogatePlan | None = None) -> Planned:
+    """The study's sampler: ``random``/``tpe``, or BO on the surrogate the registry resolves.
+
+    With ``recorded`` (a resumed study) the same surrogate is rebuilt on the same sources and
+    meta-model, with the same initial configurations; anything missing or changed is refused.
+    """
+    from agent.surrogates import registry
+
+    models_dir = Path(settings.models_dir)
+    if settings.sampler != "bo":
+        sampler: Sampler = (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
+        plan = SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir))
+        return Planned(sampler, plan)
+    needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
+    sources = _history_sources(kb, settings, space, exclude_fingerprint) if needs_history or recorded else []
+    if recorded is not None:
+        sources = _recorded_sources(sources, recorded)
+    inputs = SurrogateInputs(space, tuple(sources), models_dir, settings.seed, settings.k, settings.prior_mean or "constant",
+                             tuple(n.key for n in getattr(warm, "neighbours", ())), fits or SourceFits())
+    resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)
+    version = registry.get(resolution.name).meta_model_version(models_dir)
+    if recorded is not None and version != recorded.meta_model:
+        raise StudyError(f"the {resolution.name} meta-model in {models_dir} changed since the study started "
+                         f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original")
+    surrogate = registry.prepare(resolution, inputs)
+    if recorded is not None:
+        initial = list(recorded.initial)
+    else:
+        initial = _initial_configs(space, warm, surrogate)
+    plan = SurrogatePlan("bo", requested, surrogate.name, surrogate.note, str(models_dir), version,
+                         tuple(s.key for s in sources), tuple(initial))
+    return Planned(BoSampler(space, settings, surrogate, initial), plan)
+
+
+def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> list[SourceTask]:
+    by_key = {s.key: s for s in sources}
+    missing = [k for k in recorded.source_keys if k not in by_key]
+    if missing:
+        raise StudyError(f"{len(missing)} of the {len(recorded.source_keys)} historical datasets this study's "
+                         f"surrogate was built on are gone from the store (e.g. {missing[0]}); it cannot resume as it started")
+    return [by_key[k] for k in recorded.source_keys]
+
+
+def _initial_configs(space: Any, warm: Any, surrogate: Any) -> list[tuple[dict[str, Any], str]]:
+    """Warm-start seeds, then the surrogate's start points, without repeats."""
+    from agent.tuning.bo import point_key
+
+    out: list[tuple[dict[str, Any], str]] = []
+    seen: set[tuple[float, ...]] = set()
+    points = [(c, o) for c, o in (warm.seeds if warm is not None else [])]
+    points += [(space.decode(u), f"init:{surrogate.name}") for u in surrogate.start_points()]
+    for config, origin in points:
+        key = point_key(space.snap(space.encode(config))[0])
+        if key not in seen:
+            seen.add(key)
+            out.append((dict(config), origin))
+    return out
+
+
+def prepare_study(req: StartRequest, echo: Any = print, kb: KnowledgeBase | None = None,
+                  fits: SourceFits | None = None) -> tuple[Study, Any, Any, Any]:
+    """Validates a start request, creates the study in the store, returns ``(study, job, data, split)``.
+
+    ``kb`` replaces the store named by the request (the benchmark's in-memory store); ``fits``
+    shares source fits across studies (the benchmark's workers).
+    """
     from agent.jobs import load_job
-    from agent.meta.handcrafted import handcrafted_metafeatures
-    from agent.tuning.warmstart import PRIOR_MEANS, WARM_METHODS, plan_warm_start
+    from agent.jobs.base import BenchmarkJob
 
-    check_positive("--trials", req.trials)
-    check_positive("--epochs", req.epochs)
-    check_positive("--k", req.k)
-    if req.warm_start not in WARM_METHODS:
-        raise StudyError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {req.warm_start!r}")
-    if req.prior_mean not in (None, *PRIOR_MEANS):
-        raise StudyError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {req.prior_mean!r}")
+    req.check()
     job = load_job(req.job)
-    dataset = load_dataset(req.dataset, label=req.label)
-    job.check_dataset(dataset)
-    summary = describe_dataset(dataset)
-    sample = sample_dataset(dataset, SAMPLE_SIZE, seed=req.seed)
-    kb = MlflowKnowledgeBase(req.tracking_uri, req.artifact_root)
-    name = req.study_name or default_study_name(dataset.name, job.name)
+    if isinstance(job, BenchmarkJob):
+        data, sample, split = job.task(req.dataset), None, None
+        summary: dict[str, Any] = {"source": job.name, "kind": "benchmark", "instance": data.instance}
+    else:
+        from agent.data import describe_dataset, load_dataset, sample_dataset, split_dataset
+
+        data = load_dataset(req.dataset, label=req.label)
+        job.check_dataset(data)
+        summary = describe_dataset(data)
+        sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
+        split = None
+    kb = kb or open_store(req.tracking_uri, req.artifact_root)
+    name = req.study_name or default_study_name(data.name, job.name)
     if kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
-    warm = plan_warm_start(kb, job, dataset, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
-    n_init = req.n_init if req.n_init is not None else (len(warm.seeds) or min(5, req.trials))
-    settings = StudySettings(
-        job=req.job,
-        job_name=job.name,
-        dataset=req.dataset,
-        dataset_name=dataset.name,
-        fingerprint=dataset.fingerprint,
-        space_signature=job.space.signature(),
-        metric=req.metric or job.metric,
-        mode=req.mode or job.mode,
-        trials=req.trials,
-        epochs=req.epochs,
-        time_limit=req.time_limit,
-        init=req.init,
-        n_init=n_init,
-        acq=req.acq,
-        random_every=req.random_every,
-        seed=req.seed,
-        val_fraction=req.val_fraction,
-        label=req.label,
-        warm_start=req.warm_start,
-        k=req.k,
-        prior_mean=warm.prior_mean,
-        surrogate=req.surrogate,
-    )  # validates the remaining options, so bad input stops before anything is printed or written
+    warm = _plan_warm_start(kb, job, data, sample, summary, req)
+    settings = _settings(req, job, data, warm, n_init=req.n_init or 1)  # validates before anything is written
+    planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits)
+    n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
+    settings = _settings(req, job, data, warm, n_init)
+    if isinstance(planned.sampler, BoSampler):
+        planned.sampler = BoSampler(job.space, settings, planned.sampler.surrogate, planned.plan.initial)
+    else:
+        planned.sampler = type(planned.sampler)(job.space, settings)  # type: ignore[call-arg]
     if warm.message:
         echo(warm.message)
+    echo(planned.plan.note)
     description = (
-        f"Tuning job `{job.name}` on dataset `{dataset.name}` ({dataset.n} instances, "
-        f"{dataset.num_classes} classes): {settings.trials} trials of {settings.epochs} epochs, "
-        f"{settings.n_init} x {settings.init} then BO with {settings.acq}, "
+        f"Tuning job `{job.name}` on `{data.name}`: {settings.trials} trials"
+        + (f" of {settings.epochs} epochs" if split is not None or not isinstance(job, BenchmarkJob) else "")
+        + f", {settings.n_init} initial then {settings.sampler} ({planned.plan.surrogate}, {settings.acq}), "
         f"{settings.mode} {settings.metric}, seed {settings.seed}. {warm.message}"
     )
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
-    sampler, choice = make_sampler(kb, job.space, settings, warm, Path(req.models_dir), req.surrogate, dataset.fingerprint)
-    echo(choice.message)
-    kb.set_study_tags(record, {
-        "metafeatures": handcrafted_metafeatures(sample[0], sample[1], summary),
+    tags: dict[str, Any] = {
         "warm_start": warm.to_record(),
         "warm_start_method": warm.method,
         "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
-        "surrogate": choice.name,
-        "surrogate_note": choice.message,
-    })
-    study = Study(kb, record, job.space, sampler)
-    return study, job, dataset, split_dataset(dataset, settings.val_fraction, settings.seed)
+        "surrogate": planned.plan.surrogate,
+        "surrogate_note": planned.plan.note,
+        PLAN_TAG: planned.plan.to_record(),
+    }
+    if sample is not None:
+        from agent.meta.handcrafted import handcrafted_metafeatures
+
+        tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
+    kb.set_study_tags(record, tags)  # type: ignore[attr-defined]
+    study = Study(kb, record, job.space, planned.sampler)
+    if not isinstance(job, BenchmarkJob):
+        from agent.data import split_dataset
+
+        split = split_dataset(data, settings.val_fraction, settings.seed)
+    return study, job, data, split
 
 
-def make_sampler(kb: Any, space: Any, settings: StudySettings, warm: Any, models_dir: Any, surrogate: str,
-                 exclude_fingerprint: str) -> tuple[BoSampler, Any]:
-    """The study's sampler: warm-start seeds, prior mean (for the GP) and transfer surrogate."""
-    from agent.knowledge.history import load_history
-    from agent.surrogates.transfer import choose_surrogate, model_builder, source_tasks
-    from agent.tuning.warmstart import neighbour_mean_factory
+def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any],
+                     req: StartRequest) -> Any:
+    from agent.tuning.warmstart import WarmStart, plan_warm_start
 
-    sources = []
-    if surrogate != "gp":
-        history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
-                               exclude_fingerprints={exclude_fingerprint})
-        sources = source_tasks(history, space)
-    choice = choose_surrogate(surrogate, sources, models_dir, space.signature())
-    builder, choice = model_builder(choice, sources, models_dir, seed=settings.seed)
-    mean = neighbour_mean_factory(warm, space, kb) if builder is None else None
-    if builder is None and warm.prior_mean == "observations":
-        mean = observation_neighbours(kb, space, settings, sources, exclude_fingerprint)
-    sampler = BoSampler(space, settings, seeds=warm.seeds, mean_module_factory=mean, model_builder=builder)
-    return sampler, choice
+    if sample is None:  # a benchmark task has no data to compute meta-features from
+        if req.warm_start == "none":
+            return WarmStart("none", message="warm start off (--warm-start none)", prior_mean=req.prior_mean or "constant")
+        prior = req.prior_mean or "observations"
+        return WarmStart("none", message=f"warm start: benchmark tasks have no meta-features; prior mean: {prior}",
+                         prior_mean=prior)
+    return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
 
 
-def observation_neighbours(kb: Any, space: Any, settings: StudySettings, sources: list, exclude_fingerprint: str) -> Any:
-    """The neighbours' prior mean with neighbours re-chosen from the study's observations, or None."""
-    from agent.knowledge.history import load_history
-    from agent.surrogates.neighbour_mean import ObservationNeighbours
-    from agent.surrogates.transfer import source_tasks
-
-    if not sources:
-        history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
-                               exclude_fingerprints={exclude_fingerprint})
-        sources = source_tasks(history, space)
-    return ObservationNeighbours(sources, k=settings.k) if sources else None
+def _settings(req: StartRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
+    return StudySettings(
+        job=req.job, job_name=job.name, dataset=req.dataset, dataset_name=data.name, fingerprint=data.fingerprint,
+        space_signature=job.space.signature(), metric=req.metric or job.metric, mode=req.mode or job.mode,
+        trials=req.trials, epochs=req.epochs, time_limit=req.time_limit, init=req.init, n_init=n_init, acq=req.acq,
+        random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label,
+        warm_start=req.warm_start, k=req.k, prior_mean=warm.prior_mean, surrogate=req.surrogate,
+        sampler=req.sampler, models_dir=req.models_dir,
+    )
 
 
-def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None, models_dir: str = "models") -> tuple[Study, Any]:
-    """Loads a stored study and its job; refuses when the job's space changed since."""
+def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None,
+               models_dir: str | None = None, kb: KnowledgeBase | None = None) -> tuple[Study, Any]:
+    """Loads a stored study, its job and the sampler it was planned with; refuses what changed."""
     from agent.jobs import load_job
+    from agent.knowledge.mlflow_store import store_exists
+    from agent.tuning.warmstart import WarmStart
 
-    kb = MlflowKnowledgeBase(tracking_uri, artifact_root)
-    if not store_exists(kb.tracking_uri):
-        raise StudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")
+    if kb is None:
+        kb = open_store(tracking_uri, artifact_root)
+        if not store_exists(kb.tracking_uri):  # type: ignore[attr-defined]
+            raise StudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # type: ignore[attr-defined]
     record = kb.find_study(name)
     if record is None:
-        raise StudyError(f"no study named {name!r} in {kb.tracking_uri}")
+        raise StudyError(f"no study named {name!r} in {getattr(kb, 'tracking_uri', 'this store')}")
     job = load_job(record.settings["job"])
     study = Study.load(kb, name, job.space)
-    tags = kb.study_tags(record)
-    if tags.get("warm_start"):
-        from pathlib import Path
-
-        from agent.tuning.warmstart import WarmStart
-
-        warm = WarmStart.from_record(json.loads(tags["warm_start"]))
-        surrogate = tags.get("surrogate", "gp")  # the recorded choice, not a fresh 'auto'
-        study.sampler, _ = make_sampler(kb, job.space, study.settings, warm, Path(models_dir), surrogate, record.fingerprint)
+    tags = kb.study_tags(record)  # type: ignore[attr-defined]
+    warm = WarmStart.from_record(json.loads(tags["warm_start"])) if tags.get("warm_start") else None
+    settings = study.settings
+    if models_dir is not None and models_dir != settings.models_dir:
+        raise StudyError(f"study {name!r} was planned with --models-dir {settings.models_dir}, not {models_dir}")
+    if tags.get(PLAN_TAG):
+        recorded = SurrogatePlan.from_record(tags[PLAN_TAG])
+        planned = plan_sampler(kb, job.space, settings, warm, recorded.requested, record.fingerprint, recorded=recorded)
+        study.sampler = planned.sampler
+    elif warm is not None:  # a study from before plans were recorded: its recorded surrogate choice
+        planned = plan_sampler(kb, job.space, settings, warm, tags.get("surrogate", "gp"), record.fingerprint)
+        study.sampler = planned.sampler
     return study, job
 
 
-def load_study_data(study: Study) -> tuple[Any, tuple[Any, Any]]:
-    from agent.data import load_dataset, split_dataset
+def load_study_data(study: Study, job: Any = None) -> tuple[Any, Any]:
+    from agent.jobs.base import BenchmarkJob
 
     s = study.settings
+    if isinstance(job, BenchmarkJob):
+        return job.task(s.dataset), None
+    from agent.data import load_dataset, split_dataset
+
     dataset = load_dataset(s.dataset, label=s.label)
     if dataset.fingerprint != s.fingerprint:
         raise StudyError(

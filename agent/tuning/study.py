@@ -27,27 +27,35 @@ from agent.knowledge.base import (
     TrialRecord,
 )
 from agent.space import SearchSpace
-from agent.tuning.sampler import BoSampler
+from agent.tuning.sampler import BoSampler, Sampler
+
+
+def cold_sampler(space: SearchSpace, settings: StudySettings) -> BoSampler:
+    """BO on the target's own GP: the sampler of a study with no plan."""
+    from agent.surrogates.contract import SurrogateInputs
+    from agent.surrogates.specs import GpSurrogate
+
+    return BoSampler(space, settings, GpSurrogate(SurrogateInputs(space, seed=settings.seed)))
 
 
 class Study:
     """A handle on one stored study; see the module docstring."""
 
     def __init__(
-        self, kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, sampler: BoSampler | None = None
+        self, kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, sampler: Sampler | None = None
     ) -> None:
         self.kb = kb
         self.record = record
         self.space = space
         self.settings = StudySettings.from_dict(record.settings)
-        self.sampler = sampler or BoSampler(space, self.settings)
+        self.sampler = sampler if sampler is not None else cold_sampler(space, self.settings)
 
     @property
     def name(self) -> str:
         return self.record.name
 
     @classmethod
-    def load(cls, kb: KnowledgeBase, name: str, space: SearchSpace, sampler: BoSampler | None = None) -> "Study":
+    def load(cls, kb: KnowledgeBase, name: str, space: SearchSpace, sampler: Sampler | None = None) -> "Study":
         record = kb.find_study(name)
         if record is None:
             raise StudyError(f"no study named {name!r} in this tracking store")

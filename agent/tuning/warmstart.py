@@ -17,12 +17,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from agent.config import PRIOR_MEANS, WARM_METHODS  # noqa: F401 - re-exported for callers
 from agent.errors import TuneAgentError
-from agent.knowledge.history import HistoricalDataset, load_history, with_evaluations_loaded
+from agent.knowledge.history import HistoricalDataset, load_history, surface_data, with_evaluations_loaded
 from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, vectors_for
 
-WARM_METHODS = ("auto", "learned", "handcrafted", "none")
-PRIOR_MEANS = ("neighbours", "observations", "constant")
 
 
 @dataclass(frozen=True)
@@ -139,7 +138,7 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     if warm.prior_mean != "neighbours" or not warm.neighbours:
         return None
     from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
-    from agent.tuning.bo import torch_threads
+    from agent.surrogates.gp import torch_threads
 
     history = {h.key: h for h in warm.history if h.evaluations}
     if kb is not None and any(n.key not in history for n in warm.neighbours):
@@ -160,16 +159,3 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     if not surfaces:
         return None
     return lambda *observations: NeighbourMean(surfaces)
-
-
-def surface_data(h: HistoricalDataset, space: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A neighbour's evaluations as cube points and maximised values."""
-    sign = -1.0 if h.mode == "min" else 1.0
-    rows, values = [], []
-    for e in h.evaluations:
-        try:
-            rows.append(space.encode(e.config))
-        except TuneAgentError:
-            continue
-        values.append(sign * e.value)
-    return np.array(rows).reshape(-1, space.dim), np.array(values)

@@ -21,7 +21,7 @@ SPECS = ["wine", "wine?fraction=0.5&seed=1", "iris", "iris?fraction=0.6&seed=1",
          "breast-cancer?fraction=0.3&seed=2", "breast-cancer?fraction=0.2&seed=1"]
 TINY = {
     "export": {"job": "mlp", "min_datasets": 4},
-    "distances": {"normalisation": "rank", "emd": False, "surrogate_points": 32},
+    "distances": {"normalisation": "rank", "emd": False},
     "meta_features": {"aggregator": "mean", "meta_dim": 8, "hidden": 16, "tau": 16, "pairs_per_step": 4,
                       "steps": 25, "lr": 0.003, "weight_decay": 0.0, "seed": 0},
     "transfer": {"hidden": 16, "heads": 2, "meta_steps": 10, "inner_steps": 1, "inner_lr": 0.001,

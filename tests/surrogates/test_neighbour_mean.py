@@ -7,7 +7,7 @@ import torch
 
 from agent.space import Float, SearchSpace
 from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
-from agent.tuning.bo import fit_gp, propose_next
+from agent.surrogates.gp import fit_gp
 
 
 def f(U: np.ndarray) -> np.ndarray:
@@ -32,10 +32,26 @@ def test_neighbour_prior_drives_a_bo_step_towards_the_neighbours_optimum() -> No
     space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
     rng = np.random.default_rng(1)
     U_n = rng.random((40, 2))
-    surface = fit_neighbour_surface(U_n, f(U_n))
     U = np.array([[0.1, 0.9], [0.3, 0.7], [0.2, 0.5]])
-    u = propose_next(space, U, f(U), "logei", iteration=1, seed=0, mean_module=NeighbourMean([surface]))
+    u = _gp_step(space, (U_n, f(U_n)), U, f(U))
     assert np.linalg.norm(u - np.array([0.8, 0.2])) < 0.3
+
+
+def _gp_step(space: SearchSpace, neighbour: tuple, U: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """One step of the product's sampler on the gp surrogate whose prior mean is ``neighbour``'s surface."""
+    from agent.config import StudySettings
+    from agent.surrogates.contract import SourceTask, SurrogateInputs
+    from agent.surrogates.gp import normal_scores
+    from agent.surrogates.specs import GpSurrogate
+    from agent.tuning.sampler import BoSampler
+
+    source = SourceTask("n", "neighbour", neighbour[0], normal_scores(neighbour[1]))
+    surrogate = GpSurrogate(SurrogateInputs(space, (source,), prior_mean="neighbours", neighbour_keys=("n",)))
+    assert surrogate.mean_kind == "neighbours"
+    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=10, n_init=1)
+    u, _ = BoSampler(space, settings, surrogate).propose(U, y, U, 1, 0, np.random.default_rng(0))
+    return u
 
 
 def test_neighbours_are_chosen_from_the_targets_observations() -> None:

@@ -12,7 +12,7 @@ from botorch.acquisition import LogExpectedImprovement
 from botorch.optim import optimize_acqf
 
 from agent.surrogates.rgpe import RGPE, build_rgpe, fit_source_gps, rgpe_weights
-from agent.tuning.bo import torch_threads
+from agent.surrogates.gp import torch_threads
 
 D = 2
 

@@ -39,54 +39,55 @@ def test_source_without_a_surface_is_not_informative() -> None:
     assert informative(models) == [True, False]
 
 
-def test_harness_falls_back_to_the_cold_start_design_when_the_history_is_noise() -> None:
-    """RGPE in the benchmark: with only noise sources it runs exactly as gp."""
-    from agent.bench.methods import GpSearch
-    from agent.bench.transfer_methods import RgpeSearch
+def _sources(tasks) -> tuple:
+    from agent.surrogates.contract import SourceTask
+    from agent.surrogates.gp import normal_scores
+
+    return tuple(SourceTask(f"k{i}", f"task-{i}", U, normal_scores(y)) for i, (U, y) in enumerate(tasks))
+
+
+def _run(name: str, sources: tuple, models_dir, seed: int, steps: int = 10) -> list[tuple[dict, str]]:
+    """``steps`` suggestions of the product's sampler on the surrogate ``name``."""
+    from agent.config import StudySettings
+    from agent.knowledge.base import TRIAL_OK, TrialRecord
     from agent.space import Float, SearchSpace
+    from agent.surrogates import registry
+    from agent.surrogates.contract import SurrogateInputs
+    from agent.tuning.sampler import BoSampler
 
     space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
+    surrogate = registry.prepare(registry.Resolution(name), SurrogateInputs(space, sources, models_dir, seed=seed))
+    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=steps, n_init=5, seed=seed)
+    sampler, trials = BoSampler(space, settings, surrogate), []
+    for number in range(steps):
+        s = sampler.suggest(number, trials)
+        u = space.encode(s.config)
+        trials.append(TrialRecord(str(number), number, TRIAL_OK, s.config, float(f(u[None])[0]), s.origin))
+    return [(dict(t.config), t.origin) for t in trials]
+
+
+def test_rgpe_over_noise_history_runs_as_gp(tmp_path) -> None:
+    """With only noise sources the guard leaves none: the whole study is gp's, step for step."""
     rng = np.random.default_rng(2)
-    history = [(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(3))]
-    rgpe, gp = RgpeSearch(space), GpSearch(space)
-    rgpe.start(0, history, seed=3)
-    gp.start(0, history, seed=3)
-    U, y = np.empty((0, 2)), np.empty(0)
-    for _ in range(10):  # the whole run is gp's: Sobol design, GP steps, the interleaved random one
-        u = rgpe.suggest(U, y)
-        np.testing.assert_allclose(u, gp.suggest(U, y))
-        U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
+    noise = _sources([(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(3))])
+    assert _run("rgpe", noise, tmp_path, seed=3) == _run("gp", (), tmp_path, seed=3)
 
 
-def test_tnp_stands_aside_when_the_history_is_noise(tmp_path, monkeypatch) -> None:
-    """TNP in the benchmark: it attends only to informative sources; with none it runs as gp."""
-    from agent.bench import transfer_methods
-    from agent.bench.methods import GpSearch
-    from agent.bench.transfer_methods import TnpSearch, pretrain_tnp_folds
+def test_tnp_stands_aside_when_the_history_is_noise(tmp_path) -> None:
+    """The TNP attends only to informative sources; with none it runs as gp, without loading a net."""
+    from agent.surrogates import registry
+    from agent.surrogates.contract import SurrogateInputs
     from agent.space import Float, SearchSpace
-    from agent.surrogates.tnp import TNPConfig
+    from agent.tuning.metamodels import tnp_settings, train_tnp
 
-    monkeypatch.setenv("TUNE_AGENT_BENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(transfer_methods, "_config", lambda: TNPConfig(meta_steps=5, hidden=16, heads=2))
-    monkeypatch.setattr(transfer_methods, "TNP_FOLDS", 2)
-    space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
     rng = np.random.default_rng(4)
     tasks = [(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(4))]
-    pretrain_tnp_folds(tasks)
-    history = tasks[1:]  # target is task 0
-    tnp, gp = TnpSearch(space), GpSearch(space)
-    tnp.start(0, history, seed=5)
-    gp.start(0, history, seed=5)
-    U, y = np.empty((0, 2)), np.empty(0)
-    for _ in range(10):  # the whole run is gp's
-        u = tnp.suggest(U, y)
-        np.testing.assert_allclose(u, gp.suggest(U, y))
-        U, y = np.vstack([U, u]), np.append(y, f(u[None])[0])
-    assert "tnp" not in tnp.context.cache  # the network was never consulted
+    assert _run("tnp", _sources(tasks), tmp_path / "no-net", seed=5) == _run("gp", (), tmp_path, seed=5)
 
     # A history with a surface keeps its sources in the bank.
-    faithful = [(U_, f(U_)) for U_, _ in tasks]
-    pretrain_tnp_folds(faithful)
-    tnp.start(0, faithful[1:], seed=5)
-    tnp.suggest(np.empty((0, 2)), np.empty(0))
-    assert len(tnp.context.cache["bank"]) == 3
+    space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
+    faithful = _sources([(U_, f(U_)) for U_, _ in tasks])
+    train_tnp(list(faithful), "j", space.signature(), tmp_path / "net", tnp_settings({"meta_steps": 5, "hidden": 16, "heads": 2}))
+    surrogate = registry.prepare(registry.Resolution("tnp"), SurrogateInputs(space, faithful[1:], tmp_path / "net"))
+    assert surrogate.name == "tnp" and len(surrogate.bank) == 3

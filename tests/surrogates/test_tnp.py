@@ -14,7 +14,7 @@ from botorch.optim import optimize_acqf
 
 from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, TNPModel, build_tnp_model
 from agent.surrogates.tnp_train import meta_train_tnp
-from agent.tuning.bo import torch_threads
+from agent.surrogates.gp import torch_threads
 
 CONFIG = TNPConfig(
     hidden=32, heads=4, meta_steps=250, meta_batch=1, memory_tasks=3, memory_points=15,

@@ -7,8 +7,20 @@ import pytest
 
 from agent.errors import TuneAgentError
 from agent.space import Categorical, Float, Int, SearchSpace
-from agent.tuning.bo import impute_failures, propose_next, ucb_beta
-from agent.tuning.design import INIT_METHODS, initial_design
+from agent.config import INIT_METHODS, StudySettings
+from agent.surrogates.gp import impute_failures
+from agent.surrogates.gp import ucb_beta
+from agent.design import initial_design
+from agent.tuning.study import cold_sampler
+
+
+def propose_next(space: SearchSpace, U: np.ndarray, y: np.ndarray, acq: str, iteration: int, seed: int) -> np.ndarray:
+    """One BO step of the product's sampler on the cold GP."""
+    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=len(y) + 1,
+                             n_init=1, acq=acq, random_every=0, seed=seed)
+    u, _ = cold_sampler(space, settings).propose(U, y, U, iteration, seed, np.random.default_rng(seed))
+    return u
 
 
 @pytest.mark.parametrize("method", INIT_METHODS)
@@ -68,12 +80,10 @@ def test_bo_step_handles_categoricals_and_failures() -> None:
 
 def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     """Interleaved random search (SMAC's): steps 4, 8, ... after the design; 0 turns it off."""
-    from agent.config import StudySettings
     from agent.knowledge.base import TRIAL_OK, TrialRecord
     from agent.tuning.bo import interleaved_random, random_unseen
-    from agent.tuning.sampler import BoSampler
 
-    assert [s for s in range(1, 13) if interleaved_random(s)] == [4, 8, 12]
+    assert [s for s in range(1, 13) if interleaved_random(s, 4)] == [4, 8, 12]
     assert not any(interleaved_random(s, every=0) for s in range(1, 13))
 
     space = SearchSpace([Float("x", 0.0, 1.0), Int("k", 0, 3)])
@@ -89,7 +99,7 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     f = lambda u: -((u[0] - 0.7) ** 2)  # noqa: E731
     origins = {}
     for every in (4, 0):
-        sampler, history = BoSampler(space, settings(every)), []
+        sampler, history = cold_sampler(space, settings(every)), []
         for number in range(6):
             s = sampler.suggest(number, history)
             u = space.encode(s.config)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.config import INIT_METHODS
 from agent.errors import TuneAgentError
-
-INIT_METHODS = ("random", "lhs", "sobol", "halton")
 
 
 def initial_design(method: str, n: int, dim: int, seed: int) -> np.ndarray:

@@ -1,0 +1,50 @@
+"""`tune-agent bench lcbench`: the transfer benchmark on any YAHPO scenario, report included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from agent.bench.report import summarise, write_report
+from agent.bench.transfer import BenchConfig, check_methods, run_benchmark
+
+PROTOCOL = ("YAHPO Gym scenario, leave-one-task-out, {history} random history configs per source task imported into "
+            "an in-memory knowledge base, each run a product study (tune-agent start --job yahpo:...), budget {budget}, "
+            "regret normalised by {reference} random configs")
+
+
+def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None = None, target: str | None = None,
+                           maximize: bool | None = None, fidelity: Mapping[str, float] | None = None,
+                           quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
+                           workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
+                           fresh: bool = False, cache_dir: str = "data/bench-cache") -> dict[str, Any]:
+    """Runs the benchmark and writes ``out/metrics/<scenario>[_control].json`` and the plots.
+
+    Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
+    the next call with the same protocol; ``fresh`` deletes the journal first.
+    """
+    from agent.jobs import load_job
+    from agent.jobs.yahpo import yahpo_root
+
+    check_methods(methods)
+    scenario = Path(folder) if folder else yahpo_root() / "lcbench"
+    mode = None if maximize is None else ("max" if maximize else "min")
+    config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
+                         budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir,
+                         report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget))
+    job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
+    if tasks is not None:
+        config = BenchConfig(**{**config.__dict__, "tasks": tuple(job.scenario.instances[:tasks])})
+    name = scenario.name + ("" if control == "none" else f"_{control}")
+    journal = out / "data" / "bench-runs" / f"{name}.jsonl"
+    if fresh and journal.exists():
+        journal.unlink()
+    result = run_benchmark(methods, config, progress=progress, journal=journal)
+    metrics = out / "metrics" / f"{name}.json"
+    write_report(result, metrics, out / "plots" if control == "none" else out / "plots" / control)
+    report = {**summarise(result), "job": result["job"], "quick": quick, "control": control,
+              "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget,
+                                          reference=config.reference_size)}
+    metrics.write_text(json.dumps(report, indent=2) + "\n")
+    return report

@@ -1,0 +1,334 @@
+"""Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run by the product's own engine.
+
+Every run is an ordinary study of the surrogate-benchmark job (``--job yahpo:SCENARIO``, see
+:mod:`agent.jobs.yahpo`): the other tasks' histories are imported into a fresh knowledge base with
+the code of ``tune-agent import``, the study is created by :func:`agent.tuning.service.prepare_study`
+(warm start off, the method as ``--sampler``/``--surrogate``) and driven by ``Study.ask``/``tell``
+with :func:`agent.tuning.runner.run_trial` — exactly what ``tune-agent start`` runs. Methods are the
+samplers ``random`` and ``tpe`` and every surrogate of the registry.
+
+Protocol (LCBench defaults: Zimmer et al. 2021 through YAHPO Gym, Pfisterer et al. 2022):
+- each other task contributes ``history_size`` (100) configurations drawn uniformly in the cube
+  and snapped, from its own stream ``(history_seed, task index)``;
+- the target is the job's metric (lcbench: ``val_accuracy`` at epoch 52), 30 trials, 5 seeds;
+- regret after ``t`` trials is ``(best - best_so_far) / (max - min)`` over 5000 random
+  configurations of the task (fixed seed), clipped below at 0;
+- reported: mean regret at trials 1, 3, 5, 10, 20, 30, the average rank at trial 5 and the median
+  seconds per suggestion (``Study.ask``).
+
+For ``tnp`` the network is meta-trained once per fold (task ``i`` in fold ``i mod 5``) on the
+other folds' histories, read through the knowledge base like the product's ``train-transfer``
+stage; a target is always optimised with the network that never saw its fold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlencode
+
+import numpy as np
+
+from agent.errors import TuneAgentError
+
+QUICK_TASKS, QUICK_SEEDS = 4, 2
+TNP_FOLDS = 5
+SAMPLER_METHODS = ("random", "tpe")
+
+
+def method_names() -> tuple[str, ...]:
+    """Every method the benchmark can run: the samplers and the registry's surrogates."""
+    from agent.tuning.service import surrogate_names
+
+    return (*SAMPLER_METHODS, *surrogate_names())
+
+
+def check_methods(methods: Sequence[str]) -> None:
+    known = method_names()
+    unknown = [m for m in methods if m not in known]
+    if unknown or not methods:
+        raise TuneAgentError(f"unknown method {unknown[0] if unknown else '(none)'!r}; choose from {', '.join(known)}")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    scenario: str  # folder
+    target: str | None = None  # None: the scenario's default output
+    mode: str | None = None  # None: the scenario's default direction for the target
+    fidelity: Mapping[str, float] = field(default_factory=dict)
+    tasks: tuple[str, ...] | None = None  # None = every instance
+    seeds: int = 5
+    budget: int = 30
+    history_size: int = 100
+    report_at: tuple[int, ...] = (1, 3, 5, 10, 20, 30)
+    workers: int = 2  # <= 1 runs in this process
+    quick: bool = False
+    history_seed: int = 0
+    reference_size: int = 5000
+    reference_seed: int = 12345
+    control: str = "none"  # "shuffled": each source's responses permuted (negative-transfer control)
+    cache_dir: str = "data/bench-cache"
+
+    @property
+    def job_spec(self) -> str:
+        query = {k: v for k, v in (("target", self.target), ("mode", self.mode)) if v}
+        query.update({k: f"{v:g}" for k, v in sorted(self.fidelity.items())})
+        return f"yahpo:{Path(self.scenario).resolve()}" + (f"?{urlencode(query)}" if query else "")
+
+    def resolve(self, instances: Sequence[str]) -> BenchConfig:
+        """Explicit task list and seed count (quick mode: 4 tasks spread over the list, 2 seeds)."""
+        if self.control not in ("none", "shuffled"):
+            raise TuneAgentError(f"unknown control {self.control!r}; choose none or shuffled")
+        if self.tasks is not None:
+            unknown = sorted(set(self.tasks) - set(instances))
+            if unknown:
+                raise TuneAgentError(f"unknown task {unknown[0]!r}; the scenario has {', '.join(instances[:8])}, ...")
+            return self
+        if not self.quick:
+            return replace(self, tasks=tuple(instances))
+        step = max(len(instances) // QUICK_TASKS, 1)
+        return replace(self, tasks=tuple(instances[::step][:QUICK_TASKS]), seeds=min(self.seeds, QUICK_SEEDS))
+
+
+# -- protocol ------------------------------------------------------------------------------------
+def make_histories(job: Any, config: BenchConfig) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per task: ``history_size`` uniform cube points (snapped) and their objective values, with the
+    control applied (shuffled: each task's values permuted over its configurations)."""
+    space, out = job.space, {}
+    for i, instance in enumerate(job.scenario.instances):
+        U = space.snap(np.random.default_rng([config.history_seed, i]).random((config.history_size, space.dim)))
+        y = np.asarray(job.evaluate_many(U, job.task(instance)), dtype=float)
+        if config.control == "shuffled":
+            y = np.random.default_rng([config.history_seed, 99, i]).permutation(y)
+        out[instance] = (U, y)
+    return out
+
+
+def history_store(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]], tasks: Sequence[str],
+                  kb: Any = None) -> Any:
+    """A knowledge base holding ``tasks``' histories, imported as ``tune-agent import`` does."""
+    import pandas as pd
+
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.importer import import_table
+
+    kb = kb if kb is not None else open_knowledge_base("memory:")
+    rows = [{"task": t, **job.space.decode(u), "value": float(v)} for t in tasks for u, v in zip(*histories[t])]
+    if rows:
+        import_table(kb, pd.DataFrame(rows), job.space, job.name, job.metric, job.mode, prefix="bench")
+    return kb
+
+
+def reference_range(job: Any, task: str, config: BenchConfig) -> tuple[float, float]:
+    """(worst, best) of the objective over ``reference_size`` random configurations, maximised."""
+    U = job.space.snap(np.random.default_rng(config.reference_seed).random((config.reference_size, job.space.dim)))
+    y = np.asarray(job.evaluate_many(U, job.task(task)), dtype=float) * (1.0 if job.mode == "max" else -1.0)
+    return float(y.min()), float(y.max())
+
+
+def normalised_regret(y: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Best-so-far regret per trial (``y`` maximised), scaled by the reference range, clipped at 0."""
+    best = np.maximum.accumulate(np.asarray(y, dtype=float))
+    return np.clip((high - best) / max(high - low, 1e-12), 0.0, None)
+
+
+# -- TNP folds -----------------------------------------------------------------------------------
+def fold_of(task_index: int) -> int:
+    return task_index % TNP_FOLDS
+
+
+def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]], fold: int,
+                 config: BenchConfig, tnp_params: Mapping[str, Any] | None = None) -> Path:
+    """The models dir of the TNP meta-trained on the tasks outside ``fold`` (trained if not cached).
+
+    Named by the TNP settings and the training sources' contents, so a control's shuffled
+    histories never reuse a network meta-trained on the real ones.
+    """
+    from agent.tuning.metamodels import history_sources, tnp_key, tnp_settings, tnp_trained, train_tnp
+
+    settings = tnp_settings(tnp_params)
+    tasks = [t for i, t in enumerate(job.scenario.instances) if fold_of(i) != fold]
+    sources = history_sources(history_store(job, histories, tasks), job.name, job.space)
+    folder = Path(config.cache_dir) / f"tnp-{job.name}-fold{fold}-{tnp_key(sources, settings)}"
+    if not tnp_trained(folder):
+        train_tnp(sources, job.name, job.space.signature(), folder, settings)
+    return folder
+
+
+# -- one run -------------------------------------------------------------------------------------
+def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget: int,
+               models_dir: str = "models", fits: Any = None) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
+    """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start`` runs it.
+
+    Returns the configurations in trial order, the objective values (maximised) and the seconds
+    each ``ask`` took.
+    """
+    from agent.tuning.runner import run_trial
+    from agent.tuning.service import StartRequest, prepare_study
+
+    sampler = method if method in SAMPLER_METHODS else "bo"
+    surrogate = "gp" if method in SAMPLER_METHODS else method
+    req = StartRequest(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
+                       warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir)
+    study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
+    configs, values, seconds = [], [], []
+    for _ in range(budget):
+        start = time.perf_counter()
+        trial = study.ask()
+        seconds.append(time.perf_counter() - start)
+        outcome = run_trial(study, trial, job, data, None)
+        study.tell(trial, value=outcome.value, failed=outcome.reason or None, duration=outcome.fit_seconds)
+        configs.append(dict(trial.config))
+        values.append(np.nan if outcome.value is None else study.settings.sign * outcome.value)
+    return configs, np.array(values), seconds
+
+
+# -- workers -------------------------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}  # per process: the job, its histories and the source fits
+
+
+@dataclass(frozen=True)
+class _Job:
+    task: str
+    seed: int
+    methods: tuple[str, ...]
+    config: BenchConfig
+    fold_dir: str | None
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _worker_state(config: BenchConfig) -> tuple[Any, dict, Any]:
+    from agent.jobs import load_job
+    from agent.tuning.service import source_cache
+
+    key = json.dumps({**asdict(config), "tasks": None, "seeds": 0, "workers": 0}, sort_keys=True, default=str)
+    if _WORKER.get("key") != key:
+        job = load_job(config.job_spec)
+        _WORKER.update(key=key, job=job, histories=make_histories(job, config), fits=source_cache())
+    return _WORKER["job"], _WORKER["histories"], _WORKER["fits"]
+
+
+def _run_job(job_args: _Job) -> dict[str, Any]:
+    """All methods on one (task, seed): regret curves and suggestion times per method."""
+    config = job_args.config
+    job, histories, fits = _worker_state(config)
+    low, high = reference_range(job, job_args.task, config)
+    sources = [t for t in job.scenario.instances if t != job_args.task]
+    out: dict[str, Any] = {"task": job_args.task, "seed": job_args.seed, "methods": {}}
+    for method in job_args.methods:
+        kb = history_store(job, histories, sources)
+        models_dir = job_args.fold_dir if method == "tnp" and job_args.fold_dir else "models"
+        _, y, seconds = run_method(config.job_spec, job_args.task, method, kb, job_args.seed, config.budget,
+                                   models_dir, fits)
+        out["methods"][method] = {"regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
+                                  "seconds": seconds}
+    return out
+
+
+def protocol_key(config: BenchConfig, method: str) -> str:
+    """What makes a run's result reproducible: scenario, protocol settings, control and method."""
+    fields = {k: v for k, v in asdict(config).items() if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")}
+    fields["scenario"] = Path(config.scenario).name
+    blob = json.dumps({"method": method, "engine": "study", **fields}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _load_journal(path: Path | None) -> dict[tuple[str, str, int], dict[str, Any]]:
+    done: dict[tuple[str, str, int], dict[str, Any]] = {}
+    if path is None or not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            done[(row["key"], row["task"], int(row["seed"]))] = row["result"]
+        except (ValueError, KeyError):
+            continue  # a line cut short by an interruption
+    return done
+
+
+def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callable[[str], None] | None = None,
+                  journal: Path | None = None) -> dict[str, Any]:
+    """Runs every method on every (task, seed); returns curves (`runs x budget`) and timings.
+
+    ``journal`` (a JSONL file) makes the run resumable: every finished (method, task, seed) is
+    appended with its :func:`protocol_key` and reused by the next call. Seeds are the outer loop,
+    so a partial run covers every task.
+    """
+    from agent.jobs import load_job
+
+    check_methods(methods)
+    job = load_job(config.job_spec)
+    config = config.resolve(job.scenario.instances)
+    keys = {m: protocol_key(config, m) for m in methods}
+    done = _load_journal(journal)
+    if journal is not None and journal.exists() and journal.stat().st_size:
+        with journal.open("rb+") as fh:  # a line cut by an interruption must not swallow the next one
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+    pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or ()]
+    folds: dict[int, str] = {}
+    jobs = []
+    for task, seed in pairs:
+        todo = tuple(m for m in methods if (keys[m], task, seed) not in done)
+        if not todo:
+            continue
+        fold = fold_of(job.scenario.instances.index(task))
+        if "tnp" in todo and fold not in folds:
+            histories = _worker_state(config)[1]
+            folds[fold] = str(tnp_fold_dir(job, histories, fold, config))
+        jobs.append(_Job(task, seed, todo, config, folds.get(fold)))
+    start = time.perf_counter()
+    if progress is not None and len(jobs) < len(pairs):
+        progress(f"{len(pairs) - len(jobs)} of {len(pairs)} (task, seed) runs taken from {journal}")
+    finished = [0]
+
+    def record(run: dict[str, Any]) -> None:
+        finished[0] += 1
+        for m, r in run["methods"].items():
+            done[(keys[m], run["task"], run["seed"])] = r
+        if journal is not None:
+            journal.parent.mkdir(parents=True, exist_ok=True)
+            with journal.open("a") as fh:
+                for m, r in run["methods"].items():
+                    fh.write(json.dumps({"key": keys[m], "method": m, "task": run["task"], "seed": run["seed"],
+                                         "result": r}) + "\n")
+        if progress is not None:
+            finals = ", ".join(f"{m} {r['regret'][-1]:.3f}" for m, r in run["methods"].items())
+            progress(f"[{finished[0]}/{len(jobs)}] task {run['task']} seed {run['seed']} "
+                     f"({time.perf_counter() - start:.0f} s): regret@{config.budget} {finals}")
+
+    if config.workers <= 1:
+        _worker_init()
+        for j in jobs:
+            record(_run_job(j))
+    else:
+        with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+            for future in as_completed([pool.submit(_run_job, j) for j in jobs]):
+                record(future.result())
+    runs = [{"task": t, "seed": sd, "methods": {m: done[(keys[m], t, sd)] for m in methods}} for t, sd in pairs]
+    return {
+        "scenario": Path(config.scenario).name,
+        "job": job.name,
+        "config": {**asdict(config), "report_at": list(config.report_at)},
+        "tasks": list(config.tasks or ()),
+        "seeds": config.seeds,
+        "runs": [(r["task"], r["seed"]) for r in runs],
+        "regret": {m: [r["methods"][m]["regret"] for r in runs] for m in methods},
+        "suggest_seconds": {m: statistics.median(s for r in runs for s in r["methods"][m]["seconds"])
+                            for m in methods},
+        "wall_seconds": time.perf_counter() - start,
+        "runs_from_journal": {m: len(pairs) - sum(m in j.methods for j in jobs) for m in methods},
+    }

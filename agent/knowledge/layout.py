@@ -1,0 +1,85 @@
+"""How a study is written down, whatever the backend: its tags, its params and their text round trips.
+
+MLflow keeps tags and params as strings, so a record read back from it has been through text. The
+in-memory backend builds its records with the same functions, which is what makes both backends
+return equal :class:`~agent.knowledge.base.StudyRecord` contents for the same calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from agent.knowledge.base import StudyRecord
+
+# MLflow's limits (mlflow.utils.validation): longer tag values are cut, longer params rejected.
+TAG_LIMIT = 8000
+PARAM_LIMIT = 6000
+REASON_LIMIT = 4000
+STATUS_CREATED = "created"
+
+
+def to_json(value: Any) -> str:
+    """Sorted keys; what JSON cannot hold becomes its ``str``."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def config_json(config: Mapping[str, Any]) -> str:
+    """A trial configuration as text, keeping the search space's key order."""
+    return json.dumps(dict(config), default=str)
+
+
+def tag_value(value: Any) -> str:
+    """What :meth:`KnowledgeBase.set_study_tags` stores: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else to_json(value)
+
+
+def study_tags(name: str, settings: Mapping[str, Any], dataset_summary: Mapping[str, Any]) -> dict[str, str]:
+    """The tags :meth:`KnowledgeBase.create_study` gives a new study (without the backend's prefix).
+
+    Raises:
+        KeyError: ``settings`` lacks one of ``job_name``, ``dataset_name``, ``fingerprint``,
+            ``space_signature``, ``mode``, ``metric`` or ``seed``.
+    """
+    return {
+        "kind": "study",
+        "study": name,
+        "job": settings["job_name"],
+        "dataset": settings["dataset_name"],
+        "fingerprint": settings["fingerprint"],
+        "space_signature": settings["space_signature"],
+        "objective": f"{settings['mode']} {settings['metric']}",
+        "seed": str(settings["seed"]),
+        "status": STATUS_CREATED,
+        "settings": to_json(settings),
+        "dataset_kind": str(dataset_summary.get("kind", "")),
+    }
+
+
+def study_params(settings: Mapping[str, Any], dataset_summary: Mapping[str, Any]) -> dict[str, str]:
+    """``study.<key>`` for every flat setting and ``dataset.<key>`` for every dataset statistic."""
+    params = {f"study.{k}": v for k, v in settings.items() if not isinstance(v, (dict, list))}
+    params.update({f"dataset.{k}": v for k, v in dataset_summary.items()})
+    return {k: str(v)[:PARAM_LIMIT] for k, v in params.items()}
+
+
+def study_record(
+    study_id: str, start_time: int, tags: Mapping[str, str], params: Mapping[str, str], fallback_name: str = ""
+) -> StudyRecord:
+    """The record of a study from its (unprefixed) tags and params."""
+    best = tags.get("best_value")
+    return StudyRecord(
+        study_id=study_id,
+        name=tags.get("study", fallback_name),
+        job=tags.get("job", ""),
+        dataset=tags.get("dataset", ""),
+        fingerprint=tags.get("fingerprint", ""),
+        space_signature=tags.get("space_signature", ""),
+        status=tags.get("status", ""),
+        settings=json.loads(tags.get("settings", "{}")),
+        best_value=float(best) if best not in (None, "") else None,
+        best_config=json.loads(tags["best_config"]) if "best_config" in tags else None,
+        start_time=start_time or 0,
+        tags=tags,
+        params=params,
+    )

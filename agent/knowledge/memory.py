@@ -1,0 +1,368 @@
+"""An in-memory knowledge base: the whole contract in plain Python, for tests and benchmarks.
+
+Use it where a study's history need not outlive the process: benchmarks that run thousands of
+trials, tests of the tuning loop, a quick look at a new job. Open it with
+``open_knowledge_base("memory:")`` (or ``memory://NAME``; the name only labels the store, every
+call returns a new, empty one). It imports neither MLflow nor, until a logger is asked for,
+Lightning.
+
+Records are built with :mod:`agent.knowledge.layout`, as :class:`MlflowKnowledgeBase` builds them,
+so both backends return equal records (ids and start times aside). A record is built at most once per write
+and handed out as is: its mappings are read-only dicts, so readers share it without copies. Every
+method holds one lock, so threads may share a store.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlparse
+
+from agent.errors import StoreError
+from agent.knowledge import layout
+from agent.knowledge.base import TRIAL_RUNNING, KnowledgeBase, StudyRecord, TrialRecord
+
+SCHEME = "memory"
+_RESERVED = ("objective", "duration_s")  # metrics that are TrialRecord fields, not ``extra``
+
+
+class FrozenDict(dict):
+    """A dict that refuses writes, so a record can hand out the store's own mapping.
+
+    Still a ``dict`` (JSON, ``==``, ``dict(...)`` copies work); it pickles and copies as itself.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("knowledge-base records are read-only; copy with dict(...) to change one")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+
+@dataclass(eq=False)
+class _Run:
+    """What trials and model runs share: metrics (latest by step, and their history) and params."""
+
+    run_id: str
+    latest: dict[str, tuple[int, float]] = field(default_factory=dict)
+    history: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+
+    def log(self, key: str, value: float, step: int) -> None:
+        old = self.latest.get(key)
+        if old is None or step >= old[0]:  # the later write wins a tie
+            self.latest[key] = (step, value)
+        self.history.setdefault(key, []).append((step, value))
+
+
+@dataclass(eq=False)
+class _Trial(_Run):
+    number: int = 0
+    config: Mapping[str, Any] = field(default_factory=FrozenDict)
+    origin: str = ""
+    state: str = TRIAL_RUNNING
+    reason: str = ""
+    record: TrialRecord | None = None  # built on the first read after a write
+
+    def snapshot(self) -> TrialRecord:
+        if self.record is None:
+            value = self.latest.get("objective", (0, math.nan))[1]
+            duration = self.latest.get("duration_s")
+            self.record = TrialRecord(
+                trial_id=self.run_id,
+                number=self.number,
+                state=self.state,
+                config=self.config,
+                value=value if math.isfinite(value) else None,
+                origin=self.origin,
+                reason=self.reason,
+                duration=None if duration is None else duration[1],
+                extra=FrozenDict((k, v) for k, (_, v) in self.latest.items() if k not in _RESERVED),
+            )
+        return self.record
+
+
+@dataclass(eq=False)
+class _Study:
+    study_id: str
+    start_time: int
+    tags: dict[str, str]
+    params: Mapping[str, str]
+    space: list[dict[str, Any]]
+    description: str
+    sample: tuple[Any, Any] | None
+    figures: dict[str, bytes] = field(default_factory=dict)
+    trials: list[_Trial] = field(default_factory=list)
+    in_order: bool = True  # trials were started with non-decreasing numbers
+    record: StudyRecord | None = None
+
+    def snapshot(self) -> StudyRecord:
+        if self.record is None:
+            r = layout.study_record(self.study_id, self.start_time, FrozenDict(self.tags), self.params)
+            best = None if r.best_config is None else FrozenDict(r.best_config)
+            self.record = replace(r, settings=FrozenDict(r.settings), best_config=best)
+        return self.record
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """A meta-model run as the in-memory store holds it (artifacts by name, ``model/<file>``)."""
+
+    run_id: str
+    kind: str
+    description: str
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]
+    artifacts: Mapping[str, bytes]
+    finished: bool
+
+
+class InMemoryKnowledgeBase(KnowledgeBase):
+    """Studies, trials and meta-model runs in this process's memory. See the module docstring."""
+
+    def __init__(self, uri: str = f"{SCHEME}:") -> None:
+        if urlparse(uri).scheme != SCHEME:
+            raise StoreError(f"not an in-memory store URI: {uri!r} (use memory: or memory://NAME)")
+        self._uri = uri
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._studies: dict[str, _Study] = {}  # creation order
+        self._latest: dict[str, _Study] = {}  # name -> most recently created study
+        self._trials: dict[str, _Trial] = {}
+        self._model_runs: dict[str, tuple[_Run, dict[str, Any]]] = {}
+
+    @property
+    def tracking_uri(self) -> str:
+        return self._uri
+
+    def __repr__(self) -> str:
+        return f"InMemoryKnowledgeBase({self._uri!r}, studies={len(self._studies)}, trials={len(self._trials)})"
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _new_id(self) -> str:
+        return f"{next(self._ids):032x}"  # shaped like MLflow's run ids, sorted by creation
+
+    def _study(self, study_id: str) -> _Study:
+        try:
+            return self._studies[study_id]
+        except KeyError:
+            raise StoreError(f"tracking store {self._uri}: no study with id {study_id!r}") from None
+
+    def _trial(self, trial_id: str) -> _Trial:
+        try:
+            return self._trials[trial_id]
+        except KeyError:
+            raise StoreError(f"tracking store {self._uri}: no trial with id {trial_id!r}") from None
+
+    def _model_run(self, run_id: str) -> tuple[_Run, dict[str, Any]]:
+        try:
+            return self._model_runs[run_id]
+        except KeyError:
+            raise StoreError(f"tracking store {self._uri}: no model run with id {run_id!r}") from None
+
+    def _log_metric(self, run: _Run, key: str, value: float, step: int) -> None:
+        with self._lock:
+            run.log(key, value, step)
+            if isinstance(run, _Trial):
+                run.record = None
+
+    def _log_params(self, run: _Run, params: Mapping[str, str]) -> None:
+        with self._lock:
+            run.params.update(params)
+
+    # -- studies -------------------------------------------------------------------------------
+    def create_study(
+        self,
+        name: str,
+        settings: Mapping[str, Any],
+        space: list[dict[str, Any]],
+        dataset_summary: Mapping[str, Any],
+        dataset_sample: tuple[Any, Any] | None,
+        description: str,
+    ) -> StudyRecord:
+        tags = {k: v[: layout.TAG_LIMIT] for k, v in layout.study_tags(name, settings, dataset_summary).items()}
+        params = FrozenDict(layout.study_params(settings, dataset_summary))
+        sample = None
+        if dataset_sample is not None:
+            import numpy as np
+
+            sample = (np.array(dataset_sample[0]), np.array(dataset_sample[1]))  # our own copy
+        with self._lock:
+            study = _Study(self._new_id(), int(time.time() * 1000), tags, params,
+                           json.loads(json.dumps(space, default=str)), description, sample)
+            self._studies[study.study_id] = study
+            self._latest[name] = study
+            return study.snapshot()
+
+    def find_study(self, name: str) -> StudyRecord | None:
+        with self._lock:
+            study = self._latest.get(name)
+            return None if study is None else study.snapshot()
+
+    def list_studies(self) -> list[StudyRecord]:
+        with self._lock:
+            return [s.snapshot() for s in self._studies.values()]
+
+    def update_study(
+        self,
+        study: StudyRecord,
+        status: str,
+        best_value: float | None = None,
+        best_config: Mapping[str, Any] | None = None,
+    ) -> StudyRecord:
+        with self._lock:
+            cell = self._study(study.study_id)
+            cell.tags["status"] = status
+            if best_value is not None:
+                cell.tags["best_value"] = repr(float(best_value))
+                cell.tags["best_config"] = layout.to_json(best_config)[: layout.TAG_LIMIT]
+            cell.record = None
+            return cell.snapshot()
+
+    def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
+        values = {k: layout.tag_value(v)[: layout.TAG_LIMIT] for k, v in tags.items()}
+        with self._lock:
+            cell = self._study(study.study_id)
+            cell.tags.update(values)
+            cell.record = None
+
+    def study_tags(self, study: StudyRecord) -> dict[str, str]:
+        with self._lock:
+            return dict(self._study(study.study_id).tags)
+
+    def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
+        with self._lock:
+            study = self._studies.get(study_id)
+            sample = None if study is None else study.sample
+        return None if sample is None else (sample[0].copy(), sample[1].copy())
+
+    def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
+        with self._lock:
+            self._study(study.study_id)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=Path(artifact_file).suffix.lstrip(".") or "png")
+        with self._lock:
+            self._study(study.study_id).figures[artifact_file] = buffer.getvalue()
+
+    def study_figure(self, study: StudyRecord, artifact_file: str) -> bytes | None:
+        """The bytes :meth:`log_study_figure` saved under ``artifact_file``, or None."""
+        with self._lock:
+            return self._study(study.study_id).figures.get(artifact_file)
+
+    # -- trials --------------------------------------------------------------------------------
+    def trials(self, study: StudyRecord) -> list[TrialRecord]:
+        with self._lock:
+            cell = self._study(study.study_id)
+            records = [t.snapshot() for t in cell.trials]
+            in_order = cell.in_order
+        return records if in_order else sorted(records, key=lambda t: t.number)  # stable: start order
+
+    def start_trial(
+        self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
+    ) -> TrialRecord:
+        stored = FrozenDict(json.loads(layout.config_json(config)))
+        with self._lock:
+            cell = self._study(study.study_id)
+            trial = _Trial(self._new_id(), number=int(number), config=stored, origin=origin)
+            if cell.trials and trial.number < cell.trials[-1].number:
+                cell.in_order = False
+            cell.trials.append(trial)
+            self._trials[trial.run_id] = trial
+            return trial.snapshot()
+
+    def finish_trial(
+        self,
+        study: StudyRecord,
+        trial: TrialRecord,
+        value: float | None,
+        state: str,
+        reason: str = "",
+        duration: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> TrialRecord:
+        values = {k: float(v) for k, v in (metrics or {}).items()}
+        if value is not None:
+            values["objective"] = float(value)
+        if duration is not None:
+            values["duration_s"] = float(duration)
+        with self._lock:
+            cell = self._trial(trial.trial_id)
+            for key, v in values.items():
+                if math.isfinite(v):
+                    cell.log(key, v, 0)
+            cell.state = state
+            if reason:
+                cell.reason = reason[: layout.REASON_LIMIT]
+            cell.record = None
+            return cell.snapshot()
+
+    def close_running_trials(self, study: StudyRecord, reason: str) -> list[TrialRecord]:
+        with self._lock:  # one step, so no trial is closed twice by two callers
+            return super().close_running_trials(study, reason)
+
+    def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
+        from agent.knowledge.memory_logger import MemoryLogger
+
+        with self._lock:
+            cell = self._trial(trial.trial_id)
+        return MemoryLogger(cell.run_id, lambda k, v, s: self._log_metric(cell, k, v, s),
+                            lambda p: self._log_params(cell, p), skip=cell.config)
+
+    def metric_history(self, trial: TrialRecord, key: str) -> list[tuple[int, float]]:
+        """Every ``(step, value)`` the trial logged for ``key``, in logging order."""
+        with self._lock:
+            return list(self._trial(trial.trial_id).history.get(key, []))
+
+    def trial_params(self, trial: TrialRecord) -> dict[str, str]:
+        """Hyperparameters the trial's logger recorded beyond its configuration."""
+        with self._lock:
+            return dict(self._trial(trial.trial_id).params)
+
+    # -- meta-model runs -----------------------------------------------------------------------
+    def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:
+        from agent.knowledge.memory_logger import MemoryLogger
+
+        with self._lock:
+            run = _Run(self._new_id(), params={k: str(v)[: layout.PARAM_LIMIT] for k, v in params.items()})
+            self._model_runs[run.run_id] = (run, {"kind": kind, "description": description,
+                                                  "artifacts": {}, "finished": False})
+        logger = MemoryLogger(run.run_id, lambda k, v, s: self._log_metric(run, k, v, s),
+                              lambda p: self._log_params(run, p))
+        return run.run_id, logger
+
+    def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
+        files = {}
+        for path in artifacts:
+            try:
+                files[f"model/{Path(path).name}"] = Path(path).read_bytes()
+            except OSError as exc:
+                raise StoreError(f"cannot read model artifact {path} ({type(exc).__name__})") from None
+        with self._lock:
+            run, info = self._model_run(run_id)
+            for key, value in metrics.items():
+                if math.isfinite(float(value)):
+                    run.log(key, float(value), 0)
+            info["artifacts"].update(files)
+            info["finished"] = True
+
+    def model_run(self, run_id: str) -> ModelRun:
+        """A snapshot of a meta-model run."""
+        with self._lock:
+            run, info = self._model_run(run_id)
+            return ModelRun(run_id, info["kind"], info["description"], FrozenDict(run.params),
+                            FrozenDict((k, v) for k, (_, v) in run.latest.items()),
+                            FrozenDict(info["artifacts"]), info["finished"])
+
+
+__all__ = ["FrozenDict", "InMemoryKnowledgeBase", "ModelRun", "SCHEME"]

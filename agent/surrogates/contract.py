@@ -1,0 +1,202 @@
+"""The surrogate contract: what a surrogate declares (:class:`SurrogateSpec`), what it is given
+(:class:`SurrogateInputs`), and what it does once prepared for a study (:class:`Surrogate`).
+
+A surrogate is prepared once per study (fit the source GPs, load a meta-trained network, pick a
+portfolio) and then asked, at every BO step, for a BoTorch ``Model`` of the target
+(:meth:`Surrogate.step_model`). The sampler (:class:`agent.tuning.sampler.BoSampler`) owns
+everything else — initial design, failure imputation, normal scores, the acquisition, interleaved
+random steps, the cold-start fallback — so a surrogate only decides what it knows.
+
+Sources are the historical datasets run with the same job and search space, each as cube points
+and the normal scores of its maximised values (:func:`source_tasks`), sorted by name, so the same
+history gives the same sources in every process and backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from agent.space import SearchSpace
+
+MIN_SOURCE_POINTS = 5
+
+
+@dataclass(frozen=True)
+class AcqBudget:
+    """How hard the acquisition is maximised (BoTorch ``optimize_acqf`` arguments).
+
+    A neural surrogate whose gradient steps are dear trades restarts and iterations for a larger
+    batched random start.
+    """
+
+    num_restarts: int = 4
+    raw_samples: int = 128
+    maxiter: int = 60
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The model of one BO step and how much of it comes from the history.
+
+    ``source_weight`` is the share of the prediction that the source tasks carry (1 for a model that
+    is all history, 0 when a negative-transfer guard has dropped every source; a target-only model
+    has none and reports 1, meaning "no reason to fall back").
+    """
+
+    model: Any  # a BoTorch ``Model``
+    source_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class SourceTask:
+    """One historical dataset as surrogate data: `n x d` cube points, `n` maximised normal scores."""
+
+    key: str
+    name: str
+    U: np.ndarray
+    y: np.ndarray
+
+    @property
+    def digest(self) -> str:
+        """The content's hash: the cache key of anything fitted to it."""
+        h = hashlib.sha256(np.ascontiguousarray(self.U).tobytes())
+        h.update(np.ascontiguousarray(self.y).tobytes())
+        return h.hexdigest()[:20]
+
+
+def source_tasks(history: Sequence[Any], space: SearchSpace) -> list[SourceTask]:
+    """Historical datasets (:class:`agent.knowledge.history.HistoricalDataset`) with at least
+    ``MIN_SOURCE_POINTS`` evaluations in ``space``, as :class:`SourceTask`, sorted by name."""
+    from agent.knowledge.history import surface_data
+    from agent.surrogates.gp import impute_failures, normal_scores
+
+    out = []
+    for h in sorted(history, key=lambda h: (h.name, h.key)):
+        U, y = surface_data(h, space)
+        if len(y) >= MIN_SOURCE_POINTS:
+            out.append(SourceTask(h.key, h.name, U, normal_scores(impute_failures(y))))
+    return out
+
+
+class SourceFits:
+    """Models fitted to source tasks, kept by content so a source is fitted once per process.
+
+    A study makes a fresh one; the benchmark keeps one per worker, where a task is a source for
+    every other target. Holds each source's GP (frozen, eval mode), whether that GP carries a
+    response surface (:func:`agent.surrogates.rgpe.informative`), and its neighbour surface.
+    """
+
+    def __init__(self) -> None:
+        self._gps: dict[str, tuple[Any, bool]] = {}
+        self._means: dict[tuple[str, str], np.ndarray] = {}
+
+    def mean_at(self, source: SourceTask, other: SourceTask, space: SearchSpace) -> np.ndarray:
+        """``source``'s GP posterior mean (`n_other`) at ``other``'s snapped configurations."""
+        key = (source.digest, other.digest)
+        if key not in self._means:
+            import gpytorch
+            import torch
+
+            from agent.surrogates.gp import torch_threads
+
+            model = self.gp(source)[0]
+            with torch_threads(1), torch.no_grad(), gpytorch.settings.skip_posterior_variances():
+                X = torch.as_tensor(space.snap(other.U), dtype=torch.double)
+                self._means[key] = model.posterior(X).mean.reshape(-1).numpy()
+        return self._means[key]
+
+    def gp(self, source: SourceTask) -> tuple[Any, bool]:
+        """(the source's GP, whether it passes the signal check)."""
+        if source.digest not in self._gps:
+            from agent.surrogates.rgpe import fit_source_gps, informative
+
+            model = fit_source_gps([(source.U, source.y)])[0]
+            self._gps[source.digest] = (model, informative([model])[0])
+        return self._gps[source.digest]
+
+    def informative(self, sources: Sequence[SourceTask]) -> list[SourceTask]:
+        """The sources whose own response surface is predictable (the negative-transfer guard)."""
+        return [s for s in sources if self.gp(s)[1]]
+
+
+@dataclass(frozen=True)
+class SurrogateInputs:
+    """Everything a surrogate may use to prepare itself for one study.
+
+    Attributes:
+        sources: the history for this job and space (excluding the study's own dataset).
+        neighbour_keys: keys of the warm start's meta-feature neighbours, nearest first (used by
+            the neighbours' prior mean).
+        prior_mean: ``neighbours``, ``observations`` or ``constant`` (GP-family surrogates).
+        models_dir: where meta-trained networks live (``dvc repro`` output, or a benchmark fold).
+    """
+
+    space: SearchSpace
+    sources: tuple[SourceTask, ...] = ()
+    models_dir: Path = Path("models")
+    seed: int = 0
+    k: int = 3
+    prior_mean: str = "constant"
+    neighbour_keys: tuple[str, ...] = ()
+    fits: SourceFits = field(default_factory=SourceFits, compare=False)
+
+
+class Surrogate(abc.ABC):
+    """A surrogate prepared for one study.
+
+    Attributes:
+        name: the registry name it runs as (a transfer surrogate whose guard dropped every source
+            runs as ``gp`` and says so).
+        note: one line saying what it chose and why (shown to the user, stored on the study).
+        budget: how hard the acquisition is maximised on its models.
+        interleave_random: whether the sampler's interleaved random steps apply (GP family).
+    """
+
+    name: str = ""
+    note: str = ""
+    budget: AcqBudget = AcqBudget()
+    interleave_random: bool = True
+
+    def start_points(self) -> np.ndarray:
+        """Cube points `k x d` evaluated before any model is fitted (portfolio, learned inits)."""
+        return np.empty((0, 0))
+
+    @abc.abstractmethod
+    def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
+        """The model for one BO step on double tensors `n x d`, `n x 1` (maximised normal scores).
+
+        ``state`` is a dict the sampler keeps between steps (e.g. warm-started GP hyperparameters).
+        """
+
+
+@dataclass(frozen=True)
+class SurrogateSpec:
+    """A registry entry.
+
+    Attributes:
+        needs_history: without sources it cannot run (the study falls back to ``gp``).
+        meta_model: the file in ``models_dir`` it needs (``None``: needs no meta-training); its
+            hash is recorded on the study, and ``resume`` refuses when it changed.
+        prepare: builds the :class:`Surrogate` for one study from its inputs.
+    """
+
+    name: str
+    summary: str
+    needs_history: bool
+    prepare: Callable[[SurrogateInputs], Surrogate]
+    meta_model: str | None = None
+
+    def meta_model_version(self, models_dir: Path) -> str | None:
+        """The hash of the meta-model this surrogate would load from ``models_dir``, or None."""
+        if self.meta_model is None:
+            return None
+        path = Path(models_dir) / self.meta_model
+        if not path.is_file():
+            return None
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

@@ -1,0 +1,230 @@
+"""The built-in surrogates, each a :class:`~agent.surrogates.contract.Surrogate` and its spec.
+
+- ``gp``: BoTorch's ``SingleTaskGP`` on the target alone; its prior mean is constant, the warm
+  start's meta-feature neighbours' surfaces (paper 000, Algorithm 3) or the observation-chosen
+  neighbours' surfaces, as the study's ``prior_mean`` says.
+- ``portfolio_gp``: a zero-shot greedy portfolio of history configurations first (the best
+  configurations across the sources' GP surfaces, Wistuba et al. 2015's greedy construction), then
+  ``gp``.
+- ``neighbour_gp``: ``portfolio_gp`` whose GP has the neighbours' prior mean, the neighbours being
+  the source tasks nearest to the target by its own observations (paper 003's distance on the
+  target's configurations) unless the warm start found meta-feature neighbours.
+- ``rgpe``: the best zero-shot configuration, then the ranking-weighted ensemble of the source GPs
+  and the target GP (Feurer, Letham, Bakshy 2018; :mod:`agent.surrogates.rgpe`).
+- ``tnp``: the TNP's learned initial configuration, then the fine-tuned Transferable Neural Process
+  (paper 004; :mod:`agent.surrogates.tnp`), meta-trained into ``models/tnp.pt``.
+
+RGPE and the TNP attend only to sources whose own GP predicts their surface (the negative-transfer
+guard, :meth:`SourceFits.informative`); with none left they prepare as ``gp`` and say why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from agent.surrogates.contract import AcqBudget, StepModel, SourceFits, SourceTask, Surrogate, SurrogateInputs, SurrogateSpec
+
+PORTFOLIO_SIZE = 5
+TNP_FILE = "tnp.pt"
+TNP_META = "tnp.json"  # {"job": ..., "space_signature": ..., "sources": n}: what the TNP was trained on
+
+
+# -- the GP family -------------------------------------------------------------------------------
+class GpSurrogate(Surrogate):
+    """The target's own GP, with the prior mean the study asked for."""
+
+    name = "gp"
+
+    def __init__(self, inputs: SurrogateInputs, note: str = "") -> None:
+        self.inputs = inputs
+        self.mean_kind, self._surfaces = self._prior_mean(inputs)
+        self.note = note or "surrogate: gp" + (f" with the {self.mean_kind}' prior mean" if self.mean_kind != "constant" else "")
+
+    @staticmethod
+    def _prior_mean(inputs: SurrogateInputs) -> tuple[str, list[Any]]:
+        if inputs.prior_mean == "neighbours" and inputs.neighbour_keys:
+            by_key = {s.key: s for s in inputs.sources}
+            surfaces = [inputs.fits.gp(by_key[k])[0] for k in inputs.neighbour_keys if k in by_key]
+            if surfaces:
+                return "neighbours", surfaces
+        if inputs.prior_mean in ("observations", "neighbours") and inputs.sources and not inputs.neighbour_keys:
+            return "observations", [inputs.fits.gp(s)[0] for s in inputs.sources]
+        return "constant", []
+
+    def mean_module(self, train_X: Any, train_Y: Any) -> Any:
+        if self.mean_kind == "neighbours":
+            from agent.surrogates.neighbour_mean import NeighbourMean
+
+            return NeighbourMean(self._surfaces)
+        if self.mean_kind == "observations":
+            from agent.surrogates.neighbour_mean import ObservationNeighbours
+
+            chooser = ObservationNeighbours([], k=self.inputs.k, surfaces=self._surfaces)
+            return chooser(train_X.numpy(), train_Y.numpy().reshape(-1))
+        return None
+
+    def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
+        from agent.surrogates.gp import fit_gp
+
+        mean = self.mean_module(train_X, train_Y)
+        return StepModel(fit_gp(train_X, train_Y, mean_module=mean, warm_state=state.setdefault("gp", {})))
+
+
+def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask]) -> np.ndarray:
+    """Normalised regret (`sources x candidates`) of the sources' pooled configurations under each
+    source's GP mean, scaled by the min and max of the values that GP was fitted to, so 0 is its
+    best observed value (predictions above it clip to 0). Means come from :meth:`SourceFits.mean_at`,
+    computed once per pair of sources.
+    """
+    rows = []
+    for a in sources:
+        z = inputs.fits.gp(a)[0].train_targets
+        mean = np.concatenate([inputs.fits.mean_at(a, b, inputs.space) for b in sources])
+        span = max(float(z.max() - z.min()), 1e-12)
+        rows.append(np.clip((float(z.max()) - mean) / span, 0.0, None))
+    return np.array(rows)
+
+
+def greedy_portfolio(regrets: np.ndarray, size: int) -> list[int]:
+    """Columns that greedily minimise the mean over rows of the best-so-far regret."""
+    best = np.full(regrets.shape[0], np.inf)
+    chosen: list[int] = []
+    for _ in range(min(size, regrets.shape[1])):
+        score = np.minimum(best[:, None], regrets).mean(axis=0)
+        score[chosen] = np.inf
+        pick = int(np.argmin(score))
+        chosen.append(pick)
+        best = np.minimum(best, regrets[:, pick])
+    return chosen
+
+
+def portfolio(inputs: SurrogateInputs, sources: Sequence[SourceTask], size: int) -> np.ndarray:
+    """``size`` history configurations (cube points `size x d`) chosen greedily across sources."""
+    if not sources:
+        return np.empty((0, inputs.space.dim))
+    candidates = inputs.space.snap(np.concatenate([s.U for s in sources]))
+    return candidates[greedy_portfolio(source_regrets(inputs, sources), size)]
+
+
+class PortfolioGpSurrogate(GpSurrogate):
+    name = "portfolio_gp"
+
+    def __init__(self, inputs: SurrogateInputs) -> None:
+        super().__init__(inputs, note=f"surrogate: portfolio_gp ({PORTFOLIO_SIZE} configurations from "
+                                      f"{len(inputs.sources)} source tasks, then gp)")
+        self._start = portfolio(inputs, inputs.sources, PORTFOLIO_SIZE)
+
+    def start_points(self) -> np.ndarray:
+        return self._start
+
+
+class NeighbourGpSurrogate(PortfolioGpSurrogate):
+    name = "neighbour_gp"
+
+    def __init__(self, inputs: SurrogateInputs) -> None:
+        from dataclasses import replace
+
+        prior = inputs.prior_mean if inputs.prior_mean != "constant" else "observations"
+        super().__init__(replace(inputs, prior_mean=prior))
+        self.note = (f"surrogate: neighbour_gp (portfolio of {PORTFOLIO_SIZE}, then gp with the "
+                     f"{self.mean_kind}' prior mean over {len(inputs.sources)} source tasks)")
+
+
+def _gp_fallback(inputs: SurrogateInputs, why: str) -> GpSurrogate:
+    from dataclasses import replace
+
+    return GpSurrogate(replace(inputs, prior_mean="constant"), note=f"surrogate: gp ({why})")
+
+
+# -- transfer surrogates -------------------------------------------------------------------------
+class RgpeSurrogate(Surrogate):
+    name = "rgpe"
+    interleave_random = False
+
+    def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
+        self.inputs = inputs
+        self.models = [inputs.fits.gp(s)[0] for s in useful]
+        self._start = portfolio(inputs, useful, 1)
+        dropped = len(inputs.sources) - len(useful)
+        self.note = (f"surrogate: rgpe over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
+                     + (f"; {dropped} without a predictable response surface left out" if dropped else ""))
+
+    def start_points(self) -> np.ndarray:
+        return self._start
+
+    def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
+        from agent.surrogates.rgpe import build_rgpe
+
+        model = build_rgpe(self.models, train_X, train_Y, seed=self.inputs.seed, warm_state=state.setdefault("gp", {}))
+        return StepModel(model, model.source_weight)
+
+
+class TnpSurrogate(Surrogate):
+    name = "tnp"
+    interleave_random = False
+    # A TNP forward/backward costs ~10x a GP's: fewer L-BFGS restarts and iterations from a larger
+    # batched random start.
+    budget = AcqBudget(num_restarts=2, raw_samples=512, maxiter=30)
+
+    def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
+        from agent.surrogates.tnp import TNP, SourceBank
+
+        self.inputs = inputs
+        self.net = TNP.load(str(inputs.models_dir / TNP_FILE))
+        self.bank = SourceBank([(s.U, s.y) for s in useful])
+        dropped = len(inputs.sources) - len(useful)
+        self.note = (f"surrogate: tnp over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
+                     + (f"; {dropped} without a predictable response surface left out" if dropped else ""))
+
+    def start_points(self) -> np.ndarray:
+        return self.inputs.space.snap(self.net.initial_configs()[:1])
+
+    def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
+        from agent.surrogates.tnp import build_tnp_model
+
+        return StepModel(build_tnp_model(self.net, self.bank, train_X, train_Y, seed=self.inputs.seed))
+
+
+def _guarded(inputs: SurrogateInputs) -> list[SourceTask] | None:
+    useful = inputs.fits.informative(inputs.sources)
+    return useful or None
+
+
+def prepare_gp(inputs: SurrogateInputs) -> Surrogate:
+    return GpSurrogate(inputs)
+
+
+def prepare_portfolio_gp(inputs: SurrogateInputs) -> Surrogate:
+    return PortfolioGpSurrogate(inputs)
+
+
+def prepare_neighbour_gp(inputs: SurrogateInputs) -> Surrogate:
+    return NeighbourGpSurrogate(inputs)
+
+
+def prepare_rgpe(inputs: SurrogateInputs) -> Surrogate:
+    useful = _guarded(inputs)
+    if useful is None:
+        return _gp_fallback(inputs, f"none of the {len(inputs.sources)} source tasks has a predictable response surface")
+    return RgpeSurrogate(inputs, useful)
+
+
+def prepare_tnp(inputs: SurrogateInputs) -> Surrogate:
+    useful = _guarded(inputs)
+    if useful is None:
+        return _gp_fallback(inputs, f"none of the {len(inputs.sources)} source tasks has a predictable response surface")
+    return TnpSurrogate(inputs, useful)
+
+
+GP = SurrogateSpec("gp", "the target's own GP (BoTorch SingleTaskGP), optional neighbours' prior mean", False, prepare_gp)
+PORTFOLIO_GP = SurrogateSpec("portfolio_gp", "greedy zero-shot portfolio of history configurations, then gp", True,
+                             prepare_portfolio_gp)
+NEIGHBOUR_GP = SurrogateSpec("neighbour_gp", "portfolio, then gp with the nearest sources' surfaces as prior mean",
+                             True, prepare_neighbour_gp)
+RGPE = SurrogateSpec("rgpe", "ranking-weighted GP ensemble of the sources and the target (Feurer et al. 2018)", True,
+                     prepare_rgpe)
+TNP = SurrogateSpec("tnp", "Transferable Neural Process meta-trained on the history (paper 004)", True, prepare_tnp,
+                    meta_model=TNP_FILE)
+BUILTIN_SPECS = (GP, PORTFOLIO_GP, NEIGHBOUR_GP, RGPE, TNP)

@@ -1,0 +1,63 @@
+"""Meta-training the transfer surrogates' networks from a knowledge base's history.
+
+One function per meta-model, shared by the ``train-transfer`` pipeline stage and the benchmark's
+fold-wise training, so both train on the history exactly as a study reads it
+(:func:`agent.surrogates.contract.source_tasks`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from agent.errors import TuneAgentError
+from agent.surrogates.contract import SourceTask, source_tasks
+from agent.surrogates.specs import TNP_FILE, TNP_META
+
+
+def tnp_settings(params: Mapping[str, Any] | None = None) -> Any:
+    """The TNP's meta-training settings (``params.yaml`` ``transfer``; defaults when empty)."""
+    from agent.surrogates.tnp import TNPConfig
+
+    return TNPConfig.from_dict(dict(params or {}))
+
+
+def tnp_key(sources: Sequence[SourceTask], settings: Any) -> str:
+    """A name for the network these sources and settings give (a cache key)."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True).encode())
+    for s in sources:
+        h.update(s.digest.encode())
+    return h.hexdigest()[:12]
+
+
+def history_sources(kb: Any, job_name: str, space: Any) -> list[SourceTask]:
+    from agent.knowledge.history import load_history
+
+    return source_tasks(load_history(kb, job=job_name, space_signature=space.signature(), with_samples=False), space)
+
+
+def train_tnp(sources: Sequence[SourceTask], job_name: str, space_signature: str, models_dir: Path,
+              settings: Any) -> dict[str, Any]:
+    """Meta-trains the TNP (paper 004, Algorithm 1) into ``models_dir/tnp.pt`` (+ ``tnp.json``)."""
+    from agent.surrogates.tnp_train import meta_train_tnp
+
+    if len(sources) < 2:
+        raise TuneAgentError(f"TNP meta-training needs at least 2 source tasks, the history has {len(sources)}")
+    start = time.perf_counter()
+    tnp, history = meta_train_tnp([(s.U, s.y) for s in sources], settings)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    tnp.save(str(models_dir / TNP_FILE))
+    (models_dir / TNP_META).write_text(json.dumps({"job": job_name, "space_signature": space_signature,
+                                                   "sources": len(sources)}, indent=1, sort_keys=True) + "\n")
+    return {"sources": len(sources), "meta_steps": settings.meta_steps, "seconds": round(time.perf_counter() - start, 1),
+            "final_loss": float(np.mean([h["loss"] for h in history[-5:]])) if history else float("nan")}
+
+
+def tnp_trained(models_dir: Path) -> bool:
+    return (models_dir / TNP_FILE).exists() and (models_dir / TNP_META).exists()

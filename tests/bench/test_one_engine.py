@@ -1,0 +1,109 @@
+"""One engine: the benchmark evaluates exactly the configurations a `tune-agent start` study logs.
+
+For a fixed seed and task, method M's run in the transfer benchmark (in-memory knowledge base) and
+a `tune-agent start --job yahpo:lcbench --surrogate M` study on a sqlite MLflow store holding the
+same history (imported with `tune-agent import`) must try the same configurations in the same
+order, for M in gp, rgpe and tnp. Also: the benchmark's report on a tiny protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agent.jobs.yahpo import yahpo_root
+
+FOLDER = yahpo_root() / "lcbench"
+pytestmark = pytest.mark.skipif(not (FOLDER / "model.onnx").is_file(),
+                                reason=f"the shared YAHPO lcbench scenario is not at {FOLDER}")
+TASK, SEED, BUDGET = "3945", 2, 7
+TINY_TNP = {"meta_steps": 5, "hidden": 16, "heads": 2, "fine_tune_steps": 2}
+
+
+@pytest.fixture(scope="module")
+def protocol(tmp_path_factory):  # noqa: ANN201
+    from agent.bench.transfer import BenchConfig, fold_of, make_histories, tnp_fold_dir
+    from agent.jobs import load_job
+
+    cache = tmp_path_factory.mktemp("cache")
+    config = BenchConfig(scenario=str(FOLDER), history_size=12, budget=BUDGET, cache_dir=str(cache))
+    job = load_job(config.job_spec)
+    histories = make_histories(job, config)
+    fold = tnp_fold_dir(job, histories, fold_of(job.scenario.instances.index(TASK)), config, TINY_TNP)
+    return config, job, histories, fold
+
+
+@pytest.fixture(scope="module")
+def product_store(protocol, tmp_path_factory):  # noqa: ANN201
+    """A sqlite MLflow store holding the same history, imported once with `tune-agent import`."""
+    from agent.cli import main
+
+    _, job, histories, _ = protocol
+    root = tmp_path_factory.mktemp("store")
+    sources = [t for t in job.scenario.instances if t != TASK]
+    rows = [{"task": t, **job.space.decode(u), "value": float(v)} for t in sources for u, v in zip(*histories[t])]
+    pd.DataFrame(rows).to_csv(root / "history.csv", index=False)
+    (root / "space.json").write_text(json.dumps({"params": job.space.to_dict()}))
+    args = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]
+    with pytest.raises(SystemExit) as done:
+        main(["import", str(root / "history.csv"), "--space", str(root / "space.json"), "--job-name", job.name,
+              "--metric", job.metric, "--mode", job.mode, *args])
+        raise SystemExit(0)
+    assert done.value.code == 0
+    return args
+
+
+@pytest.mark.parametrize("method", ["gp", "rgpe", "tnp"])
+def test_benchmark_run_equals_a_product_study(protocol, product_store, method: str, cli, tmp_path: Path) -> None:
+    from agent.bench.transfer import history_store, run_method
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+    config, job, histories, fold = protocol
+    sources = [t for t in job.scenario.instances if t != TASK]
+    models = str(fold) if method == "tnp" else str(tmp_path / "models")
+    bench_configs, _, _ = run_method(config.job_spec, TASK, method, history_store(job, histories, sources), SEED,
+                                     BUDGET, models)
+
+    res = cli("start", "--job", config.job_spec, "--dataset", TASK, "--trials", str(BUDGET), "--seed", str(SEED),
+              "--warm-start", "none", "--surrogate", method, "--models-dir", models, "--study-name", f"product-{method}",
+              *product_store)
+    assert res.code == 0, res.err
+    kb = MlflowKnowledgeBase(product_store[1], product_store[3])
+    record = kb.find_study(f"product-{method}")
+    trials = sorted(kb.trials(record), key=lambda t: t.number)
+    assert kb.study_tags(record)["surrogate"] == method
+    assert len(trials) == BUDGET
+    product_configs = [dict(t.config) for t in trials]
+    for a, b in zip(bench_configs, product_configs):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-9), (method, k, a, b)
+
+
+def test_tiny_benchmark_writes_a_report_named_after_the_scenario(tmp_path: Path) -> None:
+    from agent.bench.run import run_transfer_benchmark
+
+    report = run_transfer_benchmark(["random", "tpe", "gp", "portfolio_gp"], tmp_path, folder=str(FOLDER), tasks=1,
+                                    seeds=1, budget=6, workers=1, cache_dir=str(tmp_path / "cache"))
+    metrics = json.loads((tmp_path / "metrics" / "lcbench.json").read_text())
+    assert metrics["methods"].keys() == {"random", "tpe", "gp", "portfolio_gp"} == report["methods"].keys()
+    for entry in metrics["methods"].values():
+        assert set(entry) == {"regret@1", "regret@3", "regret@5", "rank@5"}
+        assert 0.0 <= entry["regret@5"] <= entry["regret@1"] <= 1.0
+    rows = (tmp_path / "plots" / "lcbench_regret.csv").read_text().splitlines()
+    assert rows[0] == "trial,random,tpe,gp,portfolio_gp" and len(rows) == 7
+    # a second call reuses every finished run from the journal
+    again = run_transfer_benchmark(["gp"], tmp_path, folder=str(FOLDER), tasks=1, seeds=1, budget=6, workers=1,
+                                   cache_dir=str(tmp_path / "cache"))
+    assert again["runs_from_journal"] == {"gp": 1}
+    assert np.isclose(again["methods"]["gp"]["regret@5"], metrics["methods"]["gp"]["regret@5"])
+
+
+def test_unknown_method_is_one_line_and_exit_2(cli) -> None:
+    res = cli("bench", "lcbench", "--methods", "foo", "--tasks", "1", "--seeds", "1")
+    assert res.code == 2
+    assert "unknown method 'foo'" in res.err and "Traceback" not in res.err
