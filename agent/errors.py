@@ -33,6 +33,18 @@ class StudyError(TuneAgentError):
     """A study is unknown, finished, or cannot be resumed as asked."""
 
 
+class ExtractorError(TuneAgentError):
+    """The meta-feature extractor's settings, target distances or saved file cannot be used."""
+
+
+class EmptyHistoryError(TuneAgentError):
+    """The history holds too little to learn a meta-model from."""
+
+
+class UnknownStudyError(StudyError):
+    """No study of that name is in the store."""
+
+
 class StudyFailedError(TuneAgentError):
     """Most trials of a study failed; the study stopped."""
 

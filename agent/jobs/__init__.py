@@ -11,12 +11,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.jobs.base import Job, validate_job
-from agent.jobs.classifier import ClassifierModule
-from agent.jobs.cnn import CNNJob
-from agent.jobs.datamodule import ArrayDataModule
-from agent.jobs.mlp import MLPJob
 from agent.jobs.registry import BUILTIN_JOBS, load_job
+
+# Lightning takes seconds to import: the Lightning parts load on first use, so a refused job or
+# dataset, and a surrogate-benchmark job, never pay for it.
+_LAZY = {"ArrayDataModule": "agent.jobs.datamodule", "ClassifierModule": "agent.jobs.classifier",
+         "CNNJob": "agent.jobs.cnn", "MLPJob": "agent.jobs.mlp"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agent.jobs' has no attribute {name!r}")
 
 __all__ = [
     "ArrayDataModule",

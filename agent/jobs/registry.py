@@ -12,12 +12,25 @@ from typing import Any, Callable
 
 from agent.errors import JobError
 from agent.jobs.base import Job, validate_job
-from agent.jobs.cnn import CNNJob
-from agent.jobs.mlp import MLPJob
 
 BUILTIN_JOBS = ("cnn", "mlp")
 YAHPO_PREFIX = "yahpo:"  # a YAHPO Gym surrogate scenario: agent.jobs.yahpo
-_BUILTIN_CLASSES: dict[str, Callable[[], Job]] = {"cnn": CNNJob, "mlp": MLPJob}
+_BUILTIN_MODULES = {"cnn": ("agent.jobs.cnn", "CNNJob"), "mlp": ("agent.jobs.mlp", "MLPJob")}
+
+
+def check_job_spec(spec: str) -> None:
+    """The cheap part of :func:`load_job`: a spec that cannot name a job is refused before any import."""
+    spec = str(spec).strip()
+    if spec in BUILTIN_JOBS or spec.startswith(YAHPO_PREFIX):
+        return
+    if ":" not in spec:
+        raise JobError(
+            f"unknown job {spec!r}; built-in jobs: {', '.join(BUILTIN_JOBS)}, yahpo:SCENARIO "
+            "(or give package.module:attr)"
+        )
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise JobError(f"job spec {spec!r} must look like package.module:attr")
 
 
 def load_job(spec: str) -> Job:
@@ -31,16 +44,11 @@ def load_job(spec: str) -> Job:
         from agent.jobs.yahpo import YahpoJob
 
         return validate_job(YahpoJob.from_spec(spec), spec)
+    check_job_spec(spec)
     if spec in BUILTIN_JOBS:
-        return _BUILTIN_CLASSES[spec]()
-    if ":" not in spec:
-        raise JobError(
-            f"unknown job {spec!r}; built-in jobs: {', '.join(BUILTIN_JOBS)}, yahpo:SCENARIO "
-            "(or give package.module:attr)"
-        )
+        module_name, cls = _BUILTIN_MODULES[spec]
+        return getattr(importlib.import_module(module_name), cls)()
     module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise JobError(f"job spec {spec!r} must look like package.module:attr")
     target = _import_attr(module_name, attr, spec)
     return validate_job(_instantiate(target, spec), spec)
 

@@ -20,12 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.errors import TuneAgentError
+from agent.errors import EmptyHistoryError
 from agent.knowledge.history import Evaluation, HistoricalDataset, load_history
-
-
-class EmptyHistoryError(TuneAgentError):
-    """There is nothing to learn from."""
 
 
 def export_history(kb: Any, out: Path, job: str | None = None, min_datasets: int = 2) -> int:

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from agent.errors import DatasetError, TuneAgentError
+from agent.errors import DatasetError, ExtractorError, TuneAgentError
 
 __all__ = [
     "AGGREGATORS",
@@ -49,10 +49,6 @@ __all__ = [
 KINDS = ("image", "sequence", "tabular")
 AGGREGATORS = ("mean", "bilstm", "attention")
 _X_DIMS = {"image": 4, "sequence": 3, "tabular": 2}
-
-
-class ExtractorError(TuneAgentError):
-    """The extractor's settings, target distances or saved file cannot be used."""
 
 
 @dataclass(frozen=True)

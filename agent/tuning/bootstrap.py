@@ -70,7 +70,7 @@ def run_bootstrap(
     echo: Any = print,
 ) -> dict[str, Any]:
     """Runs (or resumes) one study per dataset spec; returns a small summary."""
-    from agent.errors import StudyFailedError
+    from agent.errors import StudyFailedError, UnknownStudyError
     from agent.tuning.runner import run_study
     from agent.tuning.service import StartRequest, load_study_data, open_study, prepare_study
 
@@ -86,9 +86,7 @@ def run_bootstrap(
                 continue
             dataset, split = load_study_data(study, job_obj)
             study.recover()
-        except Exception as exc:  # noqa: BLE001 - absent: create it below
-            if "no study named" not in str(exc):
-                raise
+        except UnknownStudyError:  # absent: create it
             req = StartRequest(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
                                init="sobol", seed=seed, study_name=name, warm_start="none", surrogate="gp",
                                tracking_uri=tracking_uri, artifact_root=artifact_root)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from agent.config import PRIOR_MEANS, RANDOM_EVERY, SAMPLERS, WARM_METHODS, StudySettings, check_positive
-from agent.errors import StudyError
+from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs, source_tasks
 from agent.tuning.sampler import BoSampler, RandomSampler, Sampler, TpeSampler
@@ -209,16 +209,21 @@ def prepare_study(req: StartRequest, echo: Any = print, kb: KnowledgeBase | None
     """
     from agent.jobs import load_job
     from agent.jobs.base import BenchmarkJob
+    from agent.jobs.registry import YAHPO_PREFIX, check_job_spec
 
     req.check()
-    job = load_job(req.job)
+    check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
+    if req.job.startswith(YAHPO_PREFIX):
+        job = load_job(req.job)
+    else:  # the dataset first: it is the likelier mistake, and loading a Lightning job costs seconds
+        from agent.data import describe_dataset, load_dataset, sample_dataset
+
+        data = load_dataset(req.dataset, label=req.label)
+        job = load_job(req.job)
     if isinstance(job, BenchmarkJob):
         data, sample, split = job.task(req.dataset), None, None
         summary: dict[str, Any] = {"source": job.name, "kind": "benchmark", "instance": data.instance}
     else:
-        from agent.data import describe_dataset, load_dataset, sample_dataset, split_dataset
-
-        data = load_dataset(req.dataset, label=req.label)
         job.check_dataset(data)
         summary = describe_dataset(data)
         sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
@@ -301,10 +306,10 @@ def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = 
     if kb is None:
         kb = open_store(tracking_uri, artifact_root)
         if not store_exists(kb.tracking_uri):  # type: ignore[attr-defined]
-            raise StudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # type: ignore[attr-defined]
+            raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # type: ignore[attr-defined]
     record = kb.find_study(name)
     if record is None:
-        raise StudyError(f"no study named {name!r} in {getattr(kb, 'tracking_uri', 'this store')}")
+        raise UnknownStudyError(f"no study named {name!r} in {getattr(kb, 'tracking_uri', 'this store')}")
     job = load_job(record.settings["job"])
     study = Study.load(kb, name, job.space)
     tags = kb.study_tags(record)  # type: ignore[attr-defined]
