@@ -267,11 +267,11 @@ def import_cmd(table: str, space_file: str, job_name: str, metric: str, mode: st
     from pathlib import Path
 
     from agent.knowledge.importer import import_table, load_space, read_table
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
 
     space = load_space(Path(space_file))
     frame = read_table(Path(table))
-    summary = import_table(MlflowKnowledgeBase(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
+    summary = import_table(open_knowledge_base(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
     click.echo(json.dumps(summary))
 
 
@@ -291,10 +291,10 @@ def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
     """Export trials, dataset samples and summaries from the tracking store."""
     from pathlib import Path
 
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
     from agent.meta.pipeline import load_params, stage_export
 
-    n = stage_export(MlflowKnowledgeBase(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
+    n = stage_export(open_knowledge_base(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
     click.echo(f"exported {n} historical datasets to {out}")
 
 
@@ -318,11 +318,11 @@ def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> N
     """Train the Siamese meta-feature extractor (logged to MLflow)."""
     from pathlib import Path
 
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
     from agent.meta.pipeline import load_params, stage_train
 
     params = load_params(Path(params_file)).get("meta_features", {})
-    summary = stage_train(MlflowKnowledgeBase(tracking_uri), params, Path(models_dir),
+    summary = stage_train(open_knowledge_base(tracking_uri), params, Path(models_dir),
                           Path("metrics/train_metafeatures.json"), Path("plots/metafeature_learning.csv"))
     click.echo(json.dumps(summary))
 
@@ -373,13 +373,13 @@ def neighbors(dataset: str, job: str, label: str | None, warm_start: str, k: int
 
     from agent.data import describe_dataset, load_dataset, sample_dataset
     from agent.jobs import load_job
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
     from agent.tuning.service import SAMPLE_SIZE
     from agent.tuning.warmstart import plan_warm_start
 
     job_obj = load_job(job)
     ds = load_dataset(dataset, label=label)
-    kb = MlflowKnowledgeBase(tracking_uri)
+    kb = open_knowledge_base(tracking_uri)
     warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
                            warm_start, k, Path(models_dir))
     click.echo(warm.message)
@@ -453,6 +453,34 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
                                     progress=lambda line: click.echo(line, err=True), fresh=fresh)
     click.echo(json.dumps(report, indent=2))
+
+
+@bench.command("history")
+@click.option("--job", "job_spec", default="yahpo:lcbench", show_default=True, help="A surrogate-benchmark job.")
+@click.option("--configs", type=int, default=100, show_default=True, help="Random configurations per task.")
+@click.option("--exclude", multiple=True, help="Tasks to leave out (e.g. the one you will tune).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@tracking_option
+@artifact_option
+def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: int, tracking_uri: str | None,
+                  artifact_root: str | None) -> None:
+    """Import the benchmark's source histories (random configurations of every task) into the store."""
+    from agent.bench.transfer import BenchConfig, history_store, make_histories
+    from agent.config import check_positive
+    from agent.jobs import load_job
+    from agent.knowledge import open_knowledge_base
+
+    check_positive("--configs", configs)
+    if not job_spec.startswith("yahpo:"):
+        raise TuneAgentError(f"--job must be a surrogate-benchmark job (yahpo:SCENARIO), got {job_spec!r}")
+    job = load_job(job_spec)
+    for task in exclude:
+        job.task(task)  # an unknown task is one line, exit 2
+    config = BenchConfig(scenario=str(job.scenario.folder), history_size=configs, history_seed=seed)
+    histories = make_histories(job, config)
+    tasks = [t for t in job.scenario.instances if t not in exclude]
+    history_store(job, histories, tasks, kb=open_knowledge_base(tracking_uri, artifact_root))
+    click.echo(f"imported {len(tasks)} tasks x {configs} configurations of {job.name} ({job.metric}, {job.mode})")
 
 
 @bench.command("neighbours")

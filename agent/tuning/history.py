@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+from agent.knowledge import open_knowledge_base
 
 
 def render_history(tracking_uri: str | None) -> str:
-    kb = MlflowKnowledgeBase(tracking_uri)
+    kb = open_knowledge_base(tracking_uri)
     studies = kb.list_studies()
     if not studies:
         return f"no studies in {kb.tracking_uri}"

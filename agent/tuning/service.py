@@ -126,9 +126,9 @@ def default_study_name(dataset_name: str, job_name: str) -> str:
 
 
 def open_store(tracking_uri: str | None, artifact_root: str | None) -> KnowledgeBase:
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
 
-    return MlflowKnowledgeBase(tracking_uri, artifact_root)
+    return open_knowledge_base(tracking_uri, artifact_root)
 
 
 def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exclude: str) -> list[SourceTask]:
@@ -263,7 +263,7 @@ def prepare_study(req: StartRequest, echo: Any = print, kb: KnowledgeBase | None
         from agent.meta.handcrafted import handcrafted_metafeatures
 
         tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
-    kb.set_study_tags(record, tags)  # type: ignore[attr-defined]
+    kb.set_study_tags(record, tags)
     study = Study(kb, record, job.space, planned.sampler)
     if not isinstance(job, BenchmarkJob):
         from agent.data import split_dataset
@@ -280,8 +280,8 @@ def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summar
         if req.warm_start == "none":
             return WarmStart("none", message="warm start off (--warm-start none)", prior_mean=req.prior_mean or "constant")
         prior = req.prior_mean or "observations"
-        return WarmStart("none", message=f"warm start: benchmark tasks have no meta-features; prior mean: {prior}",
-                         prior_mean=prior)
+        return WarmStart("none", message="warm start: a benchmark task has no data for meta-features; "
+                                         "transfer comes from the surrogate", prior_mean=prior)
     return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
 
 
@@ -305,14 +305,14 @@ def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = 
 
     if kb is None:
         kb = open_store(tracking_uri, artifact_root)
-        if not store_exists(kb.tracking_uri):  # type: ignore[attr-defined]
-            raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # type: ignore[attr-defined]
+        if not store_exists(kb.tracking_uri):
+            raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")
     record = kb.find_study(name)
     if record is None:
-        raise UnknownStudyError(f"no study named {name!r} in {getattr(kb, 'tracking_uri', 'this store')}")
+        raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri}")
     job = load_job(record.settings["job"])
     study = Study.load(kb, name, job.space)
-    tags = kb.study_tags(record)  # type: ignore[attr-defined]
+    tags = kb.study_tags(record)
     warm = WarmStart.from_record(json.loads(tags["warm_start"])) if tags.get("warm_start") else None
     settings = study.settings
     if models_dir is not None and models_dir != settings.models_dir:
