@@ -81,6 +81,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         self._tracking_uri = resolve_tracking_uri(tracking_uri)
         check_reachable(self._tracking_uri)
         self.artifact_root = artifact_root
+        self._root_given = artifact_root is not None  # an explicit root must be honoured or refused
         if artifact_root is None and self._tracking_uri == DEFAULT_TRACKING_URI:
             self.artifact_root = DEFAULT_ARTIFACT_ROOT
         self._client_instance: Any = None
@@ -138,13 +139,17 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def _experiment_for(self, job: str) -> str:
         name = f"tune-agent/{job}"
         exp = self._call(self._client.get_experiment_by_name, name)
-        if exp is not None:
-            return exp.experiment_id
         location = None
         if self.artifact_root:
             root = self.artifact_root
             location = root if "://" in root else Path(root).resolve().as_uri()
             location = f"{location.rstrip('/')}/{job}"
+        if exp is not None:
+            if self._root_given and location and exp.artifact_location.rstrip("/") != location.rstrip("/"):
+                raise StoreError(f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
+                                 f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
+                                 "another store)")
+            return exp.experiment_id
         tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`: one parent run per study."}
         return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
 
