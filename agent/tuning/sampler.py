@@ -33,6 +33,11 @@ from agent.design import initial_design
 # Size of the cold start's design that a transfer model falls back to when its guard has dropped
 # every source (the design a cold ``gp`` study of the same seed starts with).
 COLD_DESIGN = 5
+# A source-weighted model whose last STALL_STEPS BO steps did not improve on the best value has
+# stopped learning from the target (on held-out YAHPO scenarios RGPE stalled at regret .28 where
+# both portfolios reached 0): its next step is a uniform random configuration, as the cold GP's
+# interleaved steps are, after which it gets STALL_STEPS more BO steps to improve.
+STALL_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,8 @@ class BoSampler:
         bo_step = number - self.settings.n_init + 1
         if self.surrogate.interleave_random and interleaved_random(bo_step, self.settings.random_every):
             return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:interleaved")
+        if not self.surrogate.interleave_random and self.settings.random_every > 0 and stalled(trials, self.settings.sign):
+            return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:stalled")
         u, origin = self.propose(U, y, seen, bo_step, seed, rng)
         return Suggestion(self.space.decode(u), origin)
 
@@ -124,6 +131,19 @@ class BoSampler:
         keys = evaluated_keys(self.space, seen)
         design = self.space.snap(initial_design(self.settings.init, COLD_DESIGN, self.space.dim, self.settings.seed))
         return next((u for u in design if point_key(u) not in keys), None)
+
+
+def stalled(trials: Sequence[TrialRecord], sign: float, steps: int = STALL_STEPS) -> bool:
+    """Whether the last ``steps`` finished trials were all BO steps and none beat the best before them."""
+    done = sorted((t for t in trials if t.state in (TRIAL_OK, TRIAL_FAILED)), key=lambda t: t.number)
+    if len(done) <= steps:
+        return False
+    recent, before = done[-steps:], done[:-steps]
+    if not all(t.origin.startswith("bo:") for t in recent):
+        return False
+    def best(ts: Sequence[TrialRecord]) -> float:
+        return max((sign * t.value for t in ts if t.state == TRIAL_OK and t.value is not None), default=-np.inf)
+    return best(recent) <= best(before)
 
 
 class RandomSampler:
