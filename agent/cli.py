@@ -455,6 +455,35 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
     click.echo(json.dumps(report, indent=2))
 
 
+@bench.command("scale")
+@click.option("--scenario", "folder", default=None, help="A YAHPO scenario folder [default: lcbench].")
+@click.option("--task", default="3945", show_default=True)
+@click.option("--sizes", default="100,300", show_default=True, help="Configurations per source task.")
+@click.option("--methods", default="gp,rgpe", show_default=True)
+@click.option("--budget", type=int, default=15, show_default=True)
+@click.option("--out", default=None, help="Also write the result to this JSON file.")
+def bench_scale(folder: str | None, task: str, sizes: str, methods: str, budget: int, out: str | None) -> None:
+    """Seconds per suggestion of each method as the history grows."""
+    from pathlib import Path
+
+    from agent.bench.scale import measure_scale
+    from agent.bench.transfer import check_methods
+    from agent.jobs.yahpo import yahpo_root
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    check_methods(names)
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise TuneAgentError(f"--sizes takes comma-separated integers, got {sizes!r}") from None
+    report = measure_scale(str(Path(folder) if folder else yahpo_root() / "lcbench"), task, counts, names, budget,
+                           progress=lambda line: click.echo(line, err=True))
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report, indent=2))
+
+
 @bench.command("history")
 @click.option("--job", "job_spec", default="yahpo:lcbench", show_default=True, help="A surrogate-benchmark job.")
 @click.option("--configs", type=int, default=100, show_default=True, help="Random configurations per task.")

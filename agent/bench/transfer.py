@@ -203,7 +203,7 @@ class _Job:
     fold_dir: str | None
 
 
-def _worker_init() -> None:
+def pin_threads() -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -311,11 +311,11 @@ def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callabl
                      f"({time.perf_counter() - start:.0f} s): regret@{config.budget} {finals}")
 
     if config.workers <= 1:
-        _worker_init()
+        pin_threads()
         for j in jobs:
             record(_run_job(j))
     else:
-        with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+        with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=pin_threads) as pool:
             for future in as_completed([pool.submit(_run_job, j) for j in jobs]):
                 record(future.result())
     runs = [{"task": t, "seed": sd, "methods": {m: done[(keys[m], t, sd)] for m in methods}} for t, sd in pairs]

@@ -109,3 +109,18 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     assert origins[0] == ["init:sobol"] * 2 + ["bo:logei"] * 4
     with pytest.raises(TuneAgentError, match="--random-every"):
         settings(-1)
+
+
+def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:
+    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.tuning.sampler import stalled
+
+    def trials(values: list[float], origins: list[str]) -> list[TrialRecord]:
+        return [TrialRecord(str(i), i, TRIAL_OK, {}, v, o) for i, (v, o) in enumerate(zip(values, origins))]
+
+    flat = trials([0.9, 0.5, 0.6, 0.7, 0.8, 0.85], ["init:rgpe"] + ["bo:logei"] * 5)
+    assert stalled(flat, sign=1.0)  # five BO steps, none above the 0.9 the portfolio found
+    assert not stalled(flat, sign=-1.0)  # minimising, 0.5 improved on 0.9
+    assert not stalled(flat[:5], sign=1.0)  # too few trials to tell
+    escaped = trials([0.9, 0.5, 0.6, 0.7, 0.8, 0.85, 0.1], ["init:rgpe"] + ["bo:logei"] * 5 + ["random:stalled"])
+    assert not stalled(escaped, sign=1.0)  # the window holds the random step: BO gets five more steps

@@ -1,0 +1,44 @@
+"""`tune-agent bench scale`: seconds per suggestion as the history grows (the product's studies).
+
+For each history size, every other task of the scenario contributes that many random
+configurations (imported into an in-memory knowledge base, as in the transfer benchmark) and one
+study per method runs on the target task. Reported per method and size: the median and largest
+seconds of the BO steps' ``ask`` (the initial design left out) and the whole study's seconds, which
+include the one-off preparation (source GP fits, portfolio). Gp runs in the same process as a
+baseline, since this machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+from agent.bench.transfer import BenchConfig, history_store, make_histories, run_method, pin_threads
+
+
+def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Sequence[str], budget: int = 15,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    from agent.jobs import load_job
+    from agent.tuning.service import source_cache
+
+    pin_threads()
+    out: dict[str, Any] = {"scenario": scenario, "task": task, "budget": budget, "runs": []}
+    for size in sizes:
+        config = BenchConfig(scenario=scenario, history_size=size)
+        job = load_job(config.job_spec)
+        job.task(task)
+        histories = make_histories(job, config)
+        sources = [t for t in job.scenario.instances if t != task]
+        fits = source_cache()
+        for method in methods:
+            start = time.perf_counter()
+            _, _, seconds = run_method(config.job_spec, task, method, history_store(job, histories, sources), 0,
+                                       budget, "models", fits)
+            bo = seconds[5:] if method in ("gp", "random", "tpe") else seconds[1:]
+            row = {"method": method, "history_points": size * len(sources), "median_ask_s": round(statistics.median(bo), 3),
+                   "max_ask_s": round(max(bo), 3), "study_s": round(time.perf_counter() - start, 1)}
+            out["runs"].append(row)
+            if progress is not None:
+                progress(str(row))
+    return out
