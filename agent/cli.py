@@ -334,7 +334,8 @@ def meta_train_transfer(models_dir: str, params_file: str) -> None:
     """Meta-train the Transferable Neural Process surrogate on the exported history."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params, stage_train_transfer
+    from agent.meta.pipeline import load_params
+    from agent.tuning.metamodels import stage_train_transfer
 
     params = load_params(Path(params_file)).get("transfer", {})
     click.echo(json.dumps(stage_train_transfer(params, Path(models_dir), Path("metrics/train_transfer.json"))))
@@ -346,7 +347,8 @@ def evaluate_cmd(params_file: str) -> None:
     """Leave-one-dataset-out warm-start evaluation; writes metrics/warmstart.json."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params, stage_evaluate
+    from agent.meta.pipeline import load_params
+    from agent.tuning.evaluation import stage_evaluate
 
     params = load_params(Path(params_file))
     report = stage_evaluate(params.get("evaluate", {}), params.get("meta_features", {}),

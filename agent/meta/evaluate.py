@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from agent.knowledge.history import HistoricalDataset
-from agent.meta.replay import normalised_regret, replay_bo, snap_to_table
+from agent.meta.replay import normalised_regret, snap_to_table
 
 REPORT_AT = (1, 3, 5, 10, 20)
 
@@ -77,25 +77,6 @@ def design_inits(method: str, k: int, U: np.ndarray, seed: int) -> list[int]:
     if method == "random":
         return [int(i) for i in np.random.default_rng(seed).choice(len(U), size=k, replace=False)]
     return snap_to_table(initial_design(method, k, U.shape[1], seed), U)
-
-
-def run_dataset(task: Mapping[str, Any]) -> dict[str, list[float]]:
-    """All methods on one held-out dataset; returns ``{method: regret curve}`` (worker-safe)."""
-    import torch
-
-    torch.set_num_threads(1)
-    t, U, E, budget = task["target"], task["U"], task["E"], task["budget"]
-    curves: dict[str, list[float]] = {}
-    for name, init, acq, prior in task["runs"]:
-        mean_factory = None
-        if prior:
-            from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
-
-            ok = [fit_neighbour_surface(U, -np.nan_to_num(E[j], nan=np.nanmax(E[j]))) for j in prior]
-            mean_factory = lambda ok=ok: NeighbourMean(ok)  # noqa: E731
-        order = replay_bo(E[t], U, init, budget, acq, mean_factory)
-        curves[name] = normalised_regret(E[t], order).tolist()
-    return curves
 
 
 def plan_runs(t: int, vectors: Mapping[str, tuple[np.ndarray, bool]], E: np.ndarray, U: np.ndarray,

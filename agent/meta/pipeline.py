@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from agent.knowledge.history import HistoricalDataset
-from agent.meta.export import EmptyHistoryError, export_history, load_export
+from agent.meta.export import export_history, load_export
 
 EXPORT_DIR = Path("data/export")
 DISTANCES_FILE = Path("data/distances.json")
@@ -31,7 +30,7 @@ def stage_export(kb: Any, p: Mapping[str, Any], out: Path = EXPORT_DIR) -> int:
     return export_history(kb, out, job=p.get("job"), min_datasets=int(p.get("min_datasets", 2)))
 
 
-def _space(datasets: list[HistoricalDataset]) -> Any:
+def history_space(datasets: list[HistoricalDataset]) -> Any:
     from agent.jobs import load_job
 
     return load_job(datasets[0].job).space
@@ -42,7 +41,7 @@ def stage_distances(p: Mapping[str, Any], export: Path = EXPORT_DIR, out: Path =
     from agent.meta.evaluate import build_table
 
     datasets = load_export(export)
-    table = build_table(datasets, _space(datasets))
+    table = build_table(datasets, history_space(datasets))
     how = p.get("normalisation", "rank")
     D = emd_distance_matrix(table.E, how=how) if p.get("emd") else target_distance_matrix(table.E, how=how)
     D = np.where(np.isfinite(D), D, np.nanmax(D[np.isfinite(D)]) if np.isfinite(D).any() else 1.0)
@@ -121,47 +120,6 @@ def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[st
     return out
 
 
-def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, plots: Path,
-                   export: Path = EXPORT_DIR, distances: Path = DISTANCES_FILE) -> dict[str, Any]:
-    from agent.meta.evaluate import build_table, fold_ids, neighbour_precision, plan_runs, run_dataset, summarise, write_outputs
-    from agent.meta.handcrafted import handcrafted_metafeatures, metafeature_matrix
-
-    datasets = load_export(export)
-    if len(datasets) < 4:
-        raise EmptyHistoryError(f"evaluation needs at least 4 historical datasets, the export has {len(datasets)}")
-    D = np.array(json.loads(distances.read_text())["matrix"])
-    table = build_table(datasets, _space(datasets))
-    folds = fold_ids(len(datasets), int(p.get("folds", 5)), int(mf.get("seed", 0)))
-    k, acqs = int(p.get("k", 3)), list(p.get("acquisitions", ["ei", "ucb"]))
-    hand = metafeature_matrix([handcrafted_metafeatures(h.sample[0], h.sample[1], h.summary) for h in datasets])
-    default = mf.get("aggregator", "mean")
-    wings = [default] + [w for w in p.get("wings", []) if w != default]
-    learned = {w: fold_vectors(datasets, D, mf, w, folds) for w in wings}
-    tasks = []
-    for t in range(len(datasets)):
-        vectors = {"learned": (learned[default][int(folds[t])], False), "handcrafted": (hand, True)}
-        runs = plan_runs(t, vectors, table.E, table.U, k, int(p.get("seeds", 3)), acqs)
-        for w in wings[1:]:
-            from agent.meta.evaluate import neighbour_inits
-
-            _, rows = neighbour_inits(learned[w][int(folds[t])], table.E, t, k, False)
-            runs.append((f"learned:{w}/{acqs[0]}", rows, acqs[0], None))
-        tasks.append({"target": t, "U": table.U, "E": table.E, "budget": int(p.get("budget", 20)), "runs": runs})
-    with ProcessPoolExecutor(max_workers=int(p.get("workers", 2))) as pool:
-        curves = list(pool.map(run_dataset, tasks))
-    sources = [h.source for h in datasets]
-    report = {
-        "datasets": len(datasets), "sources": len(set(sources)), "configs": len(table.keys),
-        "neighbour_precision": neighbour_precision_folds(learned[default], folds, sources, k),
-        "neighbour_precision_handcrafted": neighbour_precision(hand, sources, k, True),
-        "methods": summarise(curves, acqs[0]), "leakage_control": f"{int(folds.max()) + 1}-fold retraining over datasets",
-        "objective": "validation error (1 - val_acc)", "aggregator": default,
-        "normalisation": normalisation_report(table.E, sources, k),
-    }
-    write_outputs(report, curves, metrics, plots, int(p.get("budget", 20)))
-    return report
-
-
 def neighbour_precision_folds(per_fold: dict[int, np.ndarray], folds: np.ndarray, sources: list[str], k: int) -> float:
     """Share of each dataset's k nearest (by its fold's extractor) that come from its own source."""
     from agent.meta.neighbours import nearest
@@ -193,29 +151,3 @@ def normalisation_report(E: np.ndarray, sources: list[str], k: int) -> dict[str,
             reg.append(normalised_regret(E[t], rows)[-1])
         out[how] = {"oracle_neighbour_precision": float(np.mean(prec)), "oracle_regret@k": float(np.mean(reg))}
     return out
-
-
-def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, export: Path = EXPORT_DIR) -> dict[str, Any]:
-    """Meta-trains the Transferable Neural Process (paper 004, Algorithm 1) on the exported history."""
-    from agent.surrogates.tnp import TNPConfig
-    from agent.surrogates.tnp_train import meta_train_tnp
-    from agent.surrogates.contract import source_tasks
-    from agent.surrogates.specs import TNP_FILE, TNP_META
-
-    datasets = load_export(export)
-    space = _space(datasets)
-    sources = source_tasks(datasets, space)
-    if len(sources) < 2:
-        raise EmptyHistoryError(f"TNP meta-training needs at least 2 source tasks, the export has {len(sources)}")
-    start = time.perf_counter()
-    tnp, history = meta_train_tnp([(s.U, s.y) for s in sources], TNPConfig.from_dict(dict(p)))
-    models.mkdir(parents=True, exist_ok=True)
-    tnp.save(str(models / TNP_FILE))
-    (models / TNP_META).write_text(json.dumps({"job": datasets[0].job, "space_signature": datasets[0].space_signature,
-                                               "sources": len(sources)}, indent=1, sort_keys=True) + "\n")
-    summary = {"sources": len(sources), "meta_steps": int(p.get("meta_steps", 300)),
-               "seconds": round(time.perf_counter() - start, 1),
-               "final_loss": float(np.mean([h["loss"] for h in history[-5:]])) if history else float("nan")}
-    metrics.parent.mkdir(parents=True, exist_ok=True)
-    metrics.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return summary

@@ -61,3 +61,20 @@ def train_tnp(sources: Sequence[SourceTask], job_name: str, space_signature: str
 
 def tnp_trained(models_dir: Path) -> bool:
     return (models_dir / TNP_FILE).exists() and (models_dir / TNP_META).exists()
+
+
+def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, export: Path | None = None) -> dict[str, Any]:
+    """The ``train-transfer`` DVC stage: the TNP meta-trained on the exported history."""
+    from agent.errors import EmptyHistoryError
+    from agent.meta.export import load_export
+    from agent.meta.pipeline import EXPORT_DIR, history_space
+
+    datasets = load_export(export or EXPORT_DIR)
+    space = history_space(datasets)
+    sources = source_tasks(datasets, space)
+    if len(sources) < 2:
+        raise EmptyHistoryError(f"TNP meta-training needs at least 2 source tasks, the export has {len(sources)}")
+    summary = train_tnp(sources, datasets[0].job, datasets[0].space_signature, models, tnp_settings(p))
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    metrics.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary

@@ -68,14 +68,20 @@ def encoded(space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str
 
 
 class BoSampler:
-    """Initial configurations, a design up to ``n_init``, then BO on the prepared surrogate."""
+    """Initial configurations, a design up to ``n_init``, then BO on the prepared surrogate.
+
+    ``candidates`` (cube points `m x d`) restricts every suggestion to those rows: a lookup table
+    of evaluated configurations, as in the warm-start evaluation's replay. The acquisition is then
+    maximised over the rows not yet tried, and design or random points become the nearest free row.
+    """
 
     def __init__(self, space: SearchSpace, settings: StudySettings, surrogate: Surrogate,
-                 initial: Sequence[tuple[Mapping[str, Any], str]] = ()) -> None:
+                 initial: Sequence[tuple[Mapping[str, Any], str]] = (), candidates: np.ndarray | None = None) -> None:
         self.space = space
         self.settings = settings
         self.surrogate = surrogate
         self.initial = [(dict(c), origin) for c, origin in initial]
+        self.candidates = None if candidates is None else space.snap(np.atleast_2d(candidates))
         self._state: dict[str, Any] = {}
         n_design = max(settings.n_init - len(self.initial), 0)
         self._design = (space.snap(initial_design(settings.init, n_design, space.dim, settings.seed))
@@ -85,18 +91,18 @@ class BoSampler:
         if number < len(self.initial):
             return Suggestion(*self.initial[number])
         k = number - len(self.initial)
-        if k < len(self._design):
-            return Suggestion(self.space.decode(self._design[k]), f"init:{self.settings.init}")
         U, y = encoded(self.space, trials, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
         running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
         seen = np.vstack([U, running])
+        if k < len(self._design):
+            return Suggestion(self.space.decode(self._restrict(self._design[k], seen)), f"init:{self.settings.init}")
         seed = self.settings.seed * 100003 + number
         rng = np.random.default_rng(seed)
         bo_step = number - self.settings.n_init + 1
         if self.surrogate.interleave_random and interleaved_random(bo_step, self.settings.random_every):
-            return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:interleaved")
+            return Suggestion(self.space.decode(self._random(seen, rng)), "random:interleaved")
         if not self.surrogate.interleave_random and self.settings.random_every > 0 and stalled(trials, self.settings.sign):
-            return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:stalled")
+            return Suggestion(self.space.decode(self._random(seen, rng)), "random:stalled")
         u, origin = self.propose(U, y, seen, bo_step, seed, rng)
         return Suggestion(self.space.decode(u), origin)
 
@@ -109,7 +115,7 @@ class BoSampler:
 
         y = impute_failures(y)
         if not np.isfinite(y).any():
-            return random_unseen(self.space, seen, rng), "random:no-finite-value"
+            return self._random(seen, rng), "random:no-finite-value"
         with torch_threads(1):
             train_X = torch.as_tensor(U, dtype=torch.double)
             train_Y = torch.as_tensor(normal_scores(y), dtype=torch.double).reshape(-1, 1)
@@ -117,12 +123,37 @@ class BoSampler:
             if step.source_weight <= 0:
                 fallback = self.cold_start_point(seen)
                 if fallback is not None:
-                    return fallback, "init:cold-fallback"
+                    return self._restrict(fallback, seen), "init:cold-fallback"
             acqf = build_acquisition(step.model, train_Y, self.settings.acq, bo_step, self.space.dim)
+            if self.candidates is not None:
+                free = self._free(seen)
+                with torch.no_grad():
+                    scores = acqf(torch.as_tensor(free, dtype=torch.double).unsqueeze(1))
+                return free[int(torch.argmax(scores))], f"bo:{self.settings.acq}"
             torch.manual_seed(seed)
             x = optimize_on_space(acqf, self.space, seed, self.surrogate.budget)
         # An acquisition peak on an evaluated configuration (integer lattice) explores instead.
         return random_unseen(self.space, seen, rng, self.space.snap(x)[0]), f"bo:{self.settings.acq}"
+
+    def _free(self, seen: np.ndarray) -> np.ndarray:
+        """Candidate rows not yet tried (all of them again when every row was)."""
+        assert self.candidates is not None
+        keys = evaluated_keys(self.space, seen)
+        free = np.array([u for u in self.candidates if point_key(u) not in keys])
+        return free if len(free) else self.candidates
+
+    def _restrict(self, u: np.ndarray, seen: np.ndarray) -> np.ndarray:
+        """``u``, or with candidates the nearest free candidate row."""
+        if self.candidates is None:
+            return u
+        free = self._free(seen)
+        return free[int(np.argmin(((free - u) ** 2).sum(axis=1)))]
+
+    def _random(self, seen: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.candidates is None:
+            return random_unseen(self.space, seen, rng)
+        free = self._free(seen)
+        return free[int(rng.integers(len(free)))]
 
     def cold_start_point(self, seen: np.ndarray) -> np.ndarray | None:
         """The first point of the cold start's design not yet tried, while the model's sources carry

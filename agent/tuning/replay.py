@@ -1,0 +1,73 @@
+"""The warm-start evaluation's replay, run by the product's own sampler over a lookup table.
+
+A held-out dataset's evaluated configurations (`m x d` cube points with their validation errors)
+are the only candidates (:class:`agent.tuning.sampler.BoSampler` with ``candidates``); a method's
+initial configurations come first, then the sampler's BO steps — the same GP, normal scores,
+interleaved random steps and acquisition as ``tune-agent start`` — pick among the rows not yet
+tried. Regret is normalised per dataset by the min and max error of its table (paper 003).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from agent.config import RANDOM_EVERY, StudySettings
+from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TrialRecord
+from agent.meta.replay import normalised_regret
+from agent.space import SearchSpace
+from agent.surrogates.contract import SourceTask, SurrogateInputs
+from agent.surrogates.gp import normal_scores
+from agent.surrogates.specs import GpSurrogate
+from agent.tuning.bo import point_key
+from agent.tuning.sampler import BoSampler
+
+ACQ_NAMES = {"ei": "logei", "logei": "logei", "ucb": "ucb"}  # the evaluation's names -> the product's
+
+
+def replay_order(space: SearchSpace, errors: np.ndarray, U: np.ndarray, init: Sequence[int], budget: int,
+                 acq: str = "ei", prior: Mapping[str, np.ndarray] | None = None, seed: int = 0) -> list[int]:
+    """Rows of the table in the order a study would evaluate them (errors minimised).
+
+    ``prior`` maps neighbour names to their error rows on the same table: the GP's prior mean is
+    then their surfaces (paper 000, Algorithm 3), as ``--prior-mean neighbours`` does.
+    """
+    U = space.snap(np.asarray(U))
+    rows = {point_key(u): i for i, u in enumerate(U)}
+    budget = min(budget, len(U))
+    sources = tuple(SourceTask(name, name, U[np.isfinite(e)], normal_scores(-e[np.isfinite(e)]))
+                    for name, e in (prior or {}).items())
+    inputs = SurrogateInputs(space, sources, seed=seed, prior_mean="neighbours" if sources else "constant",
+                             neighbour_keys=tuple(s.key for s in sources))
+    init = [int(i) for i in init][:budget]
+    settings = StudySettings(job="replay", job_name="replay", dataset="table", dataset_name="table", fingerprint="-",
+                             space_signature=space.signature(), metric="error", mode="min", trials=budget,
+                             n_init=max(len(init), 1), acq=ACQ_NAMES[acq], random_every=RANDOM_EVERY, seed=seed)
+    sampler = BoSampler(space, settings, GpSurrogate(inputs), [(space.decode(U[i]), "init:table") for i in init],
+                        candidates=U)
+    trials: list[TrialRecord] = []
+    order: list[int] = []
+    for number in range(budget):
+        s = sampler.suggest(number, trials)
+        row = rows[point_key(space.snap(space.encode(s.config))[0])]
+        value = float(errors[row])
+        ok = np.isfinite(value)
+        trials.append(TrialRecord(str(number), number, TRIAL_OK if ok else TRIAL_FAILED, s.config,
+                                  value if ok else None, s.origin))
+        order.append(row)
+    return order
+
+
+def replay_dataset(task: Mapping[str, Any]) -> dict[str, list[float]]:
+    """All methods on one held-out dataset; returns ``{method: regret curve}`` (worker-safe)."""
+    import torch
+
+    torch.set_num_threads(1)
+    t, U, E, budget, space = task["target"], task["U"], task["E"], task["budget"], task["space"]
+    curves: dict[str, list[float]] = {}
+    for name, init, acq, prior in task["runs"]:
+        neighbours = {str(j): E[j] for j in prior} if prior else None
+        order = replay_order(space, E[t], U, init, budget, acq, neighbours, seed=t)
+        curves[name] = normalised_regret(E[t], order).tolist()
+    return curves
