@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from agent.config import SAMPLERS
+from agent.config import ACQUISITIONS, INIT_METHODS, PRIOR_MEANS, SAMPLERS, WARM_METHODS, StudyConfig
 from agent.errors import TuneAgentError
 
 tracking_option = click.option(
@@ -67,24 +67,24 @@ def study_options(fn: Any) -> Any:
         click.option("--dataset", required=True, help="Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like 'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."),
         click.option("--job", required=True, help="Built-in job (cnn, mlp) or a user job 'package.module:attr'."),
         click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
-        click.option("--trials", type=int, default=20, show_default=True, help="Trials in the study's budget."),
-        click.option("--epochs", type=int, default=5, show_default=True, help="Epochs per trial."),
+        click.option("--trials", type=int, default=StudyConfig.default("trials"), show_default=True, help="Trials in the study's budget."),
+        click.option("--epochs", type=int, default=StudyConfig.default("epochs"), show_default=True, help="Epochs per trial."),
         click.option("--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."),
         click.option("--metric", default=None, help="Objective metric [default: the job's, e.g. val_loss]."),
         click.option("--mode", type=click.Choice(["min", "max"]), default=None, help="Minimise or maximise the metric [default: the job's]."),
-        click.option("--init", "init", type=click.Choice(["random", "lhs", "sobol", "halton"]), default="sobol", show_default=True, help="Initial design."),
+        click.option("--init", "init", type=click.Choice(INIT_METHODS), default=StudyConfig.default("init"), show_default=True, help="Initial design."),
         click.option("--n-init", type=int, default=None, help="Initial design size [default: min(5, trials)]."),
-        click.option("--acq", type=click.Choice(["logei", "ucb"]), default="logei", show_default=True, help="Acquisition function."),
-        click.option("--random-every", type=int, default=4, show_default=True, help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never)."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--val-fraction", type=float, default=0.2, show_default=True, help="Share of data held out for validation (stratified, seeded)."),
+        click.option("--acq", type=click.Choice(ACQUISITIONS), default=StudyConfig.default("acq"), show_default=True, help="Acquisition function."),
+        click.option("--random-every", type=int, default=StudyConfig.default("random_every"), show_default=True, help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never)."),
+        click.option("--seed", type=int, default=StudyConfig.default("seed"), show_default=True),
+        click.option("--val-fraction", type=float, default=StudyConfig.default("val_fraction"), show_default=True, help="Share of data held out for validation (stratified, seeded)."),
         click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),
-        click.option("--warm-start", type=click.Choice(["auto", "learned", "handcrafted", "none"]), default="auto", show_default=True, help="Meta-features used to find similar historical datasets (auto: learned if trained, else hand-crafted)."),
-        click.option("--k", type=int, default=3, show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
-        click.option("--prior-mean", type=click.Choice(["neighbours", "observations", "constant"]), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
-        click.option("--models-dir", default="models", show_default=True, help="Where `dvc repro` put the meta-models."),
-        click.option("--surrogate", type=click.Choice(surrogate_choices()), default="auto", show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
-        click.option("--sampler", type=click.Choice(SAMPLERS), default="bo", show_default=True, help="bo (the surrogate above), random, or tpe (Optuna's TPESampler)."),
+        click.option("--warm-start", type=click.Choice(WARM_METHODS), default=StudyConfig.default("warm_start"), show_default=True, help="Meta-features used to find similar historical datasets (auto: learned if trained, else hand-crafted)."),
+        click.option("--k", type=int, default=StudyConfig.default("k"), show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
+        click.option("--prior-mean", type=click.Choice(PRIOR_MEANS), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
+        click.option("--models-dir", default=StudyConfig.default("models_dir"), show_default=True, help="Where `dvc repro` put the meta-models."),
+        click.option("--surrogate", type=click.Choice(surrogate_choices()), default=StudyConfig.default("surrogate"), show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
+        click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, or tpe (Optuna's TPESampler)."),
         tracking_option,
         artifact_option,
     ]
@@ -94,9 +94,7 @@ def study_options(fn: Any) -> Any:
 
 
 def _request(kwargs: dict[str, Any]) -> Any:
-    from agent.tuning.service import StartRequest
-
-    return StartRequest(**kwargs)
+    return StudyConfig(**kwargs)
 
 
 @cli.command()

@@ -91,3 +91,54 @@ class StudySettings:
 def check_positive(option: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TuneAgentError(f"{option} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Everything ``tune-agent start``/``create`` is asked for: one frozen record whose defaults are
+    the CLI's (the options are built from these fields), validated by :meth:`check`."""
+
+    dataset: str
+    job: str
+    trials: int = 20
+    epochs: int = 5
+    label: str | None = None
+    metric: str | None = None
+    mode: str | None = None
+    time_limit: float | None = None
+    init: str = "sobol"
+    n_init: int | None = None
+    acq: str = "logei"
+    random_every: int = RANDOM_EVERY
+    seed: int = 0
+    val_fraction: float = 0.2
+    study_name: str | None = None
+    tracking_uri: str | None = None
+    artifact_root: str | None = None
+    warm_start: str = "auto"
+    k: int = 3
+    prior_mean: str | None = None
+    models_dir: str = "models"
+    surrogate: str = "auto"
+    sampler: str = "bo"
+
+    def check(self) -> None:
+        """The options that need no job, dataset or store; one line per problem, exit 2. (The
+        surrogate's name is checked against the registry by the service that plans the study.)"""
+        check_positive("--trials", self.trials)
+        check_positive("--epochs", self.epochs)
+        check_positive("--k", self.k)
+        if self.warm_start not in WARM_METHODS:
+            raise TuneAgentError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {self.warm_start!r}")
+        if self.prior_mean not in (None, *PRIOR_MEANS):
+            raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
+        if self.sampler not in SAMPLERS:
+            raise TuneAgentError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.n_init is not None and self.n_init < 1:
+            raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
+
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of option ``name`` (a field name)."""
+        return next(f.default for f in fields(cls) if f.name == name)

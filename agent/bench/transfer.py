@@ -171,11 +171,12 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     each ``ask`` took.
     """
     from agent.tuning.runner import run_trial
-    from agent.tuning.service import StartRequest, prepare_study
+    from agent.config import StudyConfig
+    from agent.tuning.service import prepare_study
 
     sampler = method if method in SAMPLER_METHODS else "bo"
     surrogate = "gp" if method in SAMPLER_METHODS else method
-    req = StartRequest(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
+    req = StudyConfig(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
                        warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir)
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     configs, values, seconds = [], [], []

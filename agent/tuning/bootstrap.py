@@ -72,7 +72,8 @@ def run_bootstrap(
     """Runs (or resumes) one study per dataset spec; returns a small summary."""
     from agent.errors import StudyFailedError, UnknownStudyError
     from agent.tuning.runner import run_study
-    from agent.tuning.service import StartRequest, load_study_data, open_study, prepare_study
+    from agent.config import StudyConfig
+    from agent.tuning.service import load_study_data, open_study, prepare_study
 
     start = time.perf_counter()
     done, failed = [], []
@@ -87,7 +88,7 @@ def run_bootstrap(
             dataset, split = load_study_data(study, job_obj)
             study.recover()
         except UnknownStudyError:  # absent: create it
-            req = StartRequest(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
+            req = StudyConfig(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
                                init="sobol", seed=seed, study_name=name, warm_start="none", surrogate="gp",
                                tracking_uri=tracking_uri, artifact_root=artifact_root)
             study, job_obj, dataset, split = prepare_study(req, echo=lambda _: None)

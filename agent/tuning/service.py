@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from agent.config import PRIOR_MEANS, RANDOM_EVERY, SAMPLERS, WARM_METHODS, StudySettings, check_positive
+from agent.config import StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs, source_tasks
@@ -23,51 +23,6 @@ from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
 PLAN_TAG = "surrogate_plan"
-
-
-@dataclass(frozen=True)
-class StartRequest:
-    dataset: str
-    job: str
-    trials: int = 20
-    epochs: int = 5
-    label: str | None = None
-    metric: str | None = None
-    mode: str | None = None
-    time_limit: float | None = None
-    init: str = "sobol"
-    n_init: int | None = None
-    acq: str = "logei"
-    random_every: int = RANDOM_EVERY
-    seed: int = 0
-    val_fraction: float = 0.2
-    study_name: str | None = None
-    tracking_uri: str | None = None
-    artifact_root: str | None = None
-    warm_start: str = "auto"
-    k: int = 3
-    prior_mean: str | None = None
-    models_dir: str = "models"
-    surrogate: str = "auto"
-    sampler: str = "bo"
-
-    def check(self) -> None:
-        """The options that need no job, dataset or store; one line per problem, exit 2."""
-        from agent.surrogates import registry
-
-        check_positive("--trials", self.trials)
-        check_positive("--epochs", self.epochs)
-        check_positive("--k", self.k)
-        if self.warm_start not in WARM_METHODS:
-            raise StudyError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {self.warm_start!r}")
-        if self.prior_mean not in (None, *PRIOR_MEANS):
-            raise StudyError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
-        if self.surrogate not in registry.choices():
-            raise StudyError(f"--surrogate must be one of {', '.join(registry.choices())}, got {self.surrogate!r}")
-        if self.sampler not in SAMPLERS:
-            raise StudyError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-        if self.n_init is not None and self.n_init < 1:
-            raise StudyError(f"--n-init must be at least 1, got {self.n_init}")
 
 
 @dataclass(frozen=True)
@@ -200,7 +155,7 @@ def _initial_configs(space: Any, warm: Any, surrogate: Any) -> list[tuple[dict[s
     return out
 
 
-def prepare_study(req: StartRequest, echo: Any = print, kb: KnowledgeBase | None = None,
+def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | None = None,
                   fits: SourceFits | None = None) -> tuple[Study, Any, Any, Any]:
     """Validates a start request, creates the study in the store, returns ``(study, job, data, split)``.
 
@@ -210,8 +165,11 @@ def prepare_study(req: StartRequest, echo: Any = print, kb: KnowledgeBase | None
     from agent.jobs import load_job
     from agent.jobs.base import BenchmarkJob
     from agent.jobs.registry import YAHPO_PREFIX, check_job_spec
+    from agent.surrogates import registry
 
     req.check()
+    if req.surrogate not in registry.choices():
+        raise StudyError(f"--surrogate must be one of {', '.join(registry.choices())}, got {req.surrogate!r}")
     check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
     if req.job.startswith(YAHPO_PREFIX):
         job = load_job(req.job)
@@ -273,7 +231,7 @@ def prepare_study(req: StartRequest, echo: Any = print, kb: KnowledgeBase | None
 
 
 def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any],
-                     req: StartRequest) -> Any:
+                     req: StudyConfig) -> Any:
     from agent.tuning.warmstart import WarmStart, plan_warm_start
 
     if sample is None:  # a benchmark task has no data to compute meta-features from
@@ -285,7 +243,7 @@ def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summar
     return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
 
 
-def _settings(req: StartRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
+def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
     return StudySettings(
         job=req.job, job_name=job.name, dataset=req.dataset, dataset_name=data.name, fingerprint=data.fingerprint,
         space_signature=job.space.signature(), metric=req.metric or job.metric, mode=req.mode or job.mode,
