@@ -1,0 +1,37 @@
+"""`tune-agent bench lcbench --scenario DIR --target ...` on a scenario with two fidelity parameters
+and a conditional space: the committed toy YAHPO scenario (tests/bench/fixtures/yahpo_toy)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TOY = Path(__file__).resolve().parent / "fixtures" / "yahpo_toy"
+
+
+def test_benchmark_runs_on_a_conditional_two_fidelity_scenario(cli, tmp_path: Path) -> None:
+    res = cli("bench", "lcbench", "--scenario", str(TOY), "--target", "cost", "--minimize", "--fidelity", "repl=5",
+              "--tasks", "2", "--seeds", "1", "--budget", "6", "--workers", "1", "--methods", "random,tpe,gp,rgpe",
+              "--out", str(tmp_path))
+    assert res.code == 0, res.err
+    metrics = json.loads((tmp_path / "metrics" / "yahpo_toy.json").read_text())
+    assert metrics["tasks"] == 2 and metrics["job"] == "yahpo-yahpo_toy-cost-repl5"
+    assert set(metrics["methods"]) == {"random", "tpe", "gp", "rgpe"}
+    assert (tmp_path / "plots" / "yahpo_toy_regret.png").stat().st_size > 0
+
+
+def test_bad_scenario_target_and_fidelity_are_one_line(cli, tmp_path: Path) -> None:
+    import shutil
+
+    bare = tmp_path / "unknown_scenario"  # the toy's files without its descriptor: refused, not guessed
+    bare.mkdir()
+    for name in ("config_space.json", "encoding.json", "model.onnx"):
+        shutil.copy(TOY / name, bare / name)
+    for args, message in ((["--scenario", str(tmp_path / "missing")], "not found"),
+                          (["--scenario", str(bare)], "descriptor"),
+                          (["--scenario", str(TOY), "--target", "nope"], "no output 'nope'"),
+                          (["--scenario", str(TOY), "--fidelity", "epoch=3"], "no fidelity parameter 'epoch'"),
+                          (["--scenario", str(TOY), "--fidelity", "repl"], "NAME=NUMBER")):
+        res = cli("bench", "lcbench", *args, "--tasks", "1", "--seeds", "1", "--out", str(tmp_path / "out"))
+        assert res.code == 2, (args, res.err)
+        assert message in res.err and "Traceback" not in res.err, (args, res.err)
