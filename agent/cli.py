@@ -28,8 +28,29 @@ artifact_option = click.option(
 
 @click.group(context_settings={"auto_envvar_prefix": "TUNE_AGENT", "help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tune-agent")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Bayesian optimisation of PyTorch Lightning jobs, with every run kept in MLflow."""
+    ctx.obj = Stores()
+
+
+class Stores:
+    """``ctx.obj``: the invocation's knowledge base, opened once (by URI scheme) on first use."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str | None, str | None], Any] = {}
+
+    def get(self, tracking_uri: str | None, artifact_root: str | None = None) -> Any:
+        key = (tracking_uri, artifact_root)
+        if key not in self._open:
+            from agent.knowledge import open_knowledge_base
+
+            self._open[key] = open_knowledge_base(tracking_uri, artifact_root)
+        return self._open[key]
+
+
+def _kb(tracking_uri: str | None, artifact_root: str | None = None) -> Any:
+    return click.get_current_context().find_object(Stores).get(tracking_uri, artifact_root)
 
 
 def surrogate_choices() -> tuple[str, ...]:
@@ -97,6 +118,11 @@ def _request(kwargs: dict[str, Any]) -> Any:
     return StudyConfig(**kwargs)
 
 
+def _lazy_kb(req: Any) -> Any:
+    """The store, opened only once the request passed its checks (bad input opens nothing)."""
+    return lambda: _kb(req.tracking_uri, req.artifact_root)
+
+
 @cli.command()
 @study_options
 def start(**kwargs: Any) -> None:
@@ -105,7 +131,8 @@ def start(**kwargs: Any) -> None:
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
 
-    study, job, dataset, split = prepare_study(_request(kwargs), echo=click.echo)
+    req = _request(kwargs)
+    study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
     _run(study, job, dataset, split, ProgressReporter())
 
 
@@ -115,7 +142,8 @@ def create(**kwargs: Any) -> None:
     """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
     from agent.tuning.service import prepare_study
 
-    study, *_ = prepare_study(_request(kwargs), echo=click.echo)
+    req = _request(kwargs)
+    study, *_ = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 
 
@@ -140,7 +168,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
     from agent.tuning.progress import ProgressReporter
     from agent.tuning.service import check_resume_matches, load_study_data, open_study
 
-    study, job_obj = open_study(study_name, tracking_uri, artifact_root)
+    study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
     check_resume_matches(study, job_obj, job, dataset)
     data, split = load_study_data(study, job_obj)
     closed = study.recover()
@@ -161,7 +189,7 @@ def ask(study_name: str, tracking_uri: str | None) -> None:
     """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}."""
     from agent.tuning.service import open_study
 
-    study, _ = open_study(study_name, tracking_uri)
+    study, _ = open_study(study_name, kb=_kb(tracking_uri))
     trial = study.ask()
     click.echo(json.dumps({"trial": trial.number, "origin": trial.origin, "config": dict(trial.config)}))
 
@@ -178,7 +206,7 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 
     if (value is None) == (failed is None):
         raise TuneAgentError("give exactly one of --value or --failed")
-    study, _ = open_study(study_name, tracking_uri)
+    study, _ = open_study(study_name, kb=_kb(tracking_uri))
     record = study.tell(study.trial_by_number(trial), value=value, failed=failed)
     study.set_status("finished" if study.remaining() <= 0 else "running")
     click.echo(f"trial {trial}: {record.state}")
@@ -191,7 +219,7 @@ def best(study_name: str, tracking_uri: str | None) -> None:
     """Print the best configuration of a study as JSON."""
     from agent.tuning.service import open_study
 
-    study, _ = open_study(study_name, tracking_uri)
+    study, _ = open_study(study_name, kb=_kb(tracking_uri))
     trial = study.best()
     if trial is None:
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
@@ -205,7 +233,7 @@ def history(tracking_uri: str | None) -> None:
     """List studies and the datasets they ran on."""
     from agent.tuning.history import render_history
 
-    click.echo(render_history(tracking_uri))
+    click.echo(render_history(_kb(tracking_uri)))
 
 
 @cli.command()
@@ -265,11 +293,10 @@ def import_cmd(table: str, space_file: str, job_name: str, metric: str, mode: st
     from pathlib import Path
 
     from agent.knowledge.importer import import_table, load_space, read_table
-    from agent.knowledge import open_knowledge_base
 
     space = load_space(Path(space_file))
     frame = read_table(Path(table))
-    summary = import_table(open_knowledge_base(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
+    summary = import_table(_kb(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
     click.echo(json.dumps(summary))
 
 
@@ -289,10 +316,9 @@ def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
     """Export trials, dataset samples and summaries from the tracking store."""
     from pathlib import Path
 
-    from agent.knowledge import open_knowledge_base
     from agent.meta.pipeline import load_params, stage_export
 
-    n = stage_export(open_knowledge_base(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
+    n = stage_export(_kb(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
     click.echo(f"exported {n} historical datasets to {out}")
 
 
@@ -316,11 +342,10 @@ def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> N
     """Train the Siamese meta-feature extractor (logged to MLflow)."""
     from pathlib import Path
 
-    from agent.knowledge import open_knowledge_base
     from agent.meta.pipeline import load_params, stage_train
 
     params = load_params(Path(params_file)).get("meta_features", {})
-    summary = stage_train(open_knowledge_base(tracking_uri), params, Path(models_dir),
+    summary = stage_train(_kb(tracking_uri), params, Path(models_dir),
                           Path("metrics/train_metafeatures.json"), Path("plots/metafeature_learning.csv"))
     click.echo(json.dumps(summary))
 
@@ -373,13 +398,12 @@ def neighbors(dataset: str, job: str, label: str | None, warm_start: str, k: int
 
     from agent.data import describe_dataset, load_dataset, sample_dataset
     from agent.jobs import load_job
-    from agent.knowledge import open_knowledge_base
     from agent.tuning.service import SAMPLE_SIZE
     from agent.tuning.warmstart import plan_warm_start
 
     job_obj = load_job(job)
     ds = load_dataset(dataset, label=label)
-    kb = open_knowledge_base(tracking_uri)
+    kb = _kb(tracking_uri)
     warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
                            warm_start, k, Path(models_dir))
     click.echo(warm.message)
@@ -497,7 +521,6 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
     from agent.bench.transfer import BenchConfig, history_store, make_histories
     from agent.config import check_positive
     from agent.jobs import load_job
-    from agent.knowledge import open_knowledge_base
 
     check_positive("--configs", configs)
     if not job_spec.startswith("yahpo:"):
@@ -508,7 +531,7 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
     config = BenchConfig(scenario=str(job.scenario.folder), history_size=configs, history_seed=seed)
     histories = make_histories(job, config)
     tasks = [t for t in job.scenario.instances if t not in exclude]
-    history_store(job, histories, tasks, kb=open_knowledge_base(tracking_uri, artifact_root))
+    history_store(job, histories, tasks, kb=_kb(tracking_uri, artifact_root))
     click.echo(f"imported {len(tasks)} tasks x {configs} configurations of {job.name} ({job.metric}, {job.mode})")
 
 

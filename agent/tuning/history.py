@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from agent.knowledge import open_knowledge_base
+from agent.knowledge.base import KnowledgeBase
 
 
-def render_history(tracking_uri: str | None) -> str:
-    kb = open_knowledge_base(tracking_uri)
+def render_history(kb: KnowledgeBase) -> str:
     studies = kb.list_studies()
     if not studies:
         return f"no studies in {kb.tracking_uri}"

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from agent.config import StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
@@ -155,12 +155,13 @@ def _initial_configs(space: Any, warm: Any, surrogate: Any) -> list[tuple[dict[s
     return out
 
 
-def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | None = None,
+def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Callable[[], KnowledgeBase] | None = None,
                   fits: SourceFits | None = None) -> tuple[Study, Any, Any, Any]:
     """Validates a start request, creates the study in the store, returns ``(study, job, data, split)``.
 
-    ``kb`` replaces the store named by the request (the benchmark's in-memory store); ``fits``
-    shares source fits across studies (the benchmark's workers).
+    ``kb`` is the store (or a function that opens it, called only once the request passed its
+    checks); None opens the one the request names. ``fits`` shares source fits across studies
+    (the benchmark's workers).
     """
     from agent.jobs import load_job
     from agent.jobs.base import BenchmarkJob
@@ -186,7 +187,7 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | None 
         summary = describe_dataset(data)
         sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
         split = None
-    kb = kb or open_store(req.tracking_uri, req.artifact_root)
+    kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     name = req.study_name or default_study_name(data.name, job.name)
     if kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
@@ -254,7 +255,7 @@ def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> 
     )
 
 
-def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = None,
+def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | None = None,
                models_dir: str | None = None, kb: KnowledgeBase | None = None) -> tuple[Study, Any]:
     """Loads a stored study, its job and the sampler it was planned with; refuses what changed."""
     from agent.jobs import load_job
@@ -263,8 +264,8 @@ def open_study(name: str, tracking_uri: str | None, artifact_root: str | None = 
 
     if kb is None:
         kb = open_store(tracking_uri, artifact_root)
-        if not store_exists(kb.tracking_uri):
-            raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")
+    if not store_exists(kb.tracking_uri):  # an embedded store never written: nothing to resume, and
+        raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # no file made
     record = kb.find_study(name)
     if record is None:
         raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri}")
