@@ -4,8 +4,9 @@ For each history size, every other task of the scenario contributes that many ra
 configurations (imported into an in-memory knowledge base, as in the transfer benchmark) and one
 study per method runs on the target task. Reported per method and size: the median and largest
 seconds of the BO steps' ``ask`` (the initial design left out) and the whole study's seconds, which
-include the one-off preparation (source GP fits, portfolio). Gp runs in the same process as a
-baseline, since this machine is shared and noisy.
+include the one-off preparation (source GP fits, portfolio; ``tnp`` meta-training is done before
+the clock starts and cached). Gp runs in the same process as a baseline, since this machine is
+shared and noisy. ``ran_as`` is the surrogate the study resolved to.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import statistics
 import time
 from typing import Any, Callable, Sequence
 
-from agent.bench.transfer import BenchConfig, history_store, make_histories, run_method, pin_threads
+from agent.bench.transfer import BenchConfig, fold_of, history_store, make_histories, pin_threads, run_method, tnp_fold_dir
 
 
 def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Sequence[str], budget: int = 15,
@@ -32,12 +33,17 @@ def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Seque
         sources = [t for t in job.scenario.instances if t != task]
         fits = source_cache()
         for method in methods:
+            models = "models"
+            if method == "tnp":  # the fold's network, meta-trained on the other folds' histories of this size
+                models = str(tnp_fold_dir(job, histories, fold_of(job.scenario.instances.index(task)), config))
+            kb = history_store(job, histories, sources)
             start = time.perf_counter()
-            _, _, seconds = run_method(config.job_spec, task, method, history_store(job, histories, sources), 0,
-                                       budget, "models", fits)
-            bo = seconds[5:] if method in ("gp", "random", "tpe") else seconds[1:]
-            row = {"method": method, "history_points": size * len(sources), "median_ask_s": round(statistics.median(bo), 3),
-                   "max_ask_s": round(max(bo), 3), "study_s": round(time.perf_counter() - start, 1)}
+            _, _, seconds = run_method(config.job_spec, task, method, kb, 0, budget, models, fits)
+            used = kb.study_tags(kb.find_study(f"bench-{method}-{task}-0"))["surrogate"]
+            bo = seconds[5:] if used in ("gp", "-") else seconds[1:]
+            row = {"method": method, "ran_as": used, "history_points": size * len(sources),
+                   "median_ask_s": round(statistics.median(bo), 3), "max_ask_s": round(max(bo), 3),
+                   "study_s": round(time.perf_counter() - start, 1)}
             out["runs"].append(row)
             if progress is not None:
                 progress(str(row))

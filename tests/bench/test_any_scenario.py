@@ -35,3 +35,14 @@ def test_bad_scenario_target_and_fidelity_are_one_line(cli, tmp_path: Path) -> N
         res = cli("bench", "lcbench", *args, "--tasks", "1", "--seeds", "1", "--out", str(tmp_path / "out"))
         assert res.code == 2, (args, res.err)
         assert message in res.err and "Traceback" not in res.err, (args, res.err)
+
+
+def test_scale_bench_reports_what_each_study_ran_as(cli, tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    res = cli("bench", "scale", "--scenario", str(TOY), "--task", "t1", "--sizes", "10,20", "--methods", "gp,rgpe",
+              "--budget", "7", "--out", str(out))
+    assert res.code == 0, res.err
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["method"], r["ran_as"], r["history_points"]) for r in runs] == [
+        ("gp", "gp", 10), ("rgpe", "rgpe", 10), ("gp", "gp", 20), ("rgpe", "rgpe", 20)]
+    assert all(r["median_ask_s"] > 0 for r in runs)
