@@ -90,6 +90,4 @@ class YahpoJob:
 
     def evaluate_many(self, configs: Any, task: BenchmarkTask) -> Any:
         """Objectives of many configurations (dicts, or `n x d` cube points) at once."""
-        if self.fidelity:
-            return self.scenario.evaluate(task.instance, configs, target=self.metric, fidelity=self.fidelity)
-        return self.scenario.evaluate(task.instance, configs, target=self.metric)
+        return self.scenario.evaluate(task.instance, configs, target=self.metric, fidelity=self.fidelity or None)

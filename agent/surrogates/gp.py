@@ -45,8 +45,9 @@ def standardise(y: Any) -> tuple[Any, float, float]:
 
     Fewer than two values or no spread keep std 1, so a constant target is not blown up.
     """
-    mean = float(y.mean()) if len(y) else 0.0
-    std = float(y.std(ddof=1) if isinstance(y, np.ndarray) else y.std()) if len(y) > 1 else 1.0
+    n = y.size if isinstance(y, np.ndarray) else y.numel()
+    mean = float(y.mean()) if n else 0.0
+    std = float(y.std(ddof=1) if isinstance(y, np.ndarray) else y.std()) if n > 1 else 1.0
     std = std if std > 1e-12 and math.isfinite(std) else 1.0
     return (y - mean) / std, mean, std
 
@@ -116,17 +117,6 @@ def fit_gp(
         warm_state["covar"] = model.covar_module.state_dict()
         warm_state["likelihood"] = model.likelihood.state_dict()
     return model
-
-
-def fit_cube_gp(U: np.ndarray, y: np.ndarray) -> Any:
-    """A GP (eval mode) on cube points `n x d` and maximised values `n` (NaN = failed), fitted on
-    their normal scores: the source and neighbour surfaces of the transfer surrogates."""
-    import torch
-
-    with torch_threads(1):
-        X = torch.as_tensor(np.asarray(U), dtype=torch.double)
-        Y = torch.as_tensor(normal_scores(impute_failures(y)), dtype=torch.double).reshape(-1, 1)
-        return fit_gp(X, Y).eval()
 
 
 def ucb_beta(iteration: int, dim: int, delta: float = UCB_DELTA) -> float:

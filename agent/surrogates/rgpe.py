@@ -32,7 +32,7 @@ from torch import Tensor
 
 from agent.surrogates.base import SingleOutputModel
 
-from agent.surrogates.gp import fit_gp, impute_failures, torch_threads
+from agent.surrogates.gp import fit_gp, impute_failures, standardise, torch_threads
 
 JITTER = 1e-8
 CHANCE_MIN_POINTS = 5
@@ -40,14 +40,6 @@ CHANCE_Z = 1.0
 DILUTION_QUANTILE = 0.95
 SIGNAL_MIN_R2 = 0.4
 MAX_RANK_POINTS = 100
-
-
-def _standardise(y: Tensor) -> tuple[Tensor, float, float]:
-    """`n` or `n x 1` values → (standardised, mean, std); a constant or single value keeps std 1."""
-    mean = float(y.mean()) if y.numel() else 0.0
-    std = float(y.std()) if y.numel() > 1 else 1.0
-    std = std if std > 1e-12 and math.isfinite(std) else 1.0
-    return (y - mean) / std, mean, std
 
 
 def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Model]:
@@ -61,7 +53,7 @@ def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Mod
         for X, y in sources:
             y = impute_failures(np.asarray(y, dtype=float).reshape(-1))
             y = np.where(np.isfinite(y), y, 0.0)
-            z, _, _ = _standardise(torch.as_tensor(y, dtype=torch.double))
+            z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
             model = fit_gp(torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1))
             model.eval()
             for p in model.parameters():
@@ -325,7 +317,7 @@ def rgpe_weights(
         w[s] = 0.0 if s else 1.0
         return w
     X = train_X.double()
-    z, _, _ = _standardise(train_Y.double().reshape(-1))
+    z, _, _ = standardise(train_Y.double().reshape(-1))
     if target_model is None:
         target_model = fit_gp(X, z.reshape(-1, 1))
     gen = torch.Generator().manual_seed(seed)
@@ -409,7 +401,7 @@ def build_rgpe(
             model = RGPE(list(source_models), torch.full((len(source_models),), 1.0 / len(source_models)))
             model.has_target, model.source_weight = False, 1.0
             return model
-        z, y_mean, y_std = _standardise(y)
+        z, y_mean, y_std = standardise(y)
         target = fit_gp(X, z.reshape(-1, 1), warm_state=warm_state)
         target.eval()
         weights = rgpe_weights(source_models, target, X, z.reshape(-1, 1), n_samples=n_samples, seed=seed)

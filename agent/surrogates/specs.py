@@ -139,20 +139,30 @@ def _gp_fallback(inputs: SurrogateInputs, why: str) -> GpSurrogate:
 
 
 # -- transfer surrogates -------------------------------------------------------------------------
-class RgpeSurrogate(Surrogate):
-    name = "rgpe"
+class TransferSurrogate(Surrogate):
+    """Over the sources that passed the signal check; starts from the greedy portfolio's best
+    configuration (on lcbench the TNP's learned initial one reached regret .136 at trial 1 against
+    the portfolio's .070)."""
+
     interleave_random = False
 
     def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
         self.inputs = inputs
-        self.models = [inputs.fits.gp(s)[0] for s in useful]
         self._start = portfolio(inputs, useful, 1)
         dropped = len(inputs.sources) - len(useful)
-        self.note = (f"surrogate: rgpe over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
+        self.note = (f"surrogate: {self.name} over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
                      + (f"; {dropped} without a predictable response surface left out" if dropped else ""))
 
     def start_points(self) -> np.ndarray:
         return self._start
+
+
+class RgpeSurrogate(TransferSurrogate):
+    name = "rgpe"
+
+    def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
+        super().__init__(inputs, useful)
+        self.models = [inputs.fits.gp(s)[0] for s in useful]
 
     def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
         from agent.surrogates.rgpe import build_rgpe
@@ -161,9 +171,8 @@ class RgpeSurrogate(Surrogate):
         return StepModel(model, model.source_weight)
 
 
-class TnpSurrogate(Surrogate):
+class TnpSurrogate(TransferSurrogate):
     name = "tnp"
-    interleave_random = False
     # A TNP forward/backward costs ~10x a GP's: fewer L-BFGS restarts and iterations from a larger
     # batched random start.
     budget = AcqBudget(num_restarts=2, raw_samples=512, maxiter=30)
@@ -171,18 +180,9 @@ class TnpSurrogate(Surrogate):
     def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
         from agent.surrogates.tnp import TNP, SourceBank
 
-        self.inputs = inputs
+        super().__init__(inputs, useful)
         self.net = TNP.load(str(inputs.models_dir / TNP_FILE))
         self.bank = SourceBank([(s.U, s.y) for s in useful])
-        # The greedy portfolio's first configuration, not the network's learned initial one: on
-        # lcbench the learned one reached regret .136 at trial 1 against the portfolio's .070.
-        self._start = portfolio(inputs, useful, 1)
-        dropped = len(inputs.sources) - len(useful)
-        self.note = (f"surrogate: tnp over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
-                     + (f"; {dropped} without a predictable response surface left out" if dropped else ""))
-
-    def start_points(self) -> np.ndarray:
-        return self._start
 
     def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
         from agent.surrogates.tnp import build_tnp_model

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from agent.surrogates.base import SingleOutputModel
 
-from agent.surrogates.gp import impute_failures, torch_threads
+from agent.surrogates.gp import impute_failures, standardise, torch_threads
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,6 @@ class TNPConfig:
     def from_dict(cls, data: dict[str, Any]) -> TNPConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def standardise(y: Tensor) -> tuple[Tensor, float, float]:
-    """`n` values → (standardised, mean, std); fewer than 2 values or no spread keep std 1."""
-    mean = float(y.mean()) if y.numel() else 0.0
-    std = float(y.std()) if y.numel() > 1 else 1.0
-    std = std if std > 1e-12 and math.isfinite(std) else 1.0
-    return (y - mean) / std, mean, std
 
 
 class SourceBank:

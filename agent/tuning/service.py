@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from agent.config import StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
-from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs, source_tasks
+from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs, source_tasks
 from agent.tuning.sampler import BoSampler, RandomSampler, Sampler, TpeSampler
 from agent.tuning.study import Study
 
@@ -54,13 +54,18 @@ class SurrogatePlan:
         return cls(**data)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Planned:
-    """A sampler and the plan it was built from."""
+    """A study's plan and the surrogate prepared for it (None for the random and tpe samplers)."""
 
-    sampler: Sampler
     plan: SurrogatePlan
-    extra_tags: dict[str, Any] = field(default_factory=dict)
+    surrogate: Surrogate | None = None
+
+    def sampler(self, space: Any, settings: StudySettings) -> Sampler:
+        """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs)."""
+        if self.surrogate is None:
+            return (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
+        return BoSampler(space, settings, self.surrogate, self.plan.initial)
 
 
 def surrogate_names() -> tuple[str, ...]:
@@ -106,9 +111,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
 
     models_dir = Path(settings.models_dir)
     if settings.sampler != "bo":
-        sampler: Sampler = (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
-        plan = SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir))
-        return Planned(sampler, plan)
+        return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
     sources = _history_sources(kb, settings, space, exclude_fingerprint) if needs_history or recorded else []
     if recorded is not None:
@@ -127,7 +130,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
         initial = _initial_configs(space, warm, surrogate)
     plan = SurrogatePlan("bo", requested, surrogate.name, surrogate.note, str(models_dir), version,
                          tuple(s.key for s in sources), tuple(initial))
-    return Planned(BoSampler(space, settings, surrogate, initial), plan)
+    return Planned(plan, surrogate)
 
 
 def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> list[SourceTask]:
@@ -196,10 +199,6 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Calla
     planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits)
     n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
     settings = _settings(req, job, data, warm, n_init)
-    if isinstance(planned.sampler, BoSampler):
-        planned.sampler = BoSampler(job.space, settings, planned.sampler.surrogate, planned.plan.initial)
-    else:
-        planned.sampler = type(planned.sampler)(job.space, settings)  # type: ignore[call-arg]
     if warm.message:
         echo(warm.message)
     echo(planned.plan.note)
@@ -223,7 +222,7 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Calla
 
         tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
     kb.set_study_tags(record, tags)
-    study = Study(kb, record, job.space, planned.sampler)
+    study = Study(kb, record, job.space, planned.sampler(job.space, settings))
     if not isinstance(job, BenchmarkJob):
         from agent.data import split_dataset
 
@@ -279,10 +278,10 @@ def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | 
     if tags.get(PLAN_TAG):
         recorded = SurrogatePlan.from_record(tags[PLAN_TAG])
         planned = plan_sampler(kb, job.space, settings, warm, recorded.requested, record.fingerprint, recorded=recorded)
-        study.sampler = planned.sampler
+        study.sampler = planned.sampler(job.space, settings)
     elif warm is not None:  # a study from before plans were recorded: its recorded surrogate choice
         planned = plan_sampler(kb, job.space, settings, warm, tags.get("surrogate", "gp"), record.fingerprint)
-        study.sampler = planned.sampler
+        study.sampler = planned.sampler(job.space, settings)
     return study, job
 
 
