@@ -88,6 +88,7 @@ def study_options(fn: Any) -> Any:
         click.option("--dataset", required=True, help="Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like 'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."),
         click.option("--job", required=True, help="Built-in job (cnn, mlp) or a user job 'package.module:attr'."),
         click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
+        click.option("--drop", multiple=True, help="A .csv/.parquet column to leave out, e.g. an ID (repeatable)."),
         click.option("--trials", type=int, default=StudyConfig.default("trials"), show_default=True, help="Trials in the study's budget."),
         click.option("--epochs", type=int, default=StudyConfig.default("epochs"), show_default=True, help="Epochs per trial."),
         click.option("--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."),
@@ -387,12 +388,13 @@ meta.add_command(evaluate_cmd, "evaluate")
 @click.option("--dataset", required=True, help="Dataset whose nearest historical datasets to list.")
 @click.option("--job", default="mlp", show_default=True)
 @click.option("--label", default=None)
+@click.option("--drop", multiple=True, help="A .csv/.parquet column to leave out (repeatable).")
 @click.option("--warm-start", type=click.Choice(["auto", "learned", "handcrafted"]), default="auto", show_default=True)
 @click.option("--k", type=int, default=3, show_default=True)
 @click.option("--models-dir", default="models", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @tracking_option
-def neighbors(dataset: str, job: str, label: str | None, warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None) -> None:
+def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None) -> None:
     """Print the nearest historical datasets, their distances and best configurations."""
     from pathlib import Path
 
@@ -401,8 +403,8 @@ def neighbors(dataset: str, job: str, label: str | None, warm_start: str, k: int
     from agent.tuning.service import SAMPLE_SIZE
     from agent.tuning.warmstart import plan_warm_start
 
+    ds = load_dataset(dataset, label=label, drop=drop)
     job_obj = load_job(job)
-    ds = load_dataset(dataset, label=label)
     kb = _kb(tracking_uri)
     warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
                            warm_start, k, Path(models_dir))

@@ -45,6 +45,7 @@ class StudySettings:
     seed: int = 0
     val_fraction: float = 0.2
     label: str | None = None
+    drop: tuple[str, ...] = ()
     warm_start: str = "none"
     k: int = 3
     prior_mean: str | None = None
@@ -80,7 +81,10 @@ class StudySettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StudySettings":
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        values = {k: v for k, v in data.items() if k in names}
+        if "drop" in values:
+            values["drop"] = tuple(values["drop"] or ())
+        return cls(**values)
 
     @property
     def sign(self) -> float:
@@ -103,6 +107,7 @@ class StudyConfig:
     trials: int = 20
     epochs: int = 5
     label: str | None = None
+    drop: tuple[str, ...] = ()
     metric: str | None = None
     mode: str | None = None
     time_limit: float | None = None

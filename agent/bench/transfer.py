@@ -239,10 +239,15 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
 
 
 def protocol_key(config: BenchConfig, method: str) -> str:
-    """What makes a run's result reproducible: scenario, protocol settings, control and method."""
+    """What makes a run's result reproducible: scenario, protocol settings, control, method and the
+    method's revision in the surrogate registry."""
+    from agent.tuning.service import surrogate_revision
+
     fields = {k: v for k, v in asdict(config).items() if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")}
     fields["scenario"] = Path(config.scenario).name
-    blob = json.dumps({"method": method, "engine": "study", **fields}, sort_keys=True, default=str)
+    revision = surrogate_revision(method)
+    blob = json.dumps({"method": method, "engine": "study", **fields, **({"revision": revision} if revision > 1 else {})},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -36,6 +36,7 @@ class Dataset:
     X: np.ndarray
     y: np.ndarray
     class_names: tuple[str, ...]
+    preparation: str = ""  # one line: how a table's columns became features (empty: nothing to say)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -113,7 +114,7 @@ def encode_labels(labels: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarra
 
 
 def build_dataset(name: str, source: str, kind: str, X: np.ndarray, labels: np.ndarray,
-                  class_names: tuple[str, ...] | None = None) -> Dataset:
+                  class_names: tuple[str, ...] | None = None, preparation: str = "") -> Dataset:
     """Validate raw arrays and build a :class:`Dataset`.
 
     ``labels`` are original labels of any sortable type; when ``class_names`` is given
@@ -139,4 +140,4 @@ def build_dataset(name: str, source: str, kind: str, X: np.ndarray, labels: np.n
         raise DatasetError(f"dataset {name} has only {len(X)} instances; at least {MIN_INSTANCES} are needed")
     if len(names) < 2:
         raise DatasetError(f"dataset {name} has a single class ({names[0]}); at least 2 are needed")
-    return Dataset(name=name, source=source, kind=kind, X=X, y=y, class_names=names)
+    return Dataset(name=name, source=source, kind=kind, X=X, y=y, class_names=names, preparation=preparation)

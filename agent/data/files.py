@@ -7,17 +7,20 @@ Conventions owned here:
   transposed). Image values outside [0, 1] are divided by 255 when they lie in
   [0, 255], otherwise min-max scaled.
 * Tables take their label from ``label`` (default: a column named ``label`` or
-  ``target``, any case). Feature columns must be numeric (bools allowed); text
-  columns are an error naming them, not one-hot encoded. Labels may be strings.
+  ``target``, any case); ``drop`` names columns to leave out (IDs). Text, categorical and
+  boolean columns and missing values are encoded by :mod:`agent.data.tabular`, whose one-line
+  note becomes the dataset's ``preparation``. Labels may be strings, booleans or integers.
 * Image folders follow the ImageFolder layout, see :mod:`agent.data.image_folder`.
 
-Dataset names are ``file:<absolute path>`` plus ``#label=<col>`` when a label is given.
+Dataset names are ``file:<absolute path>`` plus ``#label=<col>&drop=<a,b>`` (URL-encoded) for the
+options given.
 """
 
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -29,27 +32,41 @@ FILE_SUFFIXES: tuple[str, ...] = (".npz",) + TABLE_SUFFIXES
 _DEFAULT_LABELS = ("label", "target")
 
 
-def file_name(path: Path, label: str | None) -> str:
-    """The dataset name of a user file."""
-    return f"file:{path}" + (f"#label={label}" if label is not None else "")
+def file_name(path: Path, label: str | None, drop: Sequence[str] = ()) -> str:
+    """The dataset name of a user file (what :func:`parse_file_name` reads back)."""
+    from urllib.parse import urlencode
+
+    options = {k: v for k, v in (("label", label), ("drop", ",".join(drop))) if v}
+    return f"file:{path}" + (f"#{urlencode(options)}" if options else "")
 
 
-def load_file(spec: str, label: str | None = None) -> Dataset:
+def parse_file_name(name: str) -> tuple[str, str | None, tuple[str, ...]]:
+    """``file:PATH#label=..&drop=..`` (the ``file:`` already removed) -> (path, label, drop)."""
+    from urllib.parse import parse_qs
+
+    path, _, query = name.partition("#")
+    options = parse_qs(query, keep_blank_values=False)
+    label = options.get("label", [None])[0]
+    drop = tuple(c for c in options.get("drop", [""])[0].split(",") if c)
+    return path, label, drop
+
+
+def load_file(spec: str, label: str | None = None, drop: Sequence[str] = ()) -> Dataset:
     """Load a user dataset from a file or image folder path."""
     path = Path(spec).expanduser().resolve()
     if not path.exists():
         raise DatasetError(f"dataset file not found: {path}")
     suffix = path.suffix.lower()
     if path.is_dir() or suffix == ".npz":
-        if label is not None:
-            raise DatasetError(f"a label column only applies to .csv/.parquet files, not {path}")
+        if label is not None or drop:
+            raise DatasetError(f"--label and --drop only apply to .csv/.parquet files, not {path}")
         if path.is_dir():
             from agent.data.image_folder import load_image_folder
 
             return load_image_folder(path, file_name(path, None))
         return _load_npz(path)
     if suffix in TABLE_SUFFIXES:
-        return _load_table(path, label)
+        return _load_table(path, label, tuple(drop))
     raise DatasetError(f"unsupported dataset file type {suffix or '(none)'!r}: {path}; "
                        f"expected {', '.join(FILE_SUFFIXES)} or an image folder")
 
@@ -126,24 +143,17 @@ def _pick_label(columns: list[str], label: str | None, path: Path) -> str:
     raise DatasetError(f"{path} has no label column; pass --label (columns: {_short_list(columns)})")
 
 
-def _load_table(path: Path, label: str | None) -> Dataset:
+def _load_table(path: Path, label: str | None, drop: tuple[str, ...]) -> Dataset:
+    from agent.data.tabular import prepare_table
+
     df = _read_table(path)
-    name = file_name(path, label)
+    name = file_name(path, label, drop)
     if df.shape[0] == 0 or df.shape[1] == 0:
         raise DatasetError(f"dataset file is empty: {path}")
     df.columns = [str(c) for c in df.columns]
     target = _pick_label(list(df.columns), label, path)
-    features = df.drop(columns=[target])
-    if features.shape[1] == 0:
-        raise DatasetError(f"{path} has no feature columns besides the label {target!r}")
-    bad = [c for c in features.columns if features[c].dtype.kind not in "biuf"]
-    if bad:
-        raise DatasetError(f"{path} has non-numeric feature column(s) {_short_list(bad)}; "
-                           "encode them as numbers first")
-    labels = df[target].to_numpy()
-    if df[target].isna().any():
-        raise DatasetError(f"{path}: label column {target!r} has missing values")
-    return build_dataset(name, "file", "tabular", features.to_numpy(dtype=np.float32), labels)
+    X, labels, note = prepare_table(df, target, drop, where=str(path))
+    return build_dataset(name, "file", "tabular", X, labels, preparation=note)
 
 
 def _short_list(items: list[str], limit: int = 8) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Sequence
 
 from agent.data.builtin import BUILTIN_DATASETS
 from agent.data.dataset import Dataset
@@ -24,30 +25,27 @@ def _is_file_spec(spec: str) -> bool:
     return Path(base).suffix != "" or spec.startswith("~")
 
 
-def load_dataset(spec: str, label: str | None = None) -> Dataset:
+def load_dataset(spec: str, label: str | None = None, drop: Sequence[str] = ()) -> Dataset:
     """Load a built-in dataset, a derived variant or a user file.
 
-    ``label`` names the label column of a .csv/.parquet file and is an error for
-    anything else.
+    ``label`` names the label column of a .csv/.parquet file and ``drop`` columns to leave out;
+    both are an error for anything else.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise DatasetError("empty dataset spec; give a built-in name "
                            f"({', '.join(BUILTIN_DATASETS)}) or a file path")
     spec = spec.strip()
     if spec.startswith("file:"):
-        spec = spec[len("file:"):]
-        spec, _, label_part = spec.partition("#label=")
-        if label is None and label_part:
-            label = label_part
-        from agent.data.files import load_file
+        from agent.data.files import load_file, parse_file_name
 
-        return load_file(spec, label)
+        spec, named_label, named_drop = parse_file_name(spec[len("file:"):])
+        return load_file(spec, label if label is not None else named_label, tuple(drop) or named_drop)
     if _is_file_spec(spec):
         from agent.data.files import load_file
 
-        return load_file(spec, label)
-    if label is not None:
-        raise DatasetError(f"a label column only applies to .csv/.parquet files, not built-in {spec!r}")
+        return load_file(spec, label, drop)
+    if label is not None or drop:
+        raise DatasetError(f"--label and --drop only apply to .csv/.parquet files, not built-in {spec!r}")
     from agent.data.variants import load_variant
 
     return load_variant(spec)

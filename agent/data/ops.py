@@ -99,4 +99,5 @@ def describe_dataset(ds: Dataset) -> dict[str, float | int | str]:
         "mean_feature_std": float(per_feature_std.mean()),
         "constant_feature_fraction": float((per_feature_std == 0).mean()),
         "zero_fraction": float((X == 0).mean()),
+        **({"preparation": ds.preparation} if ds.preparation else {}),
     }

@@ -167,6 +167,11 @@ class Surrogate(abc.ABC):
         """Cube points `k x d` evaluated before any model is fitted (portfolio, learned inits)."""
         return np.empty((0, 0))
 
+    def fallback(self) -> "Surrogate | None":
+        """The surrogate the sampler alternates with once this one stalls (``None``: it never
+        does; the GP family relies on interleaved random steps instead)."""
+        return None
+
     @abc.abstractmethod
     def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
         """The model for one BO step on double tensors `n x d`, `n x 1` (maximised normal scores).
@@ -184,6 +189,8 @@ class SurrogateSpec:
         meta_model: the file in ``models_dir`` it needs (``None``: needs no meta-training); its
             hash is recorded on the study, and ``resume`` refuses when it changed.
         prepare: builds the :class:`Surrogate` for one study from its inputs.
+        revision: bumped whenever what the surrogate (or the sampler around it) suggests changes,
+            so the benchmark's journal recomputes its runs instead of reusing stale ones.
     """
 
     name: str
@@ -191,6 +198,7 @@ class SurrogateSpec:
     needs_history: bool
     prepare: Callable[[SurrogateInputs], Surrogate]
     meta_model: str | None = None
+    revision: int = 1
 
     def meta_model_version(self, models_dir: Path) -> str | None:
         """The hash of the meta-model this surrogate would load from ``models_dir``, or None."""

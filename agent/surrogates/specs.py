@@ -149,12 +149,19 @@ class TransferSurrogate(Surrogate):
     def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
         self.inputs = inputs
         self._start = portfolio(inputs, useful, 1)
+        self._fallback: GpSurrogate | None = None
         dropped = len(inputs.sources) - len(useful)
         self.note = (f"surrogate: {self.name} over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
                      + (f"; {dropped} without a predictable response surface left out" if dropped else ""))
 
     def start_points(self) -> np.ndarray:
         return self._start
+
+    def fallback(self) -> Surrogate:
+        """The target's own GP with a constant mean: what ``gp`` would fit on the same trials."""
+        if self._fallback is None:
+            self._fallback = _gp_fallback(self.inputs, "fallback")
+        return self._fallback
 
 
 class RgpeSurrogate(TransferSurrogate):
@@ -226,8 +233,9 @@ PORTFOLIO_GP = SurrogateSpec("portfolio_gp", "greedy zero-shot portfolio of hist
                              prepare_portfolio_gp)
 NEIGHBOUR_GP = SurrogateSpec("neighbour_gp", "portfolio, then gp with the nearest sources' surfaces as prior mean",
                              True, prepare_neighbour_gp)
+# revision 2: a stalled transfer model alternates with the target GP (was: one random step).
 RGPE = SurrogateSpec("rgpe", "ranking-weighted GP ensemble of the sources and the target (Feurer et al. 2018)", True,
-                     prepare_rgpe)
+                     prepare_rgpe, revision=2)
 TNP = SurrogateSpec("tnp", "Transferable Neural Process meta-trained on the history (paper 004)", True, prepare_tnp,
-                    meta_model=TNP_FILE)
+                    meta_model=TNP_FILE, revision=2)
 BUILTIN_SPECS = (GP, PORTFOLIO_GP, NEIGHBOUR_GP, RGPE, TNP)

@@ -33,11 +33,14 @@ from agent.design import initial_design
 # Size of the cold start's design that a transfer model falls back to when its guard has dropped
 # every source (the design a cold ``gp`` study of the same seed starts with).
 COLD_DESIGN = 5
-# A source-weighted model whose last STALL_STEPS BO steps did not improve on the best value has
-# stopped learning from the target (on held-out YAHPO scenarios RGPE stalled at regret .28 where
-# both portfolios reached 0): its next step is a uniform random configuration, as the cold GP's
-# interleaved steps are, after which it gets STALL_STEPS more BO steps to improve.
+# A source-weighted model that has taken STALL_STEPS BO steps since the study's best trial without
+# beating it has stopped learning from the target (on held-out YAHPO scenarios RGPE stalled at
+# regret .28 where both portfolios reached 0; on lcbench the TNP stayed at .075 on a task where
+# portfolio_gp reached 0). From then until something improves, every other step is the target's own
+# GP (constant mean, the cold ``gp``'s model on the same observations): the study alternates
+# between the transfer model and the fallback it must never do worse than.
 STALL_STEPS = 5
+FALLBACK_ORIGIN = "bo:target-gp"
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,18 @@ class BoSampler:
         bo_step = number - self.settings.n_init + 1
         if self.surrogate.interleave_random and interleaved_random(bo_step, self.settings.random_every):
             return Suggestion(self.space.decode(self._random(seen, rng)), "random:interleaved")
-        if not self.surrogate.interleave_random and self.settings.random_every > 0 and stalled(trials, self.settings.sign):
-            return Suggestion(self.space.decode(self._random(seen, rng)), "random:stalled")
+        fallback = self.surrogate.fallback()
+        if fallback is not None and self.settings.random_every > 0 and stalled(trials, self.settings.sign):
+            u, _ = self.propose(U, y, seen, bo_step, seed, rng, surrogate=fallback, state_key="fallback")
+            return Suggestion(self.space.decode(u), FALLBACK_ORIGIN)
         u, origin = self.propose(U, y, seen, bo_step, seed, rng)
         return Suggestion(self.space.decode(u), origin)
 
     def propose(self, U: np.ndarray, y: np.ndarray, seen: np.ndarray, bo_step: int, seed: int,
-                rng: np.random.Generator) -> tuple[np.ndarray, str]:
-        """One BO step: (snapped cube point, origin)."""
+                rng: np.random.Generator, surrogate: Surrogate | None = None,
+                state_key: str = "model") -> tuple[np.ndarray, str]:
+        """One BO step on ``surrogate`` (default: the study's): (snapped cube point, origin)."""
+        surrogate = surrogate or self.surrogate
         import torch
 
         from agent.surrogates.gp import impute_failures, normal_scores, torch_threads
@@ -119,7 +126,7 @@ class BoSampler:
         with torch_threads(1):
             train_X = torch.as_tensor(U, dtype=torch.double)
             train_Y = torch.as_tensor(normal_scores(y), dtype=torch.double).reshape(-1, 1)
-            step = self.surrogate.step_model(train_X, train_Y, self._state)
+            step = surrogate.step_model(train_X, train_Y, self._state.setdefault(state_key, {}))
             if step.source_weight <= 0:
                 fallback = self.cold_start_point(seen)
                 if fallback is not None:
@@ -131,7 +138,7 @@ class BoSampler:
                     scores = acqf(torch.as_tensor(free, dtype=torch.double).unsqueeze(1))
                 return free[int(torch.argmax(scores))], f"bo:{self.settings.acq}"
             torch.manual_seed(seed)
-            x = optimize_on_space(acqf, self.space, seed, self.surrogate.budget)
+            x = optimize_on_space(acqf, self.space, seed, surrogate.budget)
         # An acquisition peak on an evaluated configuration (integer lattice) explores instead.
         return random_unseen(self.space, seen, rng, self.space.snap(x)[0]), f"bo:{self.settings.acq}"
 
@@ -165,16 +172,16 @@ class BoSampler:
 
 
 def stalled(trials: Sequence[TrialRecord], sign: float, steps: int = STALL_STEPS) -> bool:
-    """Whether the last ``steps`` finished trials were all BO steps and none beat the best before them."""
+    """Whether the next step belongs to the target GP: the transfer model has taken ``steps`` BO
+    steps since the best finished trial without beating it, and the last finished trial was not
+    already a fallback step (so the two alternate until one of them improves)."""
     done = sorted((t for t in trials if t.state in (TRIAL_OK, TRIAL_FAILED)), key=lambda t: t.number)
-    if len(done) <= steps:
+    scores = [sign * t.value if t.state == TRIAL_OK and t.value is not None else -np.inf for t in done]
+    if not done or not np.isfinite(max(scores)):
         return False
-    recent, before = done[-steps:], done[:-steps]
-    if not all(t.origin.startswith("bo:") for t in recent):
-        return False
-    def best(ts: Sequence[TrialRecord]) -> float:
-        return max((sign * t.value for t in ts if t.state == TRIAL_OK and t.value is not None), default=-np.inf)
-    return best(recent) <= best(before)
+    after = done[int(np.argmax(scores)) + 1:]
+    transfer_steps = sum(t.origin.startswith("bo:") and t.origin != FALLBACK_ORIGIN for t in after)
+    return transfer_steps >= steps and done[-1].origin != FALLBACK_ORIGIN
 
 
 class RandomSampler:

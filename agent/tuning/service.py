@@ -75,6 +75,13 @@ def surrogate_names() -> tuple[str, ...]:
     return registry.names()
 
 
+def surrogate_revision(name: str) -> int:
+    """The registry's revision of surrogate ``name`` (0 for a name it does not hold: a sampler)."""
+    from agent.surrogates import registry
+
+    return registry.REGISTRY[name].revision if name in registry.REGISTRY else 0
+
+
 def source_cache() -> SourceFits:
     """A cache of source fits to share across studies over the same history (benchmark workers)."""
     return SourceFits()
@@ -180,13 +187,15 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Calla
     else:  # the dataset first: it is the likelier mistake, and loading a Lightning job costs seconds
         from agent.data import describe_dataset, load_dataset, sample_dataset
 
-        data = load_dataset(req.dataset, label=req.label)
+        data = load_dataset(req.dataset, label=req.label, drop=req.drop)
         job = load_job(req.job)
     if isinstance(job, BenchmarkJob):
         data, sample, split = job.task(req.dataset), None, None
         summary: dict[str, Any] = {"source": job.name, "kind": "benchmark", "instance": data.instance}
     else:
         job.check_dataset(data)
+        if data.preparation:
+            echo(data.preparation)
         summary = describe_dataset(data)
         sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
         split = None
@@ -248,7 +257,7 @@ def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> 
         job=req.job, job_name=job.name, dataset=req.dataset, dataset_name=data.name, fingerprint=data.fingerprint,
         space_signature=job.space.signature(), metric=req.metric or job.metric, mode=req.mode or job.mode,
         trials=req.trials, epochs=req.epochs, time_limit=req.time_limit, init=req.init, n_init=n_init, acq=req.acq,
-        random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label,
+        random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label, drop=tuple(req.drop),
         warm_start=req.warm_start, k=req.k, prior_mean=warm.prior_mean, surrogate=req.surrogate,
         sampler=req.sampler, models_dir=req.models_dir,
     )
@@ -293,7 +302,7 @@ def load_study_data(study: Study, job: Any = None) -> tuple[Any, Any]:
         return job.task(s.dataset), None
     from agent.data import load_dataset, split_dataset
 
-    dataset = load_dataset(s.dataset, label=s.label)
+    dataset = load_dataset(s.dataset, label=s.label, drop=s.drop)
     if dataset.fingerprint != s.fingerprint:
         raise StudyError(
             f"dataset {s.dataset!r} changed since study {study.name!r} started "

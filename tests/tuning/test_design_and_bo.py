@@ -113,7 +113,7 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
 
 def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:
     from agent.knowledge.base import TRIAL_OK, TrialRecord
-    from agent.tuning.sampler import stalled
+    from agent.tuning.sampler import FALLBACK_ORIGIN, stalled
 
     def trials(values: list[float], origins: list[str]) -> list[TrialRecord]:
         return [TrialRecord(str(i), i, TRIAL_OK, {}, v, o) for i, (v, o) in enumerate(zip(values, origins))]
@@ -122,5 +122,42 @@ def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:
     assert stalled(flat, sign=1.0)  # five BO steps, none above the 0.9 the portfolio found
     assert not stalled(flat, sign=-1.0)  # minimising, 0.5 improved on 0.9
     assert not stalled(flat[:5], sign=1.0)  # too few trials to tell
-    escaped = trials([0.9, 0.5, 0.6, 0.7, 0.8, 0.85, 0.1], ["init:rgpe"] + ["bo:logei"] * 5 + ["random:stalled"])
-    assert not stalled(escaped, sign=1.0)  # the window holds the random step: BO gets five more steps
+    design = trials([0.9, 0.5, 0.6, 0.7, 0.8, 0.85], ["init:rgpe"] + ["init:sobol"] * 4 + ["bo:logei"])
+    assert not stalled(design, sign=1.0)  # design points are not the transfer model's steps
+    values, origins = [0.9, 0.5, 0.6, 0.7, 0.8, 0.85, 0.1], ["init:rgpe"] + ["bo:logei"] * 5 + [FALLBACK_ORIGIN]
+    assert not stalled(trials(values, origins), sign=1.0)  # the target GP just had its step
+    assert stalled(trials(values + [0.2], origins + ["bo:logei"]), sign=1.0)  # they alternate
+    improved = trials(values[:-1] + [0.95], origins)
+    assert not stalled(improved, sign=1.0)  # the fallback found a better value: the count restarts
+
+
+def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
+    """The sampler hands every other step to the surrogate's fallback (the target's own GP) while
+    the transfer model has not improved for five BO steps, and only then."""
+    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.surrogates.contract import StepModel, Surrogate, SurrogateInputs
+    from agent.surrogates.gp import fit_gp
+    from agent.surrogates.specs import GpSurrogate
+    from agent.tuning.sampler import FALLBACK_ORIGIN, BoSampler
+
+    space = SearchSpace([Float("x", 0.0, 1.0), Float("z", 0.0, 1.0)])
+
+    class Stubborn(Surrogate):
+        """A transfer-like surrogate (no interleaved random steps) whose GP sees the target."""
+        name, interleave_random = "stubborn", False
+
+        def step_model(self, train_X, train_Y, state):  # type: ignore[no-untyped-def]
+            return StepModel(fit_gp(train_X, train_Y), source_weight=1.0)
+
+        def fallback(self) -> Surrogate:
+            return GpSurrogate(SurrogateInputs(space, seed=0))
+
+    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=20, n_init=1)
+    sampler = BoSampler(space, settings, Stubborn())
+    history = [TrialRecord("0", 0, TRIAL_OK, {"x": 0.5, "z": 0.5}, 1.0, "init:sobol")]
+    history += [TrialRecord(str(i), i, TRIAL_OK, {"x": 0.1 * i, "z": 0.9}, 0.0, "bo:logei") for i in range(1, 6)]
+    assert sampler.suggest(6, history).origin == FALLBACK_ORIGIN
+    history.append(TrialRecord("6", 6, TRIAL_OK, {"x": 0.9, "z": 0.1}, 0.0, FALLBACK_ORIGIN))
+    assert sampler.suggest(7, history).origin == "bo:logei"  # back to the transfer model
+    assert sampler.suggest(7, history[:5]).origin == "bo:logei"  # four steps: not stalled yet

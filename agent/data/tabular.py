@@ -1,0 +1,172 @@
+"""Real tables as they come: categorical, boolean and text columns, missing values, IDs.
+
+:func:`prepare_table` turns a pandas ``DataFrame`` and the name of its label column into numeric
+features, raw labels and a one-line note of what was done. The rules, applied column by column in
+file order (scikit-learn's transformers do the encoding):
+
+* columns named in ``drop`` (``--drop COL``) are left out first; an unknown name is an error;
+* rows whose label is missing are left out (and counted in the note);
+* a column that is entirely missing, or holds one value everywhere (missing counts as a value), is
+  dropped;
+* booleans become 0/1;
+* a text column whose non-missing values nearly all parse as numbers (``"?"`` or ``"n/a"`` markers
+  among them) is read as numbers, the markers becoming missing values;
+* numeric columns with missing values get the column's median and a 0/1 indicator column;
+* text or categorical columns with at most :data:`ONEHOT_MAX` distinct values are one-hot encoded
+  (one column for a binary one; missing is a category of its own); with more, they are ordinal
+  codes in sorted order, unless nearly every row has its own value (an identifier or free text:
+  :data:`ID_LIKE`), in which case they are dropped.
+
+The label must be a class: strings, booleans, categories or integers, with at least two rows per
+class on average. A continuous label (non-integral numbers) or one that gives most rows a class of
+their own is refused in one line. The same file and options always give the same encoding (the
+rules read nothing but the file), so a resumed study re-encodes identically; its fingerprint check
+catches a file that changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from agent.data.dataset import MIN_INSTANCES
+from agent.errors import DatasetError
+
+ONEHOT_MAX = 10  # distinct values up to which a categorical column is one-hot encoded
+ID_LIKE = 0.9  # a text column with distinct values on more than this share of rows is an identifier
+NUMERIC_TEXT = 0.95  # share of non-missing text values that must parse as numbers to read it as numeric
+MIN_ROWS_PER_CLASS = 2.0  # average rows per class below which a label is not a class column
+MISSING = "(missing)"
+
+
+@dataclass
+class TablePlan:
+    """What :func:`prepare_table` did, column by column."""
+
+    numeric: list[str] = field(default_factory=list)
+    imputed: list[str] = field(default_factory=list)
+    onehot: list[str] = field(default_factory=list)
+    ordinal: list[str] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)  # column -> why
+    rows_without_label: int = 0
+
+    def note(self, n_rows: int, n_columns: int, n_features: int) -> str:
+        """One line saying what was done."""
+        parts = [f"table: {n_rows} rows, {n_columns} feature columns -> {n_features} features"]
+        if self.onehot:
+            parts.append(f"one-hot {_names(self.onehot)}")
+        if self.ordinal:
+            parts.append(f"ordinal {_names(self.ordinal)}")
+        if self.imputed:
+            parts.append(f"median-imputed with indicators {_names(self.imputed)}")
+        if self.dropped:
+            by_reason: dict[str, list[str]] = {}
+            for col, why in self.dropped.items():
+                by_reason.setdefault(why, []).append(col)
+            parts.append("dropped " + "; ".join(f"{_names(cols)} ({why})" for why, cols in by_reason.items()))
+        if self.rows_without_label:
+            parts.append(f"{self.rows_without_label} rows without a label left out")
+        return "; ".join(parts)
+
+
+def _names(cols: Sequence[str], limit: int = 6) -> str:
+    shown = ", ".join(cols[:limit])
+    return shown + (f" (+{len(cols) - limit} more)" if len(cols) > limit else "")
+
+
+def check_label(labels: Any, column: str, where: str) -> None:
+    """Refuse a label column that is not a class (one line, :class:`DatasetError`)."""
+    import pandas as pd
+
+    s = pd.Series(labels)
+    n = len(s)
+    if pd.api.types.is_float_dtype(s.dtype):
+        frac = s[(s % 1) != 0]
+        if len(frac):
+            raise DatasetError(f"{where}: label {column!r} is continuous (e.g. {frac.iloc[0]:g}); "
+                               "tune-agent tunes classifiers: pass --label with a class column")
+    k = s.nunique()
+    if n and k > 1 and n / k < MIN_ROWS_PER_CLASS:
+        raise DatasetError(f"{where}: label {column!r} has {k} distinct values over {n} rows, nearly one row "
+                           "per class: it is not a class column (continuous or an identifier?); pass --label")
+
+
+def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "table") -> tuple[np.ndarray, np.ndarray, str]:
+    """Features (float32 ``n x F``), raw labels and a one-line note; see the module docstring."""
+    import pandas as pd
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
+
+    plan = TablePlan()
+    unknown = [c for c in drop if c not in df.columns]
+    if unknown:
+        raise DatasetError(f"{where}: --drop names no column {', '.join(map(repr, unknown))}; "
+                           f"columns: {_names(list(map(str, df.columns)), 12)}")
+    if target in drop:
+        raise DatasetError(f"{where}: --drop {target!r} is the label column")
+    for col in drop:
+        plan.dropped[col] = "--drop"
+    has_label = df[target].notna()
+    plan.rows_without_label = int((~has_label).sum())
+    df = df.loc[has_label].reset_index(drop=True)
+    if df.empty:
+        raise DatasetError(f"{where}: every row's label {target!r} is missing")
+    if len(df) < MIN_INSTANCES:
+        raise DatasetError(f"dataset {where} has only {len(df)} instances; at least {MIN_INSTANCES} are needed")
+    labels = df[target]
+    check_label(labels, target, where)
+
+    features = df.drop(columns=[target, *drop])
+    if features.shape[1] == 0:
+        raise DatasetError(f"{where} has no feature columns besides the label {target!r}")
+    columns: dict[str, pd.Series] = {}
+    for col in features.columns:
+        s = features[col]
+        if s.isna().all():
+            plan.dropped[col] = "all missing"
+            continue
+        if s.nunique(dropna=False) <= 1:
+            plan.dropped[col] = "constant"
+            continue
+        if pd.api.types.is_bool_dtype(s.dtype):
+            s = s.astype(float)
+        elif not pd.api.types.is_numeric_dtype(s.dtype):
+            parsed = pd.to_numeric(s, errors="coerce")
+            present = s.notna()
+            if present.any() and parsed[present].notna().mean() >= NUMERIC_TEXT:
+                s = parsed
+                if s.nunique(dropna=False) <= 1:
+                    plan.dropped[col] = "constant"
+                    continue
+        if pd.api.types.is_numeric_dtype(s.dtype):
+            plan.numeric.append(col)
+            if s.isna().any():
+                plan.imputed.append(col)
+        else:
+            s = s.astype("string").astype(object).where(s.notna(), MISSING)
+            distinct = s.nunique()
+            if distinct <= ONEHOT_MAX:
+                plan.onehot.append(col)
+            elif distinct > ID_LIKE * len(s):
+                plan.dropped[col] = "identifier or free text"
+                continue
+            else:
+                plan.ordinal.append(col)
+        columns[col] = s
+    if not columns:
+        raise DatasetError(f"{where}: no usable feature column is left ({plan.note(len(df), features.shape[1], 0)})")
+    table = pd.DataFrame(columns)
+    steps = []
+    if plan.numeric:
+        steps.append(("numeric", SimpleImputer(strategy="median", add_indicator=True), plan.numeric))
+    if plan.onehot:
+        steps.append(("onehot", OneHotEncoder(drop="if_binary", sparse_output=False, handle_unknown="ignore",
+                                              dtype=np.float32), plan.onehot))
+    if plan.ordinal:
+        steps.append(("ordinal", OrdinalEncoder(dtype=np.float32), plan.ordinal))
+    encoder = ColumnTransformer(steps, sparse_threshold=0.0)
+    X = np.asarray(encoder.fit_transform(table), dtype=np.float32)
+    return X, labels.to_numpy(), plan.note(len(df), features.shape[1], X.shape[1])
