@@ -32,16 +32,21 @@ FILE_SUFFIXES: tuple[str, ...] = (".npz",) + TABLE_SUFFIXES
 _DEFAULT_LABELS = ("label", "target")
 
 
-def file_name(path: Path, label: str | None, drop: Sequence[str] = ()) -> str:
-    """The dataset name of a user file (what :func:`parse_file_name` reads back)."""
+def with_options(base: str, label: str | None, drop: Sequence[str] = ()) -> str:
+    """``base`` with a table's options as a ``#label=..&drop=..`` fragment (read by :func:`parse_file_name`)."""
     from urllib.parse import urlencode
 
     options = {k: v for k, v in (("label", label), ("drop", ",".join(drop))) if v}
-    return f"file:{path}" + (f"#{urlencode(options)}" if options else "")
+    return base + (f"#{urlencode(options)}" if options else "")
+
+
+def file_name(path: Path, label: str | None, drop: Sequence[str] = ()) -> str:
+    """The dataset name of a user file."""
+    return with_options(f"file:{path}", label, drop)
 
 
 def parse_file_name(name: str) -> tuple[str, str | None, tuple[str, ...]]:
-    """``file:PATH#label=..&drop=..`` (the ``file:`` already removed) -> (path, label, drop)."""
+    """``PATH#label=..&drop=..`` -> (path, label, drop)."""
     from urllib.parse import parse_qs
 
     path, _, query = name.partition("#")

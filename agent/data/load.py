@@ -35,6 +35,10 @@ def load_dataset(spec: str, label: str | None = None, drop: Sequence[str] = ()) 
         raise DatasetError("empty dataset spec; give a built-in name "
                            f"({', '.join(BUILTIN_DATASETS)}) or a file path")
     spec = spec.strip()
+    if spec.startswith("r:"):
+        from agent.data.rtables import load_rtable
+
+        return load_rtable(spec, label, tuple(drop))
     if spec.startswith("file:"):
         from agent.data.files import load_file, parse_file_name
 

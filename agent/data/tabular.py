@@ -11,7 +11,7 @@ file order (scikit-learn's transformers do the encoding):
 * booleans become 0/1;
 * a text column whose non-missing values nearly all parse as numbers (``"?"`` or ``"n/a"`` markers
   among them) is read as numbers, the markers becoming missing values;
-* numeric columns with missing values get the column's median and a 0/1 indicator column;
+* numeric columns with missing (or infinite) values get the column's median and a 0/1 indicator column;
 * text or categorical columns with at most :data:`ONEHOT_MAX` distinct values are one-hot encoded
   (one column for a binary one; missing is a category of its own); with more, they are ordinal
   codes in sorted order, unless nearly every row has its own value (an identifier or free text:
@@ -27,7 +27,7 @@ catches a file that changed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -93,8 +93,11 @@ def check_label(labels: Any, column: str, where: str) -> None:
                            "per class: it is not a class column (continuous or an identifier?); pass --label")
 
 
-def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "table") -> tuple[np.ndarray, np.ndarray, str]:
-    """Features (float32 ``n x F``), raw labels and a one-line note; see the module docstring."""
+def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "table",
+                  why_dropped: Mapping[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Features (float32 ``n x F``), raw labels and a one-line note; see the module docstring.
+
+    ``why_dropped`` says why a column of ``drop`` is left out (default: ``--drop``)."""
     import pandas as pd
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
@@ -108,7 +111,7 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
     if target in drop:
         raise DatasetError(f"{where}: --drop {target!r} is the label column")
     for col in drop:
-        plan.dropped[col] = "--drop"
+        plan.dropped[col] = (why_dropped or {}).get(col, "--drop")
     has_label = df[target].notna()
     plan.rows_without_label = int((~has_label).sum())
     df = df.loc[has_label].reset_index(drop=True)
@@ -142,6 +145,10 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
                     plan.dropped[col] = "constant"
                     continue
         if pd.api.types.is_numeric_dtype(s.dtype):
+            s = s.astype(float).replace([np.inf, -np.inf], np.nan)  # R's Inf is a gap, like NA
+            if s.isna().all() or s.nunique(dropna=False) <= 1:
+                plan.dropped[col] = "all missing" if s.isna().all() else "constant"
+                continue
             plan.numeric.append(col)
             if s.isna().any():
                 plan.imputed.append(col)
