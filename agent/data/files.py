@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from agent.data.dataset import Dataset, build_dataset
+from agent.data.tabular import TableOptions
 from agent.errors import DatasetError
 
 TABLE_SUFFIXES: tuple[str, ...] = (".csv", ".parquet", ".pq")
@@ -32,52 +32,33 @@ FILE_SUFFIXES: tuple[str, ...] = (".npz",) + TABLE_SUFFIXES
 _DEFAULT_LABELS = ("label", "target")
 
 
-def with_options(base: str, label: str | None, drop: Sequence[str] = ()) -> str:
-    """``base`` with a table's options as a ``#label=..&drop=..`` fragment (read by :func:`parse_file_name`)."""
-    from urllib.parse import urlencode
-
-    options = {k: v for k, v in (("label", label), ("drop", ",".join(drop))) if v}
-    return base + (f"#{urlencode(options)}" if options else "")
-
-
-def file_name(path: Path, label: str | None, drop: Sequence[str] = ()) -> str:
+def file_name(path: Path, options: TableOptions = TableOptions()) -> str:
     """The dataset name of a user file."""
-    return with_options(f"file:{path}", label, drop)
+    return options.name(f"file:{path}")
 
 
-def parse_file_name(name: str) -> tuple[str, str | None, tuple[str, ...]]:
-    """``PATH#label=..&drop=..`` -> (path, label, drop)."""
-    from urllib.parse import parse_qs
-
-    path, _, query = name.partition("#")
-    options = parse_qs(query, keep_blank_values=False)
-    label = options.get("label", [None])[0]
-    drop = tuple(c for c in options.get("drop", [""])[0].split(",") if c)
-    return path, label, drop
-
-
-def load_file(spec: str, label: str | None = None, drop: Sequence[str] = ()) -> Dataset:
-    """Load a user dataset from a file or image folder path."""
+def load_file(spec: str, options: TableOptions = TableOptions()) -> Dataset:
+    """Load a user dataset from a file or image folder path (``options`` apply to tables)."""
     path = Path(spec).expanduser().resolve()
     if not path.exists():
         raise DatasetError(f"dataset file not found: {path}")
     suffix = path.suffix.lower()
     if path.is_dir() or suffix == ".npz":
-        if label is not None or drop:
-            raise DatasetError(f"--label and --drop only apply to .csv/.parquet files, not {path}")
+        if options != TableOptions():
+            raise DatasetError(f"--label and --drop only apply to .csv/.parquet files and r: tables, not {path}")
         if path.is_dir():
             from agent.data.image_folder import load_image_folder
 
-            return load_image_folder(path, file_name(path, None))
+            return load_image_folder(path, file_name(path))
         return _load_npz(path)
     if suffix in TABLE_SUFFIXES:
-        return _load_table(path, label, tuple(drop))
+        return _load_table(path, options)
     raise DatasetError(f"unsupported dataset file type {suffix or '(none)'!r}: {path}; "
                        f"expected {', '.join(FILE_SUFFIXES)} or an image folder")
 
 
 def _load_npz(path: Path) -> Dataset:
-    name = file_name(path, None)
+    name = file_name(path)
     if path.stat().st_size == 0:
         raise DatasetError(f"dataset file is empty: {path}")
     try:
@@ -148,16 +129,16 @@ def _pick_label(columns: list[str], label: str | None, path: Path) -> str:
     raise DatasetError(f"{path} has no label column; pass --label (columns: {_short_list(columns)})")
 
 
-def _load_table(path: Path, label: str | None, drop: tuple[str, ...]) -> Dataset:
+def _load_table(path: Path, options: TableOptions) -> Dataset:
     from agent.data.tabular import prepare_table
 
     df = _read_table(path)
-    name = file_name(path, label, drop)
+    name = file_name(path, options)
     if df.shape[0] == 0 or df.shape[1] == 0:
         raise DatasetError(f"dataset file is empty: {path}")
     df.columns = [str(c) for c in df.columns]
-    target = _pick_label(list(df.columns), label, path)
-    X, labels, note = prepare_table(df, target, drop, where=str(path))
+    target = _pick_label(list(df.columns), options.label, path)
+    X, labels, note = prepare_table(df, target, options.drop, where=str(path), rows=options.rows)
     return build_dataset(name, "file", "tabular", X, labels, preparation=note)
 
 

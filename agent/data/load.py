@@ -28,26 +28,31 @@ def _is_file_spec(spec: str) -> bool:
 def load_dataset(spec: str, label: str | None = None, drop: Sequence[str] = ()) -> Dataset:
     """Load a built-in dataset, a derived variant or a user file.
 
-    ``label`` names the label column of a .csv/.parquet file and ``drop`` columns to leave out;
-    both are an error for anything else.
+    ``label`` names the label column of a .csv/.parquet file or ``r:`` table and ``drop`` columns
+    to leave out; both are an error for anything else. ``file:PATH#...`` and ``r:PACKAGE/ITEM#...``
+    carry the same options, plus ``rows=N``, in a fragment (see :class:`TableOptions`).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise DatasetError("empty dataset spec; give a built-in name "
                            f"({', '.join(BUILTIN_DATASETS)}) or a file path")
     spec = spec.strip()
-    if spec.startswith("r:"):
-        from agent.data.rtables import load_rtable
+    if spec.startswith(("r:", "file:")):
+        from agent.data.tabular import TableOptions
 
-        return load_rtable(spec, label, tuple(drop))
-    if spec.startswith("file:"):
-        from agent.data.files import load_file, parse_file_name
+        base, options = TableOptions.parse(spec)
+        options = options.merged(label, drop)
+        if base.startswith("r:"):
+            from agent.data.rtables import load_rtable
 
-        spec, named_label, named_drop = parse_file_name(spec[len("file:"):])
-        return load_file(spec, label if label is not None else named_label, tuple(drop) or named_drop)
-    if _is_file_spec(spec):
+            return load_rtable(base, options)
         from agent.data.files import load_file
 
-        return load_file(spec, label, drop)
+        return load_file(base[len("file:"):], options)
+    if _is_file_spec(spec):
+        from agent.data.files import load_file
+        from agent.data.tabular import TableOptions
+
+        return load_file(spec, TableOptions(label, tuple(drop)))
     if label is not None or drop:
         raise DatasetError(f"--label and --drop only apply to .csv/.parquet files, not built-in {spec!r}")
     from agent.data.variants import load_variant

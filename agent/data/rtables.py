@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from agent.data.tabular import TableOptions
 from agent.errors import DatasetError
 
 PREFIX = "r:"
@@ -174,15 +175,14 @@ def shipped_tables(path: Path = SELECTION_FILE) -> list[RTable]:
                        r["title"]) for r in csv.DictReader(fh)]
 
 
-def load_rtable(spec: str, label: str | None = None, drop: tuple[str, ...] = ()) -> Any:
-    """The dataset ``r:PACKAGE/ITEM`` (label: the selection's unless given)."""
+def load_rtable(spec: str, options: TableOptions = TableOptions()) -> Any:
+    """The dataset ``r:PACKAGE/ITEM`` (label: the selection's unless ``options`` give one)."""
+    from dataclasses import replace
+
     from agent.data.dataset import build_dataset
     from agent.data.tabular import prepare_table
 
-    from agent.data.files import parse_file_name, with_options
-
-    spec, named_label, named_drop = parse_file_name(spec)
-    label, drop = label if label is not None else named_label, tuple(drop) or named_drop
+    label, drop = options.label, options.drop
     package, _, item = spec[len(PREFIX):].partition("/")
     if not package or not item:
         raise DatasetError(f"an R dataset is named r:PACKAGE/ITEM, got {spec!r}")
@@ -203,8 +203,10 @@ def load_rtable(spec: str, label: str | None = None, drop: tuple[str, ...] = ())
     if label not in df.columns:
         raise DatasetError(f"{spec} has no column {label!r}")
     implicit = tuple(c for c in ("rownames",) if c in df.columns and c not in drop and c != label)
-    X, y, note = prepare_table(df, label, tuple(drop) + implicit, where=spec, why_dropped={"rownames": "R row names"})
-    return build_dataset(with_options(spec, label, drop), f"{PREFIX}{package}", "tabular", X, y, preparation=note)
+    X, y, note = prepare_table(df, label, tuple(drop) + implicit, where=spec, why_dropped={"rownames": "R row names"},
+                               rows=options.rows)
+    return build_dataset(replace(options, label=label).name(spec), f"{PREFIX}{package}", "tabular", X, y,
+                         preparation=note)
 
 
 if __name__ == "__main__":

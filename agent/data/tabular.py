@@ -41,6 +41,44 @@ MIN_ROWS_PER_CLASS = 2.0  # average rows per class below which a label is not a 
 MISSING = "(missing)"
 
 
+@dataclass(frozen=True)
+class TableOptions:
+    """How a table is read: its label column, columns left out, and a row cap (a stratified sample
+    of at most ``rows`` rows, seed 0). Written into dataset names as a ``#label=..&drop=..&rows=..``
+    fragment, so a stored study reloads its table the same way."""
+
+    label: str | None = None
+    drop: tuple[str, ...] = ()
+    rows: int | None = None
+
+    def merged(self, label: str | None, drop: Sequence[str]) -> "TableOptions":
+        """These options with explicit ``--label``/``--drop`` values taking precedence."""
+        return TableOptions(label if label is not None else self.label, tuple(drop) or self.drop, self.rows)
+
+    def name(self, base: str) -> str:
+        from urllib.parse import urlencode
+
+        pairs = (("label", self.label), ("drop", ",".join(self.drop)), ("rows", str(self.rows) if self.rows else ""))
+        options = {k: v for k, v in pairs if v}
+        return base + (f"#{urlencode(options)}" if options else "")
+
+    @staticmethod
+    def parse(name: str) -> tuple[str, "TableOptions"]:
+        """``BASE#label=..&drop=..&rows=..`` -> (BASE, options)."""
+        from urllib.parse import parse_qs
+
+        base, _, query = name.partition("#")
+        found = parse_qs(query)
+        unknown = set(found) - {"label", "drop", "rows"}
+        if unknown:
+            raise DatasetError(f"unknown table option(s) {', '.join(sorted(unknown))} in {name!r}; known: label, drop, rows")
+        rows = found.get("rows", [None])[0]
+        if rows is not None and (not rows.isdigit() or int(rows) < MIN_INSTANCES):
+            raise DatasetError(f"rows={rows} in {name!r} must be a whole number of at least {MIN_INSTANCES}")
+        drop = tuple(c for c in found.get("drop", [""])[0].split(",") if c)
+        return base, TableOptions(found.get("label", [None])[0], drop, int(rows) if rows else None)
+
+
 @dataclass
 class TablePlan:
     """What :func:`prepare_table` did, column by column."""
@@ -51,6 +89,7 @@ class TablePlan:
     ordinal: list[str] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)  # column -> why
     rows_without_label: int = 0
+    sampled_from: int = 0  # rows before a ``rows=`` cap drew its stratified sample (0: no sample)
 
     def note(self, n_rows: int, n_columns: int, n_features: int) -> str:
         """One line saying what was done."""
@@ -68,6 +107,8 @@ class TablePlan:
             parts.append("dropped " + "; ".join(f"{_names(cols)} ({why})" for why, cols in by_reason.items()))
         if self.rows_without_label:
             parts.append(f"{self.rows_without_label} rows without a label left out")
+        if self.sampled_from:
+            parts.append(f"a stratified sample of {n_rows} of {self.sampled_from} rows")
         return "; ".join(parts)
 
 
@@ -94,10 +135,11 @@ def check_label(labels: Any, column: str, where: str) -> None:
 
 
 def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "table",
-                  why_dropped: Mapping[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+                  why_dropped: Mapping[str, str] | None = None, rows: int | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """Features (float32 ``n x F``), raw labels and a one-line note; see the module docstring.
 
-    ``why_dropped`` says why a column of ``drop`` is left out (default: ``--drop``)."""
+    ``why_dropped`` says why a column of ``drop`` is left out (default: ``--drop``); ``rows`` caps
+    the table at a stratified sample of that many rows (seed 0)."""
     import pandas as pd
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
@@ -121,6 +163,17 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
         raise DatasetError(f"dataset {where} has only {len(df)} instances; at least {MIN_INSTANCES} are needed")
     labels = df[target]
     check_label(labels, target, where)
+    if rows is not None and len(df) > rows:
+        from sklearn.model_selection import train_test_split
+
+        plan.sampled_from = len(df)
+        codes = labels.astype("string").to_numpy()
+        try:
+            keep, _ = train_test_split(np.arange(len(df)), train_size=rows, stratify=codes, random_state=0)
+        except ValueError:  # a class too small to stratify: a plain random sample
+            keep, _ = train_test_split(np.arange(len(df)), train_size=rows, random_state=0)
+        df = df.iloc[np.sort(keep)].reset_index(drop=True)
+        labels = df[target]
 
     features = df.drop(columns=[target, *drop])
     if features.shape[1] == 0:

@@ -47,6 +47,13 @@ def test_an_r_table_is_a_dataset_whose_source_is_its_package() -> None:
     assert load_dataset(ds.name).fingerprint == ds.fingerprint
     other = load_dataset("r:carData/Wells", label="association", drop=("education",))
     assert other.name == "r:carData/Wells#label=association&drop=education" and other.X.shape[1] == 3
+    capped = load_dataset("r:carData/Wells#rows=500")  # a stratified sample: the class shares stay
+    assert capped.n == 500 and "a stratified sample of 500 of 3020 rows" in capped.preparation
+    assert abs(capped.y.mean() - ds.y.mean()) < 0.01
+    assert load_dataset(capped.name).fingerprint == capped.fingerprint
+    for bad, match in (("r:carData/Wells#rows=5", "at least 10"), ("r:carData/Wells#colour=1", "unknown table option")):
+        with pytest.raises(DatasetError, match=match):
+            load_dataset(bad)
 
 
 @pytest.mark.parametrize("spec, match", [
