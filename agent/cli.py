@@ -259,25 +259,33 @@ def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
 
 @cli.command()
 @click.option("--job", default="mlp", show_default=True, help="Job run on every dataset.")
-@click.option("--sources", default=",".join(["digits", "mnist-5k", "mnist1d", "breast-cancer", "wine", "iris"]), show_default=True, help="Comma-separated built-in sources; five derived datasets each.")
+@click.option("--sources", default="digits,mnist-5k,mnist1d,breast-cancer,wine,iris,rtables", show_default=True,
+              help="Comma-separated: built-in sources (five derived datasets each) and 'rtables' (the R-package tables of agent/data/rtables.csv).")
 @click.option("--dataset", "datasets", multiple=True, help="Explicit dataset specs (repeatable) instead of --sources.")
-@click.option("--configs", type=int, default=30, show_default=True, help="Size of the shared Sobol set of configurations.")
+@click.option("--configs", type=int, default=64, show_default=True, help="Size of the shared Sobol set of configurations.")
 @click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--max-rows", type=int, default=1000, show_default=True, help="R tables larger than this are a stratified sample of this many rows.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Studies run side by side (processes, one torch thread each).")
+@click.option("--limit", type=int, default=None, help="Only the first N datasets.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
 @tracking_option
 @artifact_option
-def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, seed: int,
-              tracking_uri: str | None, artifact_root: str | None) -> None:
-    """Build a knowledge base: JOB over many derived datasets on one shared set of configurations."""
+def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, max_rows: int, workers: int,
+              limit: int | None, seed: int, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
     from agent.config import check_positive
-    from agent.tuning.bootstrap import derived_specs, run_bootstrap
-    from agent.tuning.runner import quiet_lightning
+    from agent.tuning.bootstrap import run_bootstrap, source_specs
 
-    check_positive("--configs", configs)
-    check_positive("--epochs", epochs)
-    specs = list(datasets) or [s for src in sources.split(",") if src.strip() for s in derived_specs(src.strip())]
-    quiet_lightning()
-    summary = run_bootstrap(job, specs, configs, epochs, seed, tracking_uri, artifact_root, echo=click.echo)
+    for option, value in (("--configs", configs), ("--epochs", epochs), ("--workers", workers), ("--max-rows", max_rows)):
+        check_positive(option, value)
+    specs = list(datasets) or source_specs([s.strip() for s in sources.split(",") if s.strip()], max_rows)
+    if limit is not None:
+        check_positive("--limit", limit)
+        specs = specs[:limit]
+    _kb(tracking_uri, artifact_root).open()  # the store exists, whole, before the workers open it
+    click.echo(f"bootstrap: {len(specs)} datasets x {configs} configurations of {job}, {workers} worker(s)")
+    summary = run_bootstrap(job, specs, configs, epochs, seed, tracking_uri, artifact_root, echo=click.echo,
+                            workers=workers)
     click.echo(json.dumps(summary))
 
 

@@ -76,7 +76,8 @@ class StudySettings:
             raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-shaped (``drop`` a list), as the store keeps it."""
+        return {**asdict(self), "drop": list(self.drop)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StudySettings":

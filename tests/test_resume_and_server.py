@@ -119,3 +119,26 @@ def test_study_against_a_real_tracking_server(mlflow_server, cli, monkeypatch) -
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "dataset")} >= {"dataset/sample.npz"}
     best = cli("best", "shared", "--tracking-uri", mlflow_server)
     assert best.code == 0 and '"value"' in best.out
+
+
+def test_a_new_store_killed_while_mlflow_builds_its_tables_is_not_broken(tmp_path: Path) -> None:
+    """SIGKILL while MLflow migrates a new sqlite store used to leave a file every later command
+    failed on; the schema is now built aside and moved into place whole."""
+    db = tmp_path / "mlflow.db"
+    code = ("from pathlib import Path; from agent.knowledge.mlflow_store import create_sqlite_store; "
+            f"create_sqlite_store(Path({str(db)!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(tmp_path.glob(".mlflow.db.creating-*")):
+        time.sleep(0.01)
+    assert list(tmp_path.glob(".mlflow.db.creating-*")), "the store was never being created"
+    time.sleep(0.3)  # well inside the migrations, which take seconds
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not db.exists()  # nothing half-built where the store belongs
+
+    from agent.knowledge import open_knowledge_base
+
+    kb = open_knowledge_base(f"sqlite:///{db}", str(tmp_path / "artifacts"))
+    kb.open()  # the next command creates the store afresh
+    assert kb.list_studies() == [] and db.exists()

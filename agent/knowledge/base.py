@@ -92,6 +92,11 @@ class KnowledgeBase(abc.ABC):
     def tracking_uri(self) -> str:
         """The store's URI, resolved (``sqlite:///...``, ``http://...``, ``memory://name``)."""
 
+    def open(self) -> None:
+        """Make the store ready now rather than on first use (an embedded store is created, whole,
+        if absent), so that processes sharing it later find it complete; :class:`StoreError` when
+        it cannot serve. Idempotent and cheap once open."""
+
     # -- studies -------------------------------------------------------------------------------
     @abc.abstractmethod
     def create_study(

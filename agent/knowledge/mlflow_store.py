@@ -49,6 +49,49 @@ def _sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///") :])
 
 
+def create_sqlite_store(path: Path) -> None:
+    """Create an embedded store's database all at once, or not at all.
+
+    MLflow builds a new sqlite store's ~40 tables over a few seconds; a process killed meanwhile
+    left a file on which every later open failed (``table ... already exists``), and two processes
+    opening one new store raced each other through the same migrations. Here the schema is built in
+    a private file under an exclusive lock and moved into place with one ``os.replace``: the store
+    either does not exist yet or is complete. A later opener waits for the lock.
+    """
+    import fcntl
+
+    if path.exists():
+        return
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():  # another process created it while this one waited
+            return
+        partial = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        partial.unlink(missing_ok=True)
+        import logging
+
+        from mlflow import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        MlflowClient(f"sqlite:///{partial}").search_experiments(max_results=1)  # runs every migration
+        _dispose_engine(f"sqlite:///{partial}")
+        os.replace(partial, path)
+
+
+def _dispose_engine(uri: str) -> None:
+    """Close MLflow's cached connections to ``uri`` (best effort: an internal cache)."""
+    try:
+        from mlflow.tracking._tracking_service.utils import _get_store
+
+        store = _get_store(uri)
+        engine = getattr(store, "engine", None)
+        if engine is not None:
+            engine.dispose()
+    except Exception:  # noqa: BLE001 - only tidiness is lost
+        pass
+
+
 def check_reachable(uri: str) -> None:
     """Raises :class:`StoreError` in one line when ``uri`` cannot serve requests."""
     scheme = urlparse(uri).scheme
@@ -100,8 +143,14 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
             os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            path = _sqlite_path(self.tracking_uri)
+            if path is not None:
+                create_sqlite_store(path)
             self._client_instance = MlflowClient(self.tracking_uri)
         return self._client_instance
+
+    def open(self) -> None:
+        self._call(self._client.search_experiments, max_results=1)
 
     # -- helpers -------------------------------------------------------------------------------
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:

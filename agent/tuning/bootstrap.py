@@ -1,11 +1,14 @@
 """`tune-agent bootstrap`: build a knowledge base from scratch on real data.
 
-Runs one job over many derived datasets (class subsets and stratified fractions of the built-in
-sources, as paper 003 builds 80 datasets from 8) on one shared Sobol set of configurations: every
-dataset's study uses the same seed and an initial design as large as its budget, so all datasets
-are evaluated at exactly the same configurations (what paper 003's eq. 2 distance needs). Each
-dataset is an ordinary study (``bootstrap-<job>-<dataset>``) logged like any other, so the base is
-browsable in MLflow and an interrupted bootstrap resumes where it stopped.
+Runs one job over many datasets on one shared Sobol set of configurations: every dataset's study
+uses the same seed and an initial design as large as its budget, so all datasets are evaluated at
+exactly the same configurations (what paper 003's eq. 2 distance needs). The datasets are the
+real R-package tables of :mod:`agent.data.rtables` (``rtables``: one source per R package, each
+capped at a stratified sample of ``max_rows`` rows so no table dominates the wall time) and
+derived datasets of the built-in sources (class subsets and stratified fractions, as paper 003
+builds 80 datasets from 8). Each dataset is an ordinary study (``bootstrap-<job>-<dataset>``)
+logged like any other, so the base is browsable in MLflow and an interrupted bootstrap resumes
+where it stopped. ``workers`` processes run whole studies side by side, one torch thread each.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any, Iterable
 
 from agent.data.builtin import BUILTIN_DATASETS
 
-DEFAULT_SOURCES = BUILTIN_DATASETS
+DEFAULT_SOURCES = (*BUILTIN_DATASETS, "rtables")
+RTABLES = "rtables"
 NUM_CLASSES = {"digits": 10, "mnist-5k": 10, "mnist1d": 10, "breast-cancer": 2, "wine": 3, "iris": 3}
 
 
@@ -29,6 +33,25 @@ def derived_specs(source: str) -> list[str]:
         specs += [f"{source}?classes=0-{half - 1}", f"{source}?classes={half}-{c - 1}"]
     else:
         specs += [f"{source}?fraction=0.7&seed=3", f"{source}?fraction=0.4&seed=4"]
+    return specs
+
+
+def source_specs(sources: Iterable[str], max_rows: int | None) -> list[str]:
+    """Dataset specs for ``sources``: built-in names (five derived datasets each) and ``rtables``."""
+    from agent.data.tabular import TableOptions
+
+    specs: list[str] = []
+    for source in sources:
+        if source == RTABLES:
+            from agent.data.rtables import shipped_tables
+
+            specs += [TableOptions(t.label, rows=max_rows).name(t.spec) for t in shipped_tables()]
+        elif source in BUILTIN_DATASETS:
+            specs += derived_specs(source)
+        else:
+            from agent.errors import TuneAgentError
+
+            raise TuneAgentError(f"unknown bootstrap source {source!r}; sources: {', '.join(DEFAULT_SOURCES)}")
     return specs
 
 
@@ -59,6 +82,56 @@ class _QuietReporter:
         self.echo(f"{study.name}: finished, best {study.settings.metric}={value}, {timing.wall_seconds:.0f} s")
 
 
+def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tracking_uri: str | None,
+                  artifact_root: str | None) -> dict[str, Any]:
+    """Runs (or resumes) the study of one dataset: {"study", "status", "trials", "seconds", "best"}."""
+    from agent.errors import DatasetError, StudyFailedError, UnknownStudyError
+    from agent.tuning.runner import run_study
+    from agent.config import StudyConfig
+    from agent.tuning.service import load_study_data, open_study, prepare_study
+
+    start = time.perf_counter()
+    name = bootstrap_study_name(job, spec)
+    out: dict[str, Any] = {"study": name, "status": "finished", "trials": 0, "best": None}
+    try:
+        try:
+            study, job_obj = open_study(name, tracking_uri, artifact_root)
+            if study.remaining() <= 0:
+                out["status"] = "done before"
+                return out
+            dataset, split = load_study_data(study, job_obj)
+            study.recover()
+        except UnknownStudyError:  # absent: create it
+            req = StudyConfig(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
+                              init="sobol", seed=seed, study_name=name, warm_start="none", surrogate="gp",
+                              tracking_uri=tracking_uri, artifact_root=artifact_root)
+            study, job_obj, dataset, split = prepare_study(req, echo=lambda _: None)
+        before = len(study.counted(study.trials()))
+        run_study(study, job_obj, dataset, split, _QuietReporter(lambda _: None), trace_plot=False)
+        trials = study.trials()
+        out["trials"] = len(study.counted(trials)) - before
+        best = study.best(trials)
+        out["best"] = None if best is None else best.value
+    except (StudyFailedError, DatasetError) as exc:
+        out["status"] = f"failed: {exc}"
+    finally:
+        out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def _worker_init() -> None:
+    import torch
+
+    from agent.tuning.runner import quiet_lightning
+
+    torch.set_num_threads(1)  # two studies on two cores: one thread each, no oversubscription
+    quiet_lightning()
+
+
+def _run_one(args: tuple) -> dict[str, Any]:
+    return bootstrap_one(*args)
+
+
 def run_bootstrap(
     job: str,
     specs: Iterable[str],
@@ -68,34 +141,37 @@ def run_bootstrap(
     tracking_uri: str | None,
     artifact_root: str | None,
     echo: Any = print,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """Runs (or resumes) one study per dataset spec; returns a small summary."""
-    from agent.errors import StudyFailedError, UnknownStudyError
-    from agent.tuning.runner import run_study
-    from agent.config import StudyConfig
-    from agent.tuning.service import load_study_data, open_study, prepare_study
+    """Runs (or resumes) one study per dataset spec, ``workers`` at a time; returns a summary with
+    the wall time and the trials run per second."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
 
+    specs = list(specs)
     start = time.perf_counter()
-    done, failed = [], []
-    reporter = _QuietReporter(echo)
-    for spec in specs:
-        name = bootstrap_study_name(job, spec)
-        try:
-            study, job_obj = open_study(name, tracking_uri, artifact_root)
-            if study.remaining() <= 0:
-                done.append(name)
-                continue
-            dataset, split = load_study_data(study, job_obj)
-            study.recover()
-        except UnknownStudyError:  # absent: create it
-            req = StudyConfig(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
-                               init="sobol", seed=seed, study_name=name, warm_start="none", surrogate="gp",
-                               tracking_uri=tracking_uri, artifact_root=artifact_root)
-            study, job_obj, dataset, split = prepare_study(req, echo=lambda _: None)
-        try:
-            run_study(study, job_obj, dataset, split, reporter)
-            done.append(name)
-        except StudyFailedError as exc:
-            echo(str(exc))
-            failed.append(name)
-    return {"studies": len(done), "failed": failed, "wall_seconds": time.perf_counter() - start}
+    results: list[dict[str, Any]] = []
+
+    def report(res: dict[str, Any]) -> None:
+        results.append(res)
+        elapsed = time.perf_counter() - start
+        trials = sum(r["trials"] for r in results)
+        best = "-" if res["best"] is None else f"{res['best']:.4g}"
+        eta = elapsed / len(results) * (len(specs) - len(results))
+        echo(f"[{len(results)}/{len(specs)}] {res['study']}: {res['status']}, {res['trials']} trials, best {best}, "
+             f"{res['seconds']:.0f} s; {trials / max(elapsed, 1e-9):.2f} trials/s, ETA {eta / 60:.0f} min")
+
+    args = [(job, spec, configs, epochs, seed, tracking_uri, artifact_root) for spec in specs]
+    if workers <= 1:
+        _worker_init()
+        for a in args:
+            report(bootstrap_one(*a))
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+            for future in as_completed([pool.submit(_run_one, a) for a in args]):
+                report(future.result())
+    wall = time.perf_counter() - start
+    trials = sum(r["trials"] for r in results)
+    failed = [r["study"] for r in results if r["status"].startswith("failed")]
+    return {"studies": len(results) - len(failed), "failed": failed, "trials": trials, "wall_seconds": wall,
+            "trials_per_second": trials / max(wall, 1e-9), "workers": workers}

@@ -163,6 +163,12 @@ def test_tracking_uri_names_the_store(kb: KnowledgeBase) -> None:
     assert kb.tracking_uri.split(":")[0] in ("memory", "sqlite", "http")
 
 
+def test_open_is_idempotent_and_leaves_the_store_usable(kb: KnowledgeBase) -> None:
+    kb.open()
+    kb.open()
+    assert kb.find_study("never-created") is None
+
+
 def test_create_find_and_list_studies(kb: KnowledgeBase, job: str) -> None:
     first = new_study(kb, job, "a")
     second = new_study(kb, job, "b", dataset="wine")
