@@ -53,6 +53,9 @@ def _kb(tracking_uri: str | None, artifact_root: str | None = None) -> Any:
     return click.get_current_context().find_object(Stores).get(tracking_uri, artifact_root)
 
 
+STARTER_FILE = "starter/mlp.npz"
+
+
 def surrogate_choices() -> tuple[str, ...]:
     from agent.surrogates.registry import choices
 
@@ -268,13 +271,34 @@ def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
 @click.option("--workers", type=int, default=2, show_default=True, help="Studies run side by side (processes, one torch thread each).")
 @click.option("--limit", type=int, default=None, help="Only the first N datasets.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
+@click.option("--starter", is_flag=False, flag_value=STARTER_FILE, default=None,
+              help=f"Import a starter history (default {STARTER_FILE}) into the store instead of training anything.")
+@click.option("--export", "export_to", default=None, help="Write the store's finished bootstrap studies of --job to this starter file.")
 @tracking_option
 @artifact_option
 def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, max_rows: int, workers: int,
-              limit: int | None, seed: int, tracking_uri: str | None, artifact_root: str | None) -> None:
+              limit: int | None, seed: int, starter: str | None, export_to: str | None, tracking_uri: str | None,
+              artifact_root: str | None) -> None:
     """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
+    from pathlib import Path
+
     from agent.config import check_positive
     from agent.tuning.bootstrap import run_bootstrap, source_specs
+
+    if starter is not None or export_to is not None:
+        from agent.knowledge.starter import export_starter, import_starter
+
+        if starter is not None and export_to is not None:
+            raise TuneAgentError("--starter imports and --export writes: give one of them")
+        kb = _kb(tracking_uri, artifact_root)
+        if export_to is not None:
+            from agent.jobs import load_job
+
+            space = load_job(job).space.to_dict()
+            click.echo(json.dumps(export_starter(kb, Path(export_to), job, space, progress=click.echo)))
+        else:
+            click.echo(json.dumps(import_starter(kb, Path(starter), progress=click.echo)))
+        return
 
     for option, value in (("--configs", configs), ("--epochs", epochs), ("--workers", workers), ("--max-rows", max_rows)):
         check_positive(option, value)

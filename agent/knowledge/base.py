@@ -39,6 +39,7 @@ Contract every backend honours:
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -167,22 +168,26 @@ class KnowledgeBase(abc.ABC):
         settings: Mapping[str, Any],
         space: list[dict[str, Any]],
         configs: list[Mapping[str, Any]],
-        values: list[float],
+        values: list[float | None],
         description: str,
+        dataset_summary: Mapping[str, Any] | None = None,
+        dataset_sample: tuple[Any, Any] | None = None,
     ) -> StudyRecord:
         """One ``finished`` study holding evaluations made elsewhere.
 
-        Trial ``i`` is ``configs[i]`` with value ``values[i]`` (``None`` if not finite), state
-        ``ok``, origin ``import``; pairs beyond the shorter list are dropped. The dataset summary is
-        ``{"source": settings["dataset_name"], "kind": "external"}``, there is no sample and no best
-        result. The study is visible while its trials are written; its status turns ``finished``
-        last. Backends may override this for speed; the records must stay the same.
+        Trial ``i`` is ``configs[i]`` with value ``values[i]`` (``None`` if missing or not finite),
+        state ``ok``, origin ``import``; pairs beyond the shorter list are dropped. The dataset
+        summary is ``dataset_summary`` (default ``{"source": settings["dataset_name"], "kind":
+        "external"}``) and the sample ``dataset_sample`` (default none, as for create_study); there
+        is no best result. The study is visible while its trials are written; its status turns
+        ``finished`` last. Backends may override this for speed; the records must stay the same.
         """
-        summary = {"source": settings["dataset_name"], "kind": "external"}
-        record = self.create_study(name, settings, space, summary, None, description)
+        summary = dataset_summary or {"source": settings["dataset_name"], "kind": "external"}
+        record = self.create_study(name, settings, space, summary, dataset_sample, description)
         for number, (config, value) in enumerate(zip(configs, values)):
             trial = self.start_trial(record, number, config, IMPORT_ORIGIN)
-            self.finish_trial(record, trial, float(value), TRIAL_OK)
+            finite = value is not None and math.isfinite(float(value))
+            self.finish_trial(record, trial, float(value) if finite else None, TRIAL_OK)
         return self.update_study(record, "finished")
 
     # -- trials --------------------------------------------------------------------------------

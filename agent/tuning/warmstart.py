@@ -6,6 +6,15 @@ run with the same job and search space → their best configurations are evaluat
 The method falls back learned → hand-crafted → none when there is no trained extractor or no
 history, and says so in one line. What seeded the study is stored on its run so that a resumed
 study gets exactly the same seeds.
+
+Know when history does not apply: the new dataset's nearest distance is compared with the
+history's own, each historical dataset's distance to its nearest dataset from another source. The
+message reports the ratio to their median; when the new dataset is farther from everything than
+any historical dataset is from its nearest other-source neighbour (:data:`FAR_FACTOR` times the
+largest such distance), it says so and seeds nothing from neighbours: the history's greedy
+portfolio (the transfer surrogates' start) and the guarded transfer surrogate lead instead of
+configurations of implausible neighbours. Neighbours are picked from distinct sources first (five
+class subsets of one source are one piece of evidence, not five).
 """
 
 from __future__ import annotations
@@ -20,8 +29,11 @@ import numpy as np
 from agent.config import PRIOR_MEANS, WARM_METHODS  # noqa: F401 - re-exported for callers
 from agent.errors import TuneAgentError
 from agent.knowledge.history import HistoricalDataset, load_history, surface_data, with_evaluations_loaded
-from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, vectors_for
+from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, pairwise_distances, vectors_for
 
+# A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
+# any historical dataset has to its nearest other-source neighbour is "far from everything".
+FAR_FACTOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -40,10 +52,15 @@ class WarmStart:
     message: str = ""
     prior_mean: str = "constant"
     history: tuple[HistoricalDataset, ...] = field(default=(), repr=False, compare=False)
+    distance_ratio: float | None = None  # nearest distance / the history's median nearest-neighbour distance
+    far: bool = False  # farther from everything than any historical dataset: neighbours seed nothing
 
     @property
     def seeds(self) -> list[tuple[dict[str, Any], str]]:
-        """Distinct best configurations of the neighbours, nearest first, with their origin."""
+        """Distinct best configurations of the neighbours, nearest first, with their origin
+        (none when the dataset is far from the whole history)."""
+        if self.far:
+            return []
         out, seen = [], set()
         for n in self.neighbours:
             key = json.dumps(dict(n.best_config), sort_keys=True)
@@ -54,12 +71,48 @@ class WarmStart:
 
     def to_record(self) -> dict[str, Any]:
         return {"method": self.method, "prior_mean": self.prior_mean, "message": self.message,
-                "neighbours": [asdict(n) for n in self.neighbours]}
+                "neighbours": [asdict(n) for n in self.neighbours], "distance_ratio": self.distance_ratio,
+                "far": self.far}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "WarmStart":
         neighbours = tuple(NeighbourInfo(**n) for n in record.get("neighbours", ()))
-        return cls(record["method"], neighbours, record.get("message", ""), record.get("prior_mean", "constant"))
+        return cls(record["method"], neighbours, record.get("message", ""), record.get("prior_mean", "constant"),
+                   distance_ratio=record.get("distance_ratio"), far=bool(record.get("far", False)))
+
+
+@dataclass(frozen=True)
+class Nearness:
+    """How near the new dataset is, against the history's own nearest-neighbour distances."""
+
+    nearest: float
+    median: float  # median over historical datasets of the distance to their nearest other-source one
+    largest: float
+
+    @property
+    def ratio(self) -> float:
+        return self.nearest / self.median if self.median > 0 else float("inf")
+
+    @property
+    def far(self) -> bool:
+        return self.nearest > FAR_FACTOR * self.largest
+
+
+def nearness(query: np.ndarray, vectors: np.ndarray, sources: list[str], standardise: bool) -> Nearness | None:
+    """The query's nearest distance and the history's nearest other-source distances, all measured
+    in one standardisation (history and query together, as :func:`nearest` does)."""
+    if len(vectors) < 2:
+        return None
+    D = pairwise_distances(np.vstack([np.asarray(vectors, dtype=float), np.asarray(query, dtype=float)[None]]), standardise)
+    src = np.array(sources)
+    own = []
+    for i in range(len(vectors)):
+        other = src != src[i]
+        if other.any():
+            own.append(float(D[i, :-1][other].min()))
+    if not own:
+        return None
+    return Nearness(float(D[-1, :-1].min()), float(np.median(own)), float(max(own)))
 
 
 def _featurizer(requested: str, models_dir: Path) -> tuple[Any, str]:
@@ -98,16 +151,26 @@ def plan_warm_start(
     vectors = vectors_for(featurizer, history)
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
     found = nearest(query, vectors, len(history), featurizer.standardise)
+    near = nearness(query, vectors, [h.source for h in history], featurizer.standardise)
     studies = {s.study_id: s for s in kb.list_studies()}
-    neighbours = []
-    for n in found:
-        if len(neighbours) == k:
-            break
-        h = history[n.index] = with_evaluations_loaded(kb, history[n.index], studies)
-        best = h.best()
-        if best is not None:
-            neighbours.append(NeighbourInfo(h.name, h.key, n.distance, dict(best.config), best.value))
-    prior = prior_mean or ("neighbours" if neighbours else "constant")
+    neighbours: list[NeighbourInfo] = []
+    # Distinct sources first, then the nearest of the rest while fewer than k were found.
+    by_source: set[str] = set()
+    for distinct in (True, False):
+        for n in found:
+            if len(neighbours) == k:
+                break
+            h = history[n.index]
+            if any(x.key == h.key for x in neighbours) or (distinct and h.source in by_source):
+                continue
+            h = history[n.index] = with_evaluations_loaded(kb, h, studies)
+            best = h.best()
+            if best is not None:
+                neighbours.append(NeighbourInfo(h.name, h.key, n.distance, dict(best.config), best.value))
+                by_source.add(h.source)
+    neighbours.sort(key=lambda x: x.distance)
+    far = near is not None and near.far
+    prior = prior_mean or ("neighbours" if neighbours and not far else "constant")
     if not neighbours and evaluated_elsewhere and prior_mean in (None, "neighbours"):
         # No meta-feature neighbours (e.g. the history is imported evaluations without dataset
         # samples): choose them from the target's own observations as trials arrive instead.
@@ -116,8 +179,18 @@ def plan_warm_start(
                    "meta-features; the GP prior mean follows the ones nearest to this study's results")
         return WarmStart(featurizer.method, (), message, prior, tuple(history))
     names = ", ".join(f"{n.name} ({n.distance:.3g})" for n in neighbours)
-    message = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}): nearest {names}"
-    return WarmStart(featurizer.method, tuple(neighbours), message, prior, tuple(history))
+    head = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''})"
+    if near is None:
+        message = f"{head}: nearest {names}"
+    elif far:
+        message = (f"{head}: this dataset is far from all {len(history)} historical datasets (nearest "
+                   f"{neighbours[0].name if neighbours else '-'} at {near.nearest:.3g}, {near.nearest / near.largest:.1f}x "
+                   "the farthest any of them is from its nearest other-source neighbour); no neighbour seeds: "
+                   "the history's portfolio and the guarded transfer surrogate lead")
+    else:
+        message = f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"
+    return WarmStart(featurizer.method, tuple(neighbours), message, prior, tuple(history),
+                     distance_ratio=None if near is None else near.ratio, far=far)
 
 
 def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:

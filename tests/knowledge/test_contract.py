@@ -353,6 +353,32 @@ def test_import_evaluations_reads_back_as_in_every_backend(kb: KnowledgeBase, jo
     assert a.metafeatures is not None and a.metafeatures["n"] == 3.0 and math.isnan(a.metafeatures["skew"])
 
 
+def test_imported_studies_carry_a_dataset_summary_sample_and_gaps(kb: KnowledgeBase, job: str) -> None:
+    """A starter history's import: real summaries and samples, missing values, the same records
+    from every backend (the MLflow one keeps the rows inline on the study run)."""
+    from agent.knowledge.history import load_history
+
+    reference = open_knowledge_base("memory:")
+    configs = [{"lr": 0.001 * (i + 1), "layers": i + 1} for i in range(4)]
+    values = [0.5, None, float("nan"), 0.7]
+    sample = (np.arange(12, dtype=np.float32).reshape(6, 2), np.array([0, 1, 0, 1, 0, 1]))
+    summary = {"source": "r:carData", "kind": "tabular", "num_classes": 2, "name": "r:carData/Wells"}
+    for store in (kb, reference):
+        store.import_evaluations(f"starter-{job}-w", settings(job, "r:carData/Wells"), SPACE, configs, values, "starter",
+                                 summary, sample)
+    record = kb.find_study(f"starter-{job}-w")
+    assert record.status == "finished" and kb.dataset_summary(record)["source"] == "r:carData"
+    trials = kb.trials(record)
+    assert [(t.number, t.state, t.origin, t.value) for t in trials] == [
+        (0, TRIAL_OK, "import", 0.5), (1, TRIAL_OK, "import", None), (2, TRIAL_OK, "import", None), (3, TRIAL_OK, "import", 0.7)]
+    assert [dict(t.config) for t in trials] == configs
+    X, y = kb.load_dataset_sample(record.study_id)
+    np.testing.assert_array_equal(X, sample[0])
+    mine, theirs = (load_history(store, job=job, with_samples=False) for store in (kb, reference))
+    assert _history_view(mine) == _history_view(theirs)
+    assert [e.value for e in mine[0].evaluations if e.value is not None] == [0.5, 0.7]
+
+
 # -- meta-model runs -----------------------------------------------------------------------------
 def test_model_runs_are_not_studies(kb: KnowledgeBase, job: str, tmp_path: Path) -> None:
     from lightning.pytorch.loggers.logger import Logger

@@ -121,6 +121,9 @@ def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
     record = json.loads(kb.study_tags(study)["warm_start"])
     assert record["method"] == "handcrafted" and record["prior_mean"] == "neighbours"
     assert record["neighbours"][0]["name"].startswith("wine")
+    assert not record["neighbours"][1]["name"].startswith("wine")  # a second source before a second wine
+    assert record["far"] is False and record["distance_ratio"] > 0
+    assert "x the history's median nearest-neighbour distance" in res.out
     assert trials[2].origin == "bo:logei"  # the neighbour prior mean drove a real BO step
     # A study reopened in another command (resume, ask) gets the same seeds from its run's record.
     assert cli("create", *args, "--warm-start", "handcrafted", "--k", "2", "--study-name", "warm-ask").code == 0
@@ -153,3 +156,36 @@ def test_repro_on_an_empty_store_stops_with_one_line(tmp_path) -> None:
     assert res.returncode != 0
     assert "run `tune-agent bootstrap` first" in res.stdout + res.stderr
     assert not (repo / "models" / "metafeature_extractor.pt").exists()
+
+
+def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tmp_path) -> None:
+    """Export the bootstrapped store to one file, import it into an empty store: the history
+    (datasets, summaries, samples, meta-features, evaluations) reads back the same, and a second
+    import skips what is there."""
+    from agent.knowledge.history import load_history
+    from tests.conftest import Store
+
+    store, _ = built
+    starter = tmp_path / "starter" / "mlp.npz"
+    res = cli("bootstrap", "--export", str(starter), "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    assert json.loads(res.out.splitlines()[-1])["studies"] == len(SPECS) and starter.stat().st_size < 1_000_000
+    (tmp_path / "fresh").mkdir()
+    fresh = Store(tmp_path / "fresh")
+    res = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts)
+    assert res.code == 0, res.err
+    assert json.loads(res.out.splitlines()[-1])["imported"] == len(SPECS)
+
+    def view(kb):  # noqa: ANN001, ANN202
+        return [(h.key, h.name, h.source, dict(h.summary), [(dict(e.config), e.value) for e in h.evaluations],
+                 h.sample[0].tolist(), h.sample[1].tolist(), h.metafeatures is not None)
+                for h in load_history(kb, job="mlp")]
+
+    assert view(fresh.kb()) == view(store.kb())
+    again = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts)
+    assert json.loads(again.out.splitlines()[-1]) | {"seconds": 0} == {"imported": 0, "skipped": len(SPECS), "seconds": 0}
+    res = cli("neighbors", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--warm-start", "handcrafted",
+              "--tracking-uri", fresh.uri)
+    assert res.code == 0 and "wine" in res.out.splitlines()[1]
+    bad = cli("bootstrap", "--starter", str(tmp_path / "none.npz"), "--tracking-uri", fresh.uri)
+    assert bad.code == 2 and "starter history not found" in bad.err

@@ -1,0 +1,85 @@
+"""A starter history: a bootstrapped knowledge base in one small file, so a fresh clone warm-starts.
+
+:func:`export_starter` writes every finished study of one job (by default the ``bootstrap-``
+studies) to a compressed ``.npz``: a JSON header per study (name, settings, search space, dataset
+summary, stored meta-features, configurations and values) and its dataset sample. :func:`import_starter`
+writes them into any knowledge base as finished studies through
+:meth:`~agent.knowledge.base.KnowledgeBase.import_evaluations` (inline rows on MLflow: seconds, not
+minutes); studies already present are skipped, so an interrupted import simply runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from agent.errors import TuneAgentError
+from agent.knowledge.base import TRIAL_OK, KnowledgeBase
+
+FORMAT = 1
+
+
+def export_starter(kb: KnowledgeBase, path: Path, job: str, space: list[dict[str, Any]], prefix: str = "bootstrap-",
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Writes the finished studies of ``job`` (search space ``space``, as ``SearchSpace.to_dict``)
+    whose names start with ``prefix``; returns counts and the file's size."""
+    studies = [s for s in kb.list_studies()
+               if s.status == "finished" and s.name.startswith(prefix) and s.settings.get("job") == job]
+    if not studies:
+        raise TuneAgentError(f"no finished {prefix}* studies of job {job} in {kb.tracking_uri}: run `tune-agent bootstrap` first")
+    header: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    for i, study in enumerate(studies):
+        trials = [t for t in kb.trials(study) if t.state == TRIAL_OK]
+        tags = kb.study_tags(study)
+        entry = {
+            "name": study.name, "settings": dict(study.settings), "summary": kb.dataset_summary(study),
+            "metafeatures": json.loads(tags["metafeatures"]) if "metafeatures" in tags else None,
+            "configs": [dict(t.config) for t in trials], "values": [t.value for t in trials],
+        }
+        sample = kb.load_dataset_sample(study.study_id)
+        if sample is not None:
+            arrays[f"X{i}"], arrays[f"y{i}"] = np.asarray(sample[0], np.float32), np.asarray(sample[1], np.int64)
+        header.append(entry)
+        if progress and (i + 1) % 25 == 0:
+            progress(f"{i + 1}/{len(studies)} studies read")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = json.dumps({"format": FORMAT, "job": job, "space": space, "studies": header}).encode()
+    partial = path.with_name(path.name + ".partial.npz")
+    np.savez_compressed(partial, header=np.frombuffer(blob, dtype=np.uint8), **arrays)
+    partial.replace(path)
+    return {"studies": len(header), "evaluations": sum(len(h["values"]) for h in header), "bytes": path.stat().st_size}
+
+
+def import_starter(kb: KnowledgeBase, path: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Imports a starter file; returns counts and seconds."""
+    start = time.perf_counter()
+    if not path.is_file():
+        raise TuneAgentError(f"starter history not found: {path}")
+    try:
+        archive = np.load(path, allow_pickle=False)
+        data = json.loads(archive["header"].tobytes().decode())
+    except (OSError, ValueError, KeyError) as exc:
+        raise TuneAgentError(f"cannot read starter history {path}: {type(exc).__name__}") from None
+    if data.get("format") != FORMAT:
+        raise TuneAgentError(f"starter history {path} has format {data.get('format')!r}; this tune-agent reads {FORMAT}")
+    present = {s.name for s in kb.list_studies() if s.status == "finished"}
+    imported = skipped = 0
+    for i, entry in enumerate(data["studies"]):
+        if entry["name"] in present:
+            skipped += 1
+            continue
+        sample = (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None
+        record = kb.import_evaluations(entry["name"], entry["settings"], data["space"], entry["configs"],
+                                       entry["values"], f"Starter history: `{entry['name']}`, imported from {path.name}.",
+                                       entry["summary"], sample)
+        if entry.get("metafeatures") is not None:
+            kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
+        imported += 1
+        if progress and imported % 25 == 0:
+            progress(f"{imported + skipped}/{len(data['studies'])} studies")
+    return {"imported": imported, "skipped": skipped, "seconds": round(time.perf_counter() - start, 1)}
