@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from agent.config import ACQUISITIONS, INIT_METHODS, PRIOR_MEANS, SAMPLERS, WARM_METHODS, StudyConfig
+from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PRIOR_MEANS, SAMPLERS, WARM_METHODS, StudyConfig
 from agent.errors import TuneAgentError
 
 tracking_option = click.option(
@@ -109,6 +109,8 @@ def study_options(fn: Any) -> Any:
         click.option("--prior-mean", type=click.Choice(PRIOR_MEANS), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
         click.option("--models-dir", default=StudyConfig.default("models_dir"), show_default=True, help="Where `dvc repro` put the meta-models."),
         click.option("--surrogate", type=click.Choice(surrogate_choices()), default=StudyConfig.default("surrogate"), show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
+        click.option("--kernel", type=click.Choice(KERNELS), default=StudyConfig.default("kernel"), show_default=True,
+                     help="GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; auto picks it for spaces with conditions."),
         click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, or tpe (Optuna's TPESampler)."),
         tracking_option,
         artifact_option,

@@ -16,6 +16,7 @@ from agent.errors import TuneAgentError
 INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
 SAMPLERS = ("bo", "random", "tpe")
+KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
 PRIOR_MEANS = ("neighbours", "observations", "constant")
 # Every RANDOM_EVERY-th BO step of a GP-family surrogate is a uniform random configuration
@@ -46,6 +47,7 @@ class StudySettings:
     val_fraction: float = 0.2
     label: str | None = None
     drop: tuple[str, ...] = ()
+    kernel: str = "plain"  # resolved: plain | arc
     warm_start: str = "none"
     k: int = 3
     prior_mean: str | None = None
@@ -127,6 +129,7 @@ class StudyConfig:
     models_dir: str = "models"
     surrogate: str = "auto"
     sampler: str = "bo"
+    kernel: str = "auto"
 
     def check(self) -> None:
         """The options that need no job, dataset or store; one line per problem, exit 2. (The
@@ -140,6 +143,8 @@ class StudyConfig:
             raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
         if self.sampler not in SAMPLERS:
             raise TuneAgentError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.kernel not in KERNELS:
+            raise TuneAgentError(f"--kernel must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
         if self.n_init is not None and self.n_init < 1:
             raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
 

@@ -19,7 +19,7 @@ from agent.jobs.registry import BUILTIN_JOBS, load_job
 # Lightning takes seconds to import: the Lightning parts load on first use, so a refused job or
 # dataset, and a surrogate-benchmark job, never pay for it.
 _LAZY = {"ArrayDataModule": "agent.jobs.datamodule", "ClassifierModule": "agent.jobs.classifier",
-         "CNNJob": "agent.jobs.cnn", "MLPJob": "agent.jobs.mlp"}
+         "CNNJob": "agent.jobs.cnn", "MLPJob": "agent.jobs.mlp", "MLPArchJob": "agent.jobs.mlp_arch"}
 
 
 def __getattr__(name: str) -> Any:

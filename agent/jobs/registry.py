@@ -13,9 +13,10 @@ from typing import Any, Callable
 from agent.errors import JobError
 from agent.jobs.base import Job, validate_job
 
-BUILTIN_JOBS = ("cnn", "mlp")
+BUILTIN_JOBS = ("cnn", "mlp", "mlp-arch")
 YAHPO_PREFIX = "yahpo:"  # a YAHPO Gym surrogate scenario: agent.jobs.yahpo
-_BUILTIN_MODULES = {"cnn": ("agent.jobs.cnn", "CNNJob"), "mlp": ("agent.jobs.mlp", "MLPJob")}
+_BUILTIN_MODULES = {"cnn": ("agent.jobs.cnn", "CNNJob"), "mlp": ("agent.jobs.mlp", "MLPJob"),
+                    "mlp-arch": ("agent.jobs.mlp_arch", "MLPArchJob")}
 
 
 def check_job_spec(spec: str) -> None:

@@ -111,18 +111,21 @@ class SourceFits:
                 self._means[key] = model.posterior(X).mean.reshape(-1).numpy()
         return self._means[key]
 
-    def gp(self, source: SourceTask) -> tuple[Any, bool]:
-        """(the source's GP, whether it passes the signal check)."""
-        if source.digest not in self._gps:
+    def gp(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[Any, bool]:
+        """(the source's GP, whether it passes the signal check); with the kernel of ``inputs``
+        (the arc kernel in a conditional space), BoTorch's default without."""
+        kernel = inputs.kernel if inputs is not None else "plain"
+        key = source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
+        if key not in self._gps:
             from agent.surrogates.rgpe import fit_source_gps, informative
 
-            model = fit_source_gps([(source.U, source.y)])[0]
-            self._gps[source.digest] = (model, informative([model])[0])
-        return self._gps[source.digest]
+            model = fit_source_gps([(source.U, source.y)], covar=inputs.covar if inputs is not None else None)[0]
+            self._gps[key] = (model, informative([model])[0])
+        return self._gps[key]
 
-    def informative(self, sources: Sequence[SourceTask]) -> list[SourceTask]:
+    def informative(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
         """The sources whose own response surface is predictable (the negative-transfer guard)."""
-        return [s for s in sources if self.gp(s)[1]]
+        return [s for s in sources if self.gp(s, inputs)[1]]
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ class SurrogateInputs:
             the neighbours' prior mean).
         prior_mean: ``neighbours``, ``observations`` or ``constant`` (GP-family surrogates).
         models_dir: where meta-trained networks live (``dvc repro`` output, or a benchmark fold).
+        kernel: ``plain`` (BoTorch's default) or ``arc`` (paper 002, conditional spaces), for
+            every GP the surrogate fits: the target's, and RGPE's source GPs.
     """
 
     space: SearchSpace
@@ -145,6 +150,15 @@ class SurrogateInputs:
     prior_mean: str = "constant"
     neighbour_keys: tuple[str, ...] = ()
     fits: SourceFits = field(default_factory=SourceFits, compare=False)
+    kernel: str = "plain"
+
+    def covar(self) -> Any:
+        """A fresh kernel for one GP fit (``None``: BoTorch's default)."""
+        if self.kernel == "arc":
+            from agent.surrogates.arc import make_arc_kernel
+
+            return make_arc_kernel(self.space)
+        return None
 
 
 class Surrogate(abc.ABC):

@@ -76,7 +76,8 @@ def normal_scores(y: np.ndarray) -> np.ndarray:
 
 
 def fit_gp(
-    train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None, maxiter: int = FIT_MAXITER
+    train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None, maxiter: int = FIT_MAXITER,
+    covar_module: Any = None,
 ) -> Any:
     """Fits a ``SingleTaskGP`` with BoTorch's default priors to `n x d` / `n x 1` data.
 
@@ -87,6 +88,8 @@ def fit_gp(
 
     Args:
         mean_module: an optional GPyTorch mean (e.g. the neighbours' prior mean); constant if None.
+        covar_module: an optional GPyTorch kernel (e.g. the arc kernel of conditional spaces);
+            BoTorch's default if None.
         warm_state: carries hyperparameters between consecutive BO steps. While the study has at
             most ``COLD_FIT_UNTIL`` points every fit starts from the prior and runs to convergence
             (hyperparameters move a lot while data is scarce, and a warm start can trap them); past
@@ -101,7 +104,8 @@ def fit_gp(
     from botorch.models.transforms.outcome import Standardize
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
-    model = SingleTaskGP(train_X, train_Y, mean_module=mean_module, outcome_transform=Standardize(m=1))
+    model = SingleTaskGP(train_X, train_Y, mean_module=mean_module, covar_module=covar_module,
+                         outcome_transform=Standardize(m=1))
     warm = bool(warm_state) and train_X.shape[0] > COLD_FIT_UNTIL
     if warm:
         model.covar_module.load_state_dict(warm_state["covar"])  # type: ignore[index]

@@ -21,7 +21,7 @@ kernel call. Any other BoTorch model falls back to a loop over ``model.posterior
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -42,11 +42,12 @@ SIGNAL_MIN_R2 = 0.4
 MAX_RANK_POINTS = 100
 
 
-def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Model]:
+def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Callable[[], Any] | None = None) -> list[Model]:
     """One ``SingleTaskGP`` per source task (`n_i x d` cube points, `n_i` maximised values).
 
     Each source's y is standardised first (failed trials imputed with its worst value). The models
-    are put in eval mode with frozen hyperparameters; fit them once and cache the list.
+    are put in eval mode with frozen hyperparameters; fit them once and cache the list. ``covar``
+    makes each GP's kernel (e.g. the arc kernel); BoTorch's default when it is None or returns None.
     """
     models = []
     with torch_threads(1):
@@ -54,7 +55,8 @@ def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Mod
             y = impute_failures(np.asarray(y, dtype=float).reshape(-1))
             y = np.where(np.isfinite(y), y, 0.0)
             z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
-            model = fit_gp(torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1))
+            model = fit_gp(torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1),
+                           covar_module=covar() if covar is not None else None)
             model.eval()
             for p in model.parameters():
                 p.requires_grad_(False)
@@ -386,10 +388,12 @@ def build_rgpe(
     seed: int = 0,
     n_samples: int = 256,
     warm_state: dict | None = None,
+    covar: Callable[[], Any] | None = None,
 ) -> RGPE:
     """Fits the target GP on standardised `n x 1` ``train_Y`` at `n x d` ``train_X`` and mixes it in.
 
-    ``warm_state`` is passed to :func:`fit_gp` so consecutive steps warm-start the target fit.
+    ``warm_state`` is passed to :func:`fit_gp` so consecutive steps warm-start the target fit;
+    ``covar`` makes the target GP's kernel (the sources' GPs were fitted with the same one).
     With no target points the ensemble is the uniform mixture of the sources.
     """
     with torch_threads(1):
@@ -402,7 +406,7 @@ def build_rgpe(
             model.has_target, model.source_weight = False, 1.0
             return model
         z, y_mean, y_std = standardise(y)
-        target = fit_gp(X, z.reshape(-1, 1), warm_state=warm_state)
+        target = fit_gp(X, z.reshape(-1, 1), warm_state=warm_state, covar_module=covar() if covar is not None else None)
         target.eval()
         weights = rgpe_weights(source_models, target, X, z.reshape(-1, 1), n_samples=n_samples, seed=seed)
         return RGPE([*source_models, target], weights, y_mean, y_std)

@@ -46,11 +46,11 @@ class GpSurrogate(Surrogate):
     def _prior_mean(inputs: SurrogateInputs) -> tuple[str, list[Any]]:
         if inputs.prior_mean == "neighbours" and inputs.neighbour_keys:
             by_key = {s.key: s for s in inputs.sources}
-            surfaces = [inputs.fits.gp(by_key[k])[0] for k in inputs.neighbour_keys if k in by_key]
+            surfaces = [inputs.fits.gp(by_key[k], inputs)[0] for k in inputs.neighbour_keys if k in by_key]
             if surfaces:
                 return "neighbours", surfaces
         if inputs.prior_mean in ("observations", "neighbours") and inputs.sources and not inputs.neighbour_keys:
-            return "observations", [inputs.fits.gp(s)[0] for s in inputs.sources]
+            return "observations", [inputs.fits.gp(s, inputs)[0] for s in inputs.sources]
         return "constant", []
 
     def mean_module(self, train_X: Any, train_Y: Any) -> Any:
@@ -69,7 +69,8 @@ class GpSurrogate(Surrogate):
         from agent.surrogates.gp import fit_gp
 
         mean = self.mean_module(train_X, train_Y)
-        return StepModel(fit_gp(train_X, train_Y, mean_module=mean, warm_state=state.setdefault("gp", {})))
+        return StepModel(fit_gp(train_X, train_Y, mean_module=mean, warm_state=state.setdefault("gp", {}),
+                                covar_module=self.inputs.covar()))
 
 
 def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask]) -> np.ndarray:
@@ -80,7 +81,7 @@ def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask]) -> np
     """
     rows = []
     for a in sources:
-        z = inputs.fits.gp(a)[0].train_targets
+        z = inputs.fits.gp(a, inputs)[0].train_targets
         mean = np.concatenate([inputs.fits.mean_at(a, b, inputs.space) for b in sources])
         span = max(float(z.max() - z.min()), 1e-12)
         rows.append(np.clip((float(z.max()) - mean) / span, 0.0, None))
@@ -169,12 +170,13 @@ class RgpeSurrogate(TransferSurrogate):
 
     def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
         super().__init__(inputs, useful)
-        self.models = [inputs.fits.gp(s)[0] for s in useful]
+        self.models = [inputs.fits.gp(s, inputs)[0] for s in useful]
 
     def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
         from agent.surrogates.rgpe import build_rgpe
 
-        model = build_rgpe(self.models, train_X, train_Y, seed=self.inputs.seed, warm_state=state.setdefault("gp", {}))
+        model = build_rgpe(self.models, train_X, train_Y, seed=self.inputs.seed, warm_state=state.setdefault("gp", {}),
+                           covar=self.inputs.covar)
         return StepModel(model, model.source_weight)
 
 
@@ -198,7 +200,7 @@ class TnpSurrogate(TransferSurrogate):
 
 
 def _guarded(inputs: SurrogateInputs) -> list[SourceTask] | None:
-    useful = inputs.fits.informative(inputs.sources)
+    useful = inputs.fits.informative(inputs.sources, inputs)
     return useful or None
 
 

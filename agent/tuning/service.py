@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from agent.config import StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
+from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs, source_tasks
 from agent.tuning.sampler import BoSampler, RandomSampler, Sampler, TpeSampler
 from agent.tuning.study import Study
@@ -124,7 +125,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     if recorded is not None:
         sources = _recorded_sources(sources, recorded)
     inputs = SurrogateInputs(space, tuple(sources), models_dir, settings.seed, settings.k, settings.prior_mean or "constant",
-                             tuple(n.key for n in getattr(warm, "neighbours", ())), fits or SourceFits())
+                             tuple(n.key for n in getattr(warm, "neighbours", ())), fits or SourceFits(), settings.kernel)
     resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)
     version = registry.get(resolution.name).meta_model_version(models_dir)
     if recorded is not None and version != recorded.meta_model:
@@ -259,7 +260,7 @@ def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> 
         trials=req.trials, epochs=req.epochs, time_limit=req.time_limit, init=req.init, n_init=n_init, acq=req.acq,
         random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label, drop=tuple(req.drop),
         warm_start=req.warm_start, k=req.k, prior_mean=warm.prior_mean, surrogate=req.surrogate,
-        sampler=req.sampler, models_dir=req.models_dir,
+        sampler=req.sampler, models_dir=req.models_dir, kernel=resolve_kernel(req.kernel, job.space),
     )
 
 

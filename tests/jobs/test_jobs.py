@@ -112,7 +112,7 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, bod
 
 # -- load_job ------------------------------------------------------------------------------------
 def test_builtins_load() -> None:
-    assert BUILTIN_JOBS == ("cnn", "mlp")
+    assert BUILTIN_JOBS == ("cnn", "mlp", "mlp-arch")
     cnn, mlp = load_job("cnn"), load_job("mlp")
     assert isinstance(cnn, CNNJob) and isinstance(mlp, MLPJob)
     assert cnn.space.names == [

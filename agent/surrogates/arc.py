@@ -1,0 +1,168 @@
+"""The arc kernel for conditional search spaces (Swersky et al. 2014, paper 002, eqs. 3-4).
+
+A dimension that is active only under a condition (layer 4's units when the network has at least
+four layers) is embedded in the plane as ``omega_i [sin(pi rho_i u_i), cos(pi rho_i u_i)]`` while
+active and as the origin while inactive. Two configurations that both leave it inactive are then
+equal in it, one active and one inactive are ``omega_i`` apart whatever the active value, and two
+active ones are apart by the arc between their angles (eq. 4). Always-active dimensions pass
+through scaled by their own lengthscales. A Matérn-5/2 (the paper's base kernel) over the
+embedded point gives the covariance; ``omega`` (positive), ``rho`` (in [0, 1]) and the
+lengthscales are learned with the GP's marginal likelihood (the paper slice-samples them).
+
+Activity is read from the cube point itself: a child is active when its parent is and the
+parent's coordinate lies in the bin of an allowed value (:func:`activity_rules`), so the kernel
+works on the continuous points an acquisition optimiser proposes, not only on snapped ones.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from agent.config import KERNELS
+from agent.errors import SpaceError
+from agent.space import Categorical, Int, SearchSpace
+
+
+@dataclass(frozen=True)
+class ActivityRule:
+    """Dimension ``dim`` is active iff dimension ``parent`` is and lies in one of ``bins``."""
+
+    dim: int
+    parent: int
+    bins: tuple[tuple[float, float], ...]
+
+
+def _value_bin(param: Any, value: Any) -> tuple[float, float]:
+    """The slice of the unit interval that decodes to ``value``."""
+    if isinstance(param, Categorical):
+        i = param.choices.index(value)
+        n = len(param.choices)
+        return i / n, (i + 1) / n
+    if isinstance(param, Int):
+        lo, hi = param._edges()  # integer k decodes from (k - 0.5, k + 0.5), in log space if asked
+        edge = (lambda v: math.log(max(v, 1e-12))) if param.log else float
+        a, b = edge(int(value) - 0.5), edge(int(value) + 0.5)
+        return max((a - lo) / (hi - lo), 0.0), min((b - lo) / (hi - lo), 1.0)
+    raise SpaceError(f"parameter {param.name!r}: a condition's parent must be an integer or a categorical")
+
+
+def activity_rules(space: SearchSpace) -> list[ActivityRule]:
+    """One rule per conditional dimension, in the space's order (parents come first)."""
+    index = {p.name: i for i, p in enumerate(space.params)}
+    rules = []
+    for i, p in enumerate(space.params):
+        if p.condition is None:
+            continue
+        parent = space[p.condition.parent]
+        bins = tuple(sorted(_value_bin(parent, v) for v in p.condition.values))
+        rules.append(ActivityRule(i, index[p.condition.parent], bins))
+    return rules
+
+
+def resolve_kernel(requested: str, space: SearchSpace) -> str:
+    """``auto`` is the arc kernel exactly when the space has conditions."""
+    if requested not in KERNELS:
+        raise SpaceError(f"--kernel must be one of {', '.join(KERNELS)}, got {requested!r}")
+    if requested == "auto":
+        return "arc" if space.has_conditions else "plain"
+    if requested == "arc" and not space.has_conditions:
+        raise SpaceError("--kernel arc needs a search space with conditional parameters; this one has none")
+    return requested
+
+
+def make_arc_kernel(space: SearchSpace) -> Any:
+    """A fresh :class:`ArcKernel` for ``space`` (gpytorch imported only here)."""
+    return _arc_class()(space)
+
+
+_ARC: Any = None
+
+
+def _arc_class() -> Any:
+    global _ARC
+    if _ARC is not None:
+        return _ARC
+    import torch
+    from gpytorch.constraints import Interval, Positive
+    from gpytorch.kernels import Kernel, MaternKernel
+    from gpytorch.priors import LogNormalPrior
+
+    class ArcKernel(Kernel):
+        """See the module docstring."""
+
+        has_lengthscale = False
+
+        def __init__(self, space: SearchSpace) -> None:
+            super().__init__()
+            self.rules = activity_rules(space)
+            conditional = {r.dim for r in self.rules}
+            self.plain = [i for i in range(space.dim) if i not in conditional]
+            self.cond = [r.dim for r in self.rules]
+            d = space.dim
+            # BoTorch's dimension-scaled lengthscale prior (Hvarfner et al. 2024) for the plain
+            # dimensions; omega acts as an inverse lengthscale, so it gets the mirrored prior.
+            loc = math.sqrt(2) + 0.5 * math.log(d)
+            self.register_parameter("raw_lengthscale", torch.nn.Parameter(torch.zeros(len(self.plain), dtype=torch.double)))
+            self.register_constraint("raw_lengthscale", Positive())
+            self.register_prior("lengthscale_prior", LogNormalPrior(loc, math.sqrt(3)),
+                                lambda m: m.lengthscale, lambda m, v: m._set("raw_lengthscale", v))
+            self.register_parameter("raw_omega", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
+            self.register_constraint("raw_omega", Positive())
+            self.register_prior("omega_prior", LogNormalPrior(-loc, math.sqrt(3)),
+                                lambda m: m.omega, lambda m, v: m._set("raw_omega", v))
+            self.register_parameter("raw_rho", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
+            self.register_constraint("raw_rho", Interval(0.0, 1.0))
+            with torch.no_grad():
+                self._set("raw_lengthscale", torch.full((len(self.plain),), math.exp(loc), dtype=torch.double))
+                self._set("raw_omega", torch.full((len(self.cond),), math.exp(-loc), dtype=torch.double))
+                self._set("raw_rho", torch.full((len(self.cond),), 0.9, dtype=torch.double))
+            self.base = MaternKernel(nu=2.5)
+            self.base.raw_lengthscale.requires_grad_(False)
+            self.base.lengthscale = 1.0
+
+        def _set(self, name: str, value: Any) -> None:
+            constraint = self.constraint_for_parameter_name(name)
+            value = torch.as_tensor(value, dtype=torch.double)
+            getattr(self, name).data.copy_(constraint.inverse_transform(value))
+
+        @property
+        def lengthscale(self) -> Any:
+            return self.raw_lengthscale_constraint.transform(self.raw_lengthscale)
+
+        @property
+        def omega(self) -> Any:
+            return self.raw_omega_constraint.transform(self.raw_omega)
+
+        @property
+        def rho(self) -> Any:
+            return self.raw_rho_constraint.transform(self.raw_rho)
+
+        def active(self, x: Any) -> Any:
+            """``[..., n, n_cond]`` 0/1 activity of the conditional dimensions at points ``x``."""
+            masks: dict[int, Any] = {}
+            out = []
+            for r in self.rules:
+                u = x[..., r.parent]
+                inside = torch.zeros_like(u, dtype=torch.bool)
+                for lo, hi in r.bins:
+                    inside = inside | ((u >= lo) & (u <= hi))
+                m = inside if r.parent not in masks else inside & masks[r.parent]
+                masks[r.dim] = m
+                out.append(m)
+            return torch.stack(out, dim=-1).to(x.dtype)
+
+        def embed(self, x: Any) -> Any:
+            plain = x[..., self.plain] / self.lengthscale
+            if not self.cond:
+                return plain
+            mask = self.active(x)
+            angle = math.pi * self.rho * x[..., self.cond]
+            return torch.cat([plain, self.omega * torch.sin(angle) * mask, self.omega * torch.cos(angle) * mask], dim=-1)
+
+        def forward(self, x1: Any, x2: Any, diag: bool = False, last_dim_is_batch: bool = False, **params: Any) -> Any:
+            return self.base.forward(self.embed(x1), self.embed(x2), diag=diag, **params)
+
+    _ARC = ArcKernel
+    return _ARC

@@ -1,0 +1,77 @@
+"""The arc kernel (paper 002): activity from the cube point, eq. 4's distances, a GP that fits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agent.errors import SpaceError
+from agent.space import Categorical, Condition, Float, Int, SearchSpace
+from agent.surrogates.arc import make_arc_kernel, resolve_kernel
+
+
+def depth_space() -> SearchSpace:
+    return SearchSpace([
+        Float("lr", 1e-4, 1e-1, log=True),
+        Int("layers", 1, 3),
+        Int("units_2", 16, 512, log=True, condition=Condition("layers", (2, 3))),
+        Float("dropout_3", 0.0, 0.8, condition=Condition("units_2", tuple(range(16, 513)))),  # chained
+        Categorical("act", ("relu", "tanh")),
+        Float("mom_tanh", 0.1, 0.99, condition=Condition("act", ("tanh",))),
+    ])
+
+
+def test_activity_read_from_the_cube_matches_the_space_also_between_bins() -> None:
+    space = depth_space()
+    kernel = make_arc_kernel(space)
+    rng = np.random.default_rng(0)
+    U = rng.random((400, space.dim))  # raw, unsnapped points, as the acquisition optimiser makes them
+    expected = space.active_mask(U)[:, kernel.cond]
+    got = kernel.active(torch.as_tensor(U)).numpy().astype(bool)
+    assert (got == expected).mean() > 0.995  # only exact bin edges may differ
+    snapped = space.snap(U)
+    assert (kernel.active(torch.as_tensor(snapped)).numpy().astype(bool) == space.active_mask(snapped)[:, kernel.cond]).all()
+
+
+def test_embedding_distances_follow_eq_4() -> None:
+    space = SearchSpace([Int("layers", 1, 2), Float("u2", 0.0, 1.0, condition=Condition("layers", (2,)))])
+    kernel = make_arc_kernel(space)
+    deep = lambda u: space.encode({"layers": 2, "u2": u})  # noqa: E731
+    shallow = space.encode({"layers": 1})
+    z = kernel.embed(torch.as_tensor(np.stack([shallow, shallow, deep(0.2), deep(0.7)]))).detach()
+    omega, rho = float(kernel.omega[0].detach()), float(kernel.rho[0].detach())
+    cond = lambda a, b: float(torch.linalg.norm(z[a, 1:] - z[b, 1:]))  # noqa: E731 - the conditional dim's plane
+    assert cond(0, 1) == pytest.approx(0.0)  # both inactive
+    assert cond(0, 2) == pytest.approx(omega) and cond(0, 3) == pytest.approx(omega)  # one inactive
+    arc = omega * math.sqrt(2) * math.sqrt(1 - math.cos(math.pi * rho * (0.7 - 0.2)))
+    assert cond(2, 3) == pytest.approx(arc)  # both active: the chord of the arc
+
+
+def test_a_gp_with_the_arc_kernel_fits_and_ranks_depths() -> None:
+    from agent.surrogates.gp import fit_gp
+
+    space = depth_space()
+    rng = np.random.default_rng(1)
+    U = space.snap(rng.random((40, space.dim)))
+    depth = np.array([space.decode(u)["layers"] for u in U])
+    y = -(depth - 2.0) ** 2 + 0.1 * rng.normal(size=len(U))  # two layers are best
+    X = torch.as_tensor(U)
+    model = fit_gp(X, torch.as_tensor(y).reshape(-1, 1), covar_module=make_arc_kernel(space))
+    test = space.snap(rng.random((200, space.dim)))
+    with torch.no_grad():
+        mean = model.posterior(torch.as_tensor(test)).mean.reshape(-1).numpy()
+    d = np.array([space.decode(u)["layers"] for u in test])
+    assert mean[d == 2].mean() > mean[d != 2].mean()
+
+
+def test_kernel_choice() -> None:
+    assert resolve_kernel("auto", depth_space()) == "arc"
+    plain = SearchSpace([Float("x", 0.0, 1.0)])
+    assert resolve_kernel("auto", plain) == "plain" and resolve_kernel("plain", depth_space()) == "plain"
+    with pytest.raises(SpaceError, match="needs a search space with conditional"):
+        resolve_kernel("arc", plain)
+    with pytest.raises(SpaceError, match="--kernel must be one of"):
+        resolve_kernel("rbf", plain)
