@@ -205,7 +205,14 @@ class MlflowKnowledgeBase(KnowledgeBase):
                                  "another store)")
             return exp.experiment_id
         tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`: one parent run per study."}
-        return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
+        try:
+            return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
+        except StoreError:
+            # Another process (a parallel worker, a second agent) created it first: use theirs.
+            exp = self._call(self._client.get_experiment_by_name, name)
+            if exp is None:
+                raise
+            return exp.experiment_id
 
     def _to_study(self, run: Any) -> StudyRecord:
         tags = {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
