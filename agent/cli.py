@@ -111,7 +111,7 @@ def study_options(fn: Any) -> Any:
         click.option("--surrogate", type=click.Choice(surrogate_choices()), default=StudyConfig.default("surrogate"), show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
         click.option("--kernel", type=click.Choice(KERNELS), default=StudyConfig.default("kernel"), show_default=True,
                      help="GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; auto picks it for spaces with conditions."),
-        click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, or tpe (Optuna's TPESampler)."),
+        click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) or hts (paper 001: a learned map of a similar dataset's best configurations)."),
         tracking_option,
         artifact_option,
     ]

@@ -15,7 +15,7 @@ from agent.errors import TuneAgentError
 # layer above (surrogates, tuning, bench, cli) reads the same tuples.
 INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
-SAMPLERS = ("bo", "random", "tpe")
+SAMPLERS = ("bo", "random", "tpe", "hts")
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
 PRIOR_MEANS = ("neighbours", "observations", "constant")

@@ -85,7 +85,7 @@ def _arc_class() -> Any:
     if _ARC is not None:
         return _ARC
     import torch
-    from gpytorch.constraints import Interval, Positive
+    from gpytorch.constraints import GreaterThan, Interval
     from gpytorch.kernels import Kernel, MaternKernel
     from gpytorch.priors import LogNormalPrior
 
@@ -105,11 +105,12 @@ def _arc_class() -> Any:
             # dimensions; omega acts as an inverse lengthscale, so it gets the mirrored prior.
             loc = math.sqrt(2) + 0.5 * math.log(d)
             self.register_parameter("raw_lengthscale", torch.nn.Parameter(torch.zeros(len(self.plain), dtype=torch.double)))
-            self.register_constraint("raw_lengthscale", Positive())
+            # Floors as BoTorch's (2.5e-2): a value that underflows to 0 breaks the LogNormal priors.
+            self.register_constraint("raw_lengthscale", GreaterThan(2.5e-2))
             self.register_prior("lengthscale_prior", LogNormalPrior(loc, math.sqrt(3)),
                                 lambda m: m.lengthscale, lambda m, v: m._set("raw_lengthscale", v))
             self.register_parameter("raw_omega", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
-            self.register_constraint("raw_omega", Positive())
+            self.register_constraint("raw_omega", GreaterThan(1e-3))
             self.register_prior("omega_prior", LogNormalPrior(-loc, math.sqrt(3)),
                                 lambda m: m.omega, lambda m, v: m._set("raw_omega", v))
             self.register_parameter("raw_rho", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))

@@ -242,3 +242,72 @@ class TpeSampler:
                 else:
                     config[p.name] = trial.suggest_categorical(p.name, list(p.choices))  # type: ignore[union-attr]
         return Suggestion(config, "tpe")
+
+
+HTS_ROUND = 3  # r: mapped source configurations per round (paper 001 studies r; 3 suits 20-30-trial budgets)
+
+
+class HtsSampler:
+    """HTS (paper 001, Algorithm 1; the math in :mod:`agent.surrogates.hts`) behind the sampler contract.
+
+    Slots ``0..m-1`` are a Latin hypercube (``m`` = ``n_init``); then round ``j`` (``r`` slots) maps
+    the source's best configurations through a ``g`` trained on the target's trials finished before
+    the round began, so the slots of a round are fixed once it starts, whatever runs in parallel
+    and whenever the study resumes. The source is ``preferred`` (the warm start's nearest
+    neighbour) when the history holds it, otherwise the source whose surrogate ranks the ``m``
+    initial results most like they came out (Spearman correlation), chosen once.
+    """
+
+    def __init__(self, space: SearchSpace, settings: StudySettings, sources: Sequence[Any],
+                 preferred: str | None = None, r: int = HTS_ROUND) -> None:
+        from agent.surrogates.hts import lhs
+
+        if not sources:
+            raise ValueError("HTS needs a source: history for this job and space")
+        self.space, self.settings, self.sources, self.r = space, settings, list(sources), r
+        self.m = settings.n_init
+        self.preferred = next((s for s in self.sources if s.key == preferred), None)
+        self._design = space.snap(lhs(self.m, space.dim, settings.seed))
+        self._rounds: dict[int, np.ndarray] = {}
+        self._source: Any = self.preferred
+
+    def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
+        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
+        done, _ = encoded(self.space, trials, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
+        seen = np.vstack([done, running])
+        if number < self.m:
+            return Suggestion(self.space.decode(self._design[number]), "init:lhs")
+        j, i = divmod(number - self.m, self.r)
+        start = self.m + j * self.r
+        before = [t for t in trials if t.number < start]
+        U, y = encoded(self.space, before, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
+        source = self.source(U, y)
+        if j not in self._rounds:
+            from agent.surrogates.gp import impute_failures
+            from agent.surrogates.hts import hts_round
+
+            self._rounds[j] = self.space.snap(hts_round(source.U, source.y, U, impute_failures(y),
+                                                        self.settings.seed * 100003 + j))
+        keys = evaluated_keys(self.space, seen)
+        fresh = [u for u in self._rounds[j] if point_key(u) not in keys]
+        if len(fresh) > 0:
+            # slot i of the round takes the i-th best mapped point not yet tried by earlier slots
+            return Suggestion(self.space.decode(fresh[0]), f"hts:{source.name}")
+        rng = np.random.default_rng(self.settings.seed * 100003 + number)
+        return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:hts-exhausted")
+
+    def source(self, U: np.ndarray, y: np.ndarray) -> Any:
+        if self._source is None:
+            from scipy.stats import spearmanr
+
+            from agent.surrogates.hts import rbf_surrogate
+
+            ok = np.isfinite(y)
+            best, best_rho = self.sources[0], -np.inf
+            for s in self.sources:
+                rho = spearmanr(rbf_surrogate(s.U, s.y)(U[ok]), y[ok]).statistic if ok.sum() > 2 else 0.0
+                rho = -np.inf if not np.isfinite(rho) else float(rho)
+                if rho > best_rho:
+                    best, best_rho = s, rho
+            self._source = best
+        return self._source

@@ -19,7 +19,7 @@ from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs, source_tasks
-from agent.tuning.sampler import BoSampler, RandomSampler, Sampler, TpeSampler
+from agent.tuning.sampler import BoSampler, HtsSampler, RandomSampler, Sampler, TpeSampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
@@ -61,9 +61,13 @@ class Planned:
 
     plan: SurrogatePlan
     surrogate: Surrogate | None = None
+    sources: tuple[SourceTask, ...] = ()  # HTS's candidate sources
+    preferred: str | None = None  # HTS's source: the warm start's nearest neighbour
 
     def sampler(self, space: Any, settings: StudySettings) -> Sampler:
         """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs)."""
+        if settings.sampler == "hts":
+            return HtsSampler(space, settings, self.sources, self.preferred)
         if self.surrogate is None:
             return (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
         return BoSampler(space, settings, self.surrogate, self.plan.initial)
@@ -118,6 +122,19 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     from agent.surrogates import registry
 
     models_dir = Path(settings.models_dir)
+    if settings.sampler == "hts":
+        sources = _history_sources(kb, settings, space, exclude_fingerprint)
+        if recorded is not None:
+            sources = _recorded_sources(sources, recorded)
+        if not sources:
+            raise StudyError(f"--sampler hts needs history for job {settings.job_name} with this search space")
+        keys = {s.key for s in sources}
+        preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
+        note = (f"sampler: hts (paper 001) from {len(sources)} candidate sources"
+                + (f", source {next(s.name for s in sources if s.key == preferred)} (nearest neighbour)" if preferred
+                   else ", source chosen after the initial design"))
+        return Planned(SurrogatePlan("hts", requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
+                       sources=tuple(sources), preferred=preferred)
     if settings.sampler != "bo":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")

@@ -11,12 +11,12 @@ TOY = Path(__file__).resolve().parent / "fixtures" / "yahpo_toy"
 
 def test_benchmark_runs_on_a_conditional_two_fidelity_scenario(cli, tmp_path: Path) -> None:
     res = cli("bench", "lcbench", "--scenario", str(TOY), "--target", "cost", "--minimize", "--fidelity", "repl=5",
-              "--tasks", "2", "--seeds", "1", "--budget", "6", "--workers", "1", "--methods", "random,tpe,gp,rgpe",
+              "--tasks", "2", "--seeds", "1", "--budget", "9", "--workers", "1", "--methods", "random,tpe,gp,rgpe,hts",
               "--out", str(tmp_path))
     assert res.code == 0, res.err
     metrics = json.loads((tmp_path / "metrics" / "yahpo_toy.json").read_text())
     assert metrics["tasks"] == 2 and metrics["job"] == "yahpo-yahpo_toy-cost-repl5"
-    assert set(metrics["methods"]) == {"random", "tpe", "gp", "rgpe"}
+    assert set(metrics["methods"]) == {"random", "tpe", "gp", "rgpe", "hts"}
     assert (tmp_path / "plots" / "yahpo_toy_regret.png").stat().st_size > 0
 
 
