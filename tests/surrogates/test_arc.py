@@ -75,3 +75,20 @@ def test_kernel_choice() -> None:
         resolve_kernel("arc", plain)
     with pytest.raises(SpaceError, match="--kernel must be one of"):
         resolve_kernel("rbf", plain)
+
+
+def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> None:
+    """Tiny version of paper 002's Table 1: two BO studies of mlp-arch on iris, six models, 3 folds."""
+    import json
+
+    args = ("bench", "arc", "--dataset", "iris", "--studies", "2", "--trials", "8", "--epochs", "1", "--folds", "3",
+            "--out", str(tmp_path), *store.args)
+    res = cli(*args)
+    assert res.code == 0, res.err
+    report = json.loads((tmp_path / "metrics" / "arc.json").read_text())
+    assert set(report["models"]) == {"separate_linear", "separate_gp", "separate_arc_gp", "linear", "gp", "arc_gp"}
+    assert all(np.isfinite(v["original"][0]) and np.isfinite(v["log"][0]) for v in report["models"].values())
+    assert report["paper_table_1"]["arc_gp"] == {"original": 0.421, "log": 0.335}
+    assert "16 finished trials" in report["protocol"]
+    assert cli(*args).code == 0  # the studies are there: the second run only re-makes the table
+    assert len([s for s in store.kb().list_studies() if s.name.startswith("arc-data-")]) == 2
