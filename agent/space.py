@@ -131,6 +131,28 @@ def _scaled(low: float, high: float, v: float, log: bool) -> tuple[float, float,
     return low, high, v
 
 
+@dataclass(frozen=True)
+class SpaceMatch:
+    """How another space's configurations map into this one: the parameters matched by name and
+    type (their values clipped into this space's ranges) and the ones left unmatched."""
+
+    matched: tuple[str, ...]
+    unmatched: tuple[str, ...]
+
+    def note(self, source: str) -> str:
+        shown = ", ".join(self.matched)
+        return (f"history of {source} shares {len(self.matched)} hyperparameters with this space ({shown}); "
+                f"{len(self.unmatched)} others are left to this study's own trials")
+
+
+def _compatible(param: Any, value: Any) -> bool:
+    if isinstance(param, Categorical):
+        return value in param.choices
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return not isinstance(param, Int) or float(value).is_integer()
+
+
 class SearchSpace:
     """An ordered set of parameters; dimension ``i`` of the cube belongs to ``params[i]``."""
 
@@ -212,6 +234,32 @@ class SearchSpace:
             config = self.decode(u)
             rows.append([p.name in config for p in self.params])
         return np.array(rows, dtype=bool)
+
+    # -- other spaces' configurations ------------------------------------------------------------
+    def match(self, configs: Iterable[Mapping[str, Any]]) -> SpaceMatch:
+        """The parameters of this space that every one of ``configs`` (from another space) gives
+        with a value of the right type (where the parameter is set at all)."""
+        configs = list(configs)
+        matched = []
+        for p in self.params:
+            values = [c[p.name] for c in configs if p.name in c]
+            if values and all(_compatible(p, v) for v in values):
+                matched.append(p.name)
+        return SpaceMatch(tuple(matched), tuple(n for n in self.names if n not in matched))
+
+    def translate(self, config: Mapping[str, Any], match: SpaceMatch) -> np.ndarray:
+        """A cube point of this space for a configuration of another: matched values clipped into
+        range, every other dimension at the cube's centre; snapped, so only what its values make
+        active is set."""
+        u = np.full(self.dim, INACTIVE)
+        for i, p in enumerate(self.params):
+            if p.name in match.matched and p.name in config:
+                v = config[p.name]
+                if isinstance(p, Categorical):
+                    u[i] = p.to_unit(v)
+                else:
+                    u[i] = p.to_unit(min(max(v, p.low), p.high))
+        return self.snap(u)[0]
 
     @property
     def has_conditions(self) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TRIAL_OK, KnowledgeBase, StudyRecord, TrialRecord
-from agent.space import SearchSpace
+from agent.space import SearchSpace, SpaceMatch
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,36 @@ def load_history(
     return sorted(out, key=lambda h: (h.name, h.key))
 
 
+MIN_SHARED = 2  # hyperparameters another space must share (by name and type) for its history to count
+
+
+def compatible_history(kb: KnowledgeBase, space: SearchSpace, with_samples: bool = True, with_evaluations: bool = True,
+                       exclude_fingerprints: set[str] | None = None) -> tuple[list[HistoricalDataset], SpaceMatch | None, str]:
+    """History of another job/space for a space that has none of its own: of every (job, space)
+    group in the store, the one whose configurations share the most hyperparameters with ``space``
+    (at least :data:`MIN_SHARED`, matched by name and type; then the most datasets). Returns its
+    datasets, the match and the job's name; ``([], None, "")`` when nothing is close enough."""
+    groups: dict[tuple[str, str], list[StudyRecord]] = {}
+    for st in kb.list_studies():
+        if st.space_signature != space.signature() and st.status == "finished":
+            groups.setdefault((st.job, st.space_signature), []).append(st)
+    best: tuple[tuple[int, int], str, str, SpaceMatch] | None = None
+    for (job, signature), studies in groups.items():
+        configs = [t.config for t in kb.trials(studies[0]) if t.state == TRIAL_OK][:50]
+        match = space.match(configs) if configs else None
+        if match is None or len(match.matched) < MIN_SHARED:
+            continue
+        rank = (len(match.matched), len({st.fingerprint for st in studies}))
+        if best is None or rank > best[0]:
+            best = (rank, job, signature, match)
+    if best is None:
+        return [], None, ""
+    _, job, signature, match = best
+    history = load_history(kb, job=job, space_signature=signature, with_samples=with_samples,
+                           with_evaluations=with_evaluations, exclude_fingerprints=exclude_fingerprints)
+    return history, match, job
+
+
 def _evaluations(kb: KnowledgeBase, studies: list[StudyRecord]) -> tuple[Evaluation, ...]:
     return tuple(e for s in studies for t in kb.trials(s) if (e := _evaluation(t)) is not None)
 
@@ -145,13 +175,14 @@ def _floats(raw: str) -> dict[str, float]:
     return {k: float("nan") if v is None else float(v) for k, v in json.loads(raw).items()}
 
 
-def surface_data(h: HistoricalDataset, space: SearchSpace) -> tuple[np.ndarray, np.ndarray]:
-    """A neighbour's evaluations as cube points and maximised values."""
+def surface_data(h: HistoricalDataset, space: SearchSpace, match: SpaceMatch | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A neighbour's evaluations as cube points and maximised values; with ``match`` (history of
+    another space) each configuration is translated into ``space`` (:meth:`SearchSpace.translate`)."""
     sign = -1.0 if h.mode == "min" else 1.0
     rows, values = [], []
     for e in h.evaluations:
         try:
-            rows.append(space.encode(e.config))
+            rows.append(space.encode(e.config) if match is None else space.translate(e.config, match))
         except TuneAgentError:
             continue
         values.append(sign * e.value)

@@ -61,26 +61,33 @@ class SourceTask:
     name: str
     U: np.ndarray
     y: np.ndarray
+    dims: tuple[int, ...] | None = None  # history of another space: the target dimensions it informs
 
     @property
     def digest(self) -> str:
         """The content's hash: the cache key of anything fitted to it."""
         h = hashlib.sha256(np.ascontiguousarray(self.U).tobytes())
         h.update(np.ascontiguousarray(self.y).tobytes())
+        h.update(repr(self.dims).encode())
         return h.hexdigest()[:20]
 
 
-def source_tasks(history: Sequence[Any], space: SearchSpace) -> list[SourceTask]:
+def source_tasks(history: Sequence[Any], space: SearchSpace, match: Any = None) -> list[SourceTask]:
     """Historical datasets (:class:`agent.knowledge.history.HistoricalDataset`) with at least
-    ``MIN_SOURCE_POINTS`` evaluations in ``space``, as :class:`SourceTask`, sorted by name."""
+    ``MIN_SOURCE_POINTS`` evaluations in ``space``, as :class:`SourceTask`, sorted by name.
+
+    With ``match`` (a :class:`~agent.space.SpaceMatch`: history of another space) configurations are
+    translated into ``space`` and each source informs only the matched dimensions: its GP sees
+    those alone (the rest is left to the target's GP)."""
     from agent.knowledge.history import surface_data
     from agent.surrogates.gp import impute_failures, normal_scores
 
+    dims = None if match is None else tuple(i for i, n in enumerate(space.names) if n in match.matched)
     out = []
     for h in sorted(history, key=lambda h: (h.name, h.key)):
-        U, y = surface_data(h, space)
+        U, y = surface_data(h, space, match)
         if len(y) >= MIN_SOURCE_POINTS:
-            out.append(SourceTask(h.key, h.name, U, normal_scores(impute_failures(y))))
+            out.append(SourceTask(h.key, h.name, U, normal_scores(impute_failures(y)), dims))
     return out
 
 
@@ -119,7 +126,8 @@ class SourceFits:
         if key not in self._gps:
             from agent.surrogates.rgpe import fit_source_gps, informative
 
-            model = fit_source_gps([(source.U, source.y)], covar=inputs.covar if inputs is not None else None)[0]
+            covar = inputs.covar if inputs is not None and source.dims is None else None  # filtered: plain kernel
+            model = fit_source_gps([(source.U, source.y)], covar=covar, dims=source.dims)[0]
             self._gps[key] = (model, informative([model])[0])
         return self._gps[key]
 

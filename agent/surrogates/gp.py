@@ -77,7 +77,7 @@ def normal_scores(y: np.ndarray) -> np.ndarray:
 
 def fit_gp(
     train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None, maxiter: int = FIT_MAXITER,
-    covar_module: Any = None,
+    covar_module: Any = None, input_dims: Any = None,
 ) -> Any:
     """Fits a ``SingleTaskGP`` with BoTorch's default priors to `n x d` / `n x 1` data.
 
@@ -90,6 +90,7 @@ def fit_gp(
         mean_module: an optional GPyTorch mean (e.g. the neighbours' prior mean); constant if None.
         covar_module: an optional GPyTorch kernel (e.g. the arc kernel of conditional spaces);
             BoTorch's default if None.
+        input_dims: the only input dimensions the GP sees (BoTorch's ``FilterFeatures``); all if None.
         warm_state: carries hyperparameters between consecutive BO steps. While the study has at
             most ``COLD_FIT_UNTIL`` points every fit starts from the prior and runs to convergence
             (hyperparameters move a lot while data is scarce, and a warm start can trap them); past
@@ -104,8 +105,14 @@ def fit_gp(
     from botorch.models.transforms.outcome import Standardize
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
+    transform = None
+    if input_dims is not None:
+        import torch
+        from botorch.models.transforms.input import FilterFeatures
+
+        transform = FilterFeatures(torch.as_tensor(list(input_dims), dtype=torch.long))
     model = SingleTaskGP(train_X, train_Y, mean_module=mean_module, covar_module=covar_module,
-                         outcome_transform=Standardize(m=1))
+                         outcome_transform=Standardize(m=1), input_transform=transform)
     warm = bool(warm_state) and train_X.shape[0] > COLD_FIT_UNTIL
     if warm:
         model.covar_module.load_state_dict(warm_state["covar"])  # type: ignore[index]

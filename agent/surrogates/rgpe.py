@@ -42,12 +42,15 @@ SIGNAL_MIN_R2 = 0.4
 MAX_RANK_POINTS = 100
 
 
-def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Callable[[], Any] | None = None) -> list[Model]:
+def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Callable[[], Any] | None = None,
+                   dims: Sequence[int] | None = None) -> list[Model]:
     """One ``SingleTaskGP`` per source task (`n_i x d` cube points, `n_i` maximised values).
 
     Each source's y is standardised first (failed trials imputed with its worst value). The models
     are put in eval mode with frozen hyperparameters; fit them once and cache the list. ``covar``
     makes each GP's kernel (e.g. the arc kernel); BoTorch's default when it is None or returns None.
+    ``dims`` (history of another space) restricts each GP to those input dimensions (BoTorch's
+    ``FilterFeatures``): it is flat along the others, which the target's GP learns alone.
     """
     models = []
     with torch_threads(1):
@@ -56,7 +59,7 @@ def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Call
             y = np.where(np.isfinite(y), y, 0.0)
             z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
             model = fit_gp(torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1),
-                           covar_module=covar() if covar is not None else None)
+                           covar_module=covar() if covar is not None else None, input_dims=dims)
             model.eval()
             for p in model.parameters():
                 p.requires_grad_(False)

@@ -104,11 +104,16 @@ def open_store(tracking_uri: str | None, artifact_root: str | None) -> Knowledge
 
 
 def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exclude: str) -> list[SourceTask]:
-    from agent.knowledge.history import load_history
+    """The history of this job and space; when there is none, that of the other job/space sharing
+    the most hyperparameters (translated, each source informing only the matched dimensions)."""
+    from agent.knowledge.history import compatible_history, load_history
 
     history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
                            exclude_fingerprints={exclude})
-    return source_tasks(history, space)
+    if history:
+        return source_tasks(history, space)
+    history, match, _ = compatible_history(kb, space, with_samples=False, exclude_fingerprints={exclude})
+    return source_tasks(history, space, match) if match is not None else []
 
 
 def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: Any, requested: str,

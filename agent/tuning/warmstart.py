@@ -143,6 +143,14 @@ def plan_warm_start(
         return WarmStart("none", message="warm start off (--warm-start none)")
     history = load_history(kb, job=job.name, space_signature=job.space.signature(), with_samples=False,
                            with_evaluations=False, exclude_fingerprints={dataset.fingerprint})
+    match, matched_note = None, ""
+    if not history:
+        from agent.knowledge.history import compatible_history
+
+        history, match, other = compatible_history(kb, job.space, with_samples=False, with_evaluations=False,
+                                                   exclude_fingerprints={dataset.fingerprint})
+        if match is not None:
+            matched_note = "; " + match.note(f"job {other}")
     if not history:
         return WarmStart("none", message=f"warm start: no history for job {job.name} with this search space; starting cold")
     featurizer, note = _featurizer(requested, models_dir)
@@ -166,7 +174,8 @@ def plan_warm_start(
             h = history[n.index] = with_evaluations_loaded(kb, h, studies)
             best = h.best()
             if best is not None:
-                neighbours.append(NeighbourInfo(h.name, h.key, n.distance, dict(best.config), best.value))
+                config = dict(best.config) if match is None else job.space.decode(job.space.translate(best.config, match))
+                neighbours.append(NeighbourInfo(h.name, h.key, n.distance, config, best.value))
                 by_source.add(h.source)
     neighbours.sort(key=lambda x: x.distance)
     far = near is not None and near.far
@@ -179,7 +188,7 @@ def plan_warm_start(
                    "meta-features; the GP prior mean follows the ones nearest to this study's results")
         return WarmStart(featurizer.method, (), message, prior, tuple(history))
     names = ", ".join(f"{n.name} ({n.distance:.3g})" for n in neighbours)
-    head = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''})"
+    head = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}{matched_note})"
     if near is None:
         message = f"{head}: nearest {names}"
     elif far:
