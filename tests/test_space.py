@@ -106,6 +106,6 @@ def test_configurations_of_another_space_match_by_name_and_type_and_translate() 
     match = target.match(other)
     assert match.matched == ("lr", "layers") and match.unmatched == ("act", "units_2", "new")
     config = target.decode(target.translate(other[0], match))
-    assert config["lr"] == 0.5 and config["layers"] == 2  # clipped into range; matched values kept
+    assert config["lr"] == pytest.approx(0.5) and config["layers"] == 2  # clipped into range; matched values kept
     assert set(config) == {"lr", "layers", "act", "units_2", "new"}  # the rest from the cube's centre
     assert "shares 2 hyperparameters with this space (lr, layers); 3 others" in match.note("job x")
