@@ -624,14 +624,21 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
 
 @bench.command("neighbours")
 @click.option("--dataset", default="mnist-5k", show_default=True)
-@click.option("--history", "n_history", type=int, default=1000, show_default=True)
+@click.option("--history", "n_history", type=int, default=1000, show_default=True,
+              help="Random historical meta-feature vectors to search (without --tracking-uri).")
 @click.option("--models-dir", default="models", show_default=True)
-def bench_neighbours(dataset: str, n_history: int, models_dir: str) -> None:
+@click.option("--job", "job_name", default="mlp", show_default=True, help="With --tracking-uri: the job whose history is searched.")
+@click.option("--tracking-uri", default=None,
+              help="Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real history instead.")
+def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None) -> None:
     """Time meta-features of a new dataset plus the neighbour search over N historical datasets."""
     from pathlib import Path
 
-    from agent.bench.neighbours import measure_neighbour_search
+    from agent.bench.neighbours import measure_neighbour_search, measure_warm_start
 
+    if tracking_uri is not None:
+        click.echo(json.dumps(measure_warm_start(_kb(tracking_uri), dataset, job_name, Path(models_dir))))
+        return
     click.echo(json.dumps(measure_neighbour_search(dataset, n_history, Path(models_dir))))
 
 
