@@ -566,6 +566,45 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
     click.echo(f"wrote {path}")
 
 
+@bench.command("warmstart")
+@click.option("--job", "job_name", default="mlp", show_default=True)
+@click.option("--targets", type=int, default=20, show_default=True, help="Held-out R-package tables (one per package).")
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--trials", type=int, default=10, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--methods", default=",".join(["cold", "handcrafted", "handcrafted+prior_mean", "portfolio", "rgpe", "default"]),
+              show_default=True)
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/warmstart_e2e.json; journal in OUT/data/bench-runs/.")
+@tracking_option
+def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs: int, workers: int, methods: str, out: str,
+                    tracking_uri: str | None) -> None:
+    """End to end, leave-one-source-out: real studies on held-out tables with the bootstrap as history."""
+    import tempfile
+    from pathlib import Path
+
+    from agent.bench.warmstart_e2e import METHODS, E2EConfig, run_e2e
+    from agent.config import check_positive
+
+    for option, value in (("--targets", targets), ("--seeds", seeds), ("--trials", trials), ("--epochs", epochs),
+                          ("--workers", workers)):
+        check_positive(option, value)
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown or "cold" not in chosen:
+        raise TuneAgentError(f"--methods must include cold and name only {', '.join(METHODS)}; got {methods!r}")
+    config = E2EConfig(job_name, targets, seeds, trials, epochs, workers, chosen)
+    journal = Path(out) / "data" / "bench-runs" / f"warmstart_e2e-{job_name}-{trials}x{epochs}.jsonl"
+    with tempfile.TemporaryDirectory() as empty_models:
+        report = run_e2e(_kb(tracking_uri), config, journal, Path(empty_models), progress=click.echo)
+    path = Path(out) / "metrics" / "warmstart_e2e.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    for m, row in report["methods"].items():
+        click.echo(f"{m:24s} " + "  ".join(f"{k} {v}" for k, v in row.items()))
+    click.echo(f"wrote {path}")
+
+
 @bench.command("scale")
 @click.option("--scenario", "folder", default=None, help="A YAHPO scenario folder [default: lcbench].")
 @click.option("--task", default="3945", show_default=True)

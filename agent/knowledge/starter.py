@@ -23,30 +23,52 @@ from agent.knowledge.base import TRIAL_OK, KnowledgeBase
 FORMAT = 1
 
 
+def read_studies(kb: KnowledgeBase, job: str, prefix: str = "bootstrap-",
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The finished studies of ``job`` named ``prefix*`` as plain entries (name, settings, summary,
+    meta-features, configs, values, sample or None): what a starter file holds, in memory."""
+    studies = [s for s in kb.list_studies()
+               if s.status == "finished" and s.name.startswith(prefix) and s.settings.get("job") == job]
+    entries = []
+    for i, study in enumerate(studies):
+        trials = [t for t in kb.trials(study) if t.state == TRIAL_OK]
+        tags = kb.study_tags(study)
+        entries.append({
+            "name": study.name, "settings": dict(study.settings), "summary": kb.dataset_summary(study),
+            "metafeatures": json.loads(tags["metafeatures"]) if "metafeatures" in tags else None,
+            "configs": [dict(t.config) for t in trials], "values": [t.value for t in trials],
+            "sample": kb.load_dataset_sample(study.study_id),
+        })
+        if progress and (i + 1) % 25 == 0:
+            progress(f"{i + 1}/{len(studies)} studies read")
+    return entries
+
+
+def write_entries(kb: KnowledgeBase, entries: list[dict[str, Any]], space: list[dict[str, Any]], origin: str) -> int:
+    """Writes entries (as :func:`read_studies` makes them) into ``kb`` as finished studies."""
+    for entry in entries:
+        record = kb.import_evaluations(entry["name"], entry["settings"], space, entry["configs"], entry["values"],
+                                       f"Starter history: `{entry['name']}`, imported from {origin}.",
+                                       entry["summary"], entry["sample"])
+        if entry.get("metafeatures") is not None:
+            kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
+    return len(entries)
+
+
 def export_starter(kb: KnowledgeBase, path: Path, job: str, space: list[dict[str, Any]], prefix: str = "bootstrap-",
                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Writes the finished studies of ``job`` (search space ``space``, as ``SearchSpace.to_dict``)
     whose names start with ``prefix``; returns counts and the file's size."""
-    studies = [s for s in kb.list_studies()
-               if s.status == "finished" and s.name.startswith(prefix) and s.settings.get("job") == job]
-    if not studies:
+    entries = read_studies(kb, job, prefix, progress)
+    if not entries:
         raise TuneAgentError(f"no finished {prefix}* studies of job {job} in {kb.tracking_uri}: run `tune-agent bootstrap` first")
     header: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
-    for i, study in enumerate(studies):
-        trials = [t for t in kb.trials(study) if t.state == TRIAL_OK]
-        tags = kb.study_tags(study)
-        entry = {
-            "name": study.name, "settings": dict(study.settings), "summary": kb.dataset_summary(study),
-            "metafeatures": json.loads(tags["metafeatures"]) if "metafeatures" in tags else None,
-            "configs": [dict(t.config) for t in trials], "values": [t.value for t in trials],
-        }
-        sample = kb.load_dataset_sample(study.study_id)
+    for i, entry in enumerate(entries):
+        sample = entry.pop("sample")
         if sample is not None:
             arrays[f"X{i}"], arrays[f"y{i}"] = np.asarray(sample[0], np.float32), np.asarray(sample[1], np.int64)
         header.append(entry)
-        if progress and (i + 1) % 25 == 0:
-            progress(f"{i + 1}/{len(studies)} studies read")
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = json.dumps({"format": FORMAT, "job": job, "space": space, "studies": header}).encode()
     partial = path.with_name(path.name + ".partial.npz")
@@ -73,12 +95,8 @@ def import_starter(kb: KnowledgeBase, path: Path, progress: Callable[[str], None
         if entry["name"] in present:
             skipped += 1
             continue
-        sample = (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None
-        record = kb.import_evaluations(entry["name"], entry["settings"], data["space"], entry["configs"],
-                                       entry["values"], f"Starter history: `{entry['name']}`, imported from {path.name}.",
-                                       entry["summary"], sample)
-        if entry.get("metafeatures") is not None:
-            kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
+        entry = {**entry, "sample": (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None}
+        write_entries(kb, [entry], data["space"], path.name)
         imported += 1
         if progress and imported % 25 == 0:
             progress(f"{imported + skipped}/{len(data['studies'])} studies")

@@ -189,3 +189,20 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
     assert res.code == 0 and "wine" in res.out.splitlines()[1]
     bad = cli("bootstrap", "--starter", str(tmp_path / "none.npz"), "--tracking-uri", fresh.uri)
     assert bad.code == 2 and "starter history not found" in bad.err
+
+
+def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tmp_path) -> None:
+    """`bench warmstart`: real studies on held-out sources, regret, Wilcoxon p-values, a journal."""
+    store, _ = built
+    args = ("bench", "warmstart", "--tracking-uri", store.uri, "--targets", "2", "--seeds", "1", "--trials", "3",
+            "--epochs", "1", "--workers", "1", "--methods", "cold,portfolio,default", "--out", str(tmp_path))
+    res = cli(*args)
+    assert res.code == 0, res.err
+    report = json.loads((tmp_path / "metrics" / "warmstart_e2e.json").read_text())
+    assert report["history_sources"] == 3 and len(report["targets"]) == 2
+    assert set(report["methods"]) == {"cold", "portfolio", "default"}
+    assert "p_vs_cold@1" in report["methods"]["default"] and "p_vs_cold@1" not in report["methods"]["cold"]
+    assert all(0.0 <= v <= 1.0 for row in report["mean_curves"].values() for v in row)
+    again = cli(*args)  # everything is in the journal now
+    assert again.code == 0 and "2 (target, seed) pairs already in" in again.out
+    assert cli("bench", "warmstart", "--tracking-uri", store.uri, "--methods", "portfolio").code == 2
