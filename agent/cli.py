@@ -156,11 +156,15 @@ def create(**kwargs: Any) -> None:
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any) -> None:
     from agent.tuning.runner import run_study
 
+    from agent.errors import StoreError
+
     try:
         run_study(study, job, dataset, split, reporter)
     except KeyboardInterrupt:
         click.echo(f"interrupted; continue with: tune-agent resume {study.name}", err=True)
         sys.exit(130)
+    except StoreError as exc:  # the store went away mid-study: what was told is kept there
+        raise StoreError(f"{exc}; once the store is back, continue with: tune-agent resume {study.name}") from None
 
 
 @cli.command()
@@ -683,6 +687,10 @@ def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: st
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one line and an exit code."""
+    import warnings
+
+    # Library deprecation notices (torch.jit inside BoTorch/GPyTorch) are not the user's business.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
     try:
         cli.main(args=argv, prog_name="tune-agent", standalone_mode=False)
     except TuneAgentError as exc:

@@ -105,3 +105,18 @@ def test_bad_input_in_a_fresh_process_is_one_line(tmp_path) -> None:
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert "missing.csv" in res.stderr
     assert not (tmp_path / "m.db").exists()
+
+
+def test_an_unwritable_artifact_root_is_one_line_and_leaves_no_study(tmp_path, cli) -> None:
+    """A regular file where the artifact root's directory should be: nothing can be written there
+    (a real failure, not a permission bit root would ignore)."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "1", "--epochs", "1", "--warm-start", "none",
+              "--tracking-uri", uri, "--artifact-root", str(blocker / "artifacts"), "--study-name", "ro")
+    assert res.code == 2 and len(res.err.strip().splitlines()) == 1
+    assert "is not writable" in res.err and "--artifact-root" in res.err
+    from agent.knowledge import open_knowledge_base
+
+    assert open_knowledge_base(uri).find_study("ro") is None

@@ -148,6 +148,13 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
             os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
+            # against a server; the study's own lines say where things are.
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
+            # A server that went down: MLflow's default 7 retries with backoff stayed silent ~250 s;
+            # 3 retries and a 30 s request timeout fail within about a minute.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
             path = _sqlite_path(self.tracking_uri)
             if path is not None:
                 create_sqlite_store(path)
@@ -156,6 +163,21 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
     def open(self) -> None:
         self._call(self._client.search_experiments, max_results=1)
+
+    def _check_artifact_root(self) -> None:
+        """A local artifact root must take files before a study run is created: a read-only one
+        used to fail 30 s later with a traceback and a study run left RUNNING without its files."""
+        root = self.artifact_root
+        if not root or ("://" in root and not root.startswith("file:")):
+            return
+        path = Path(root[len("file://"):] if root.startswith("file://") else root)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".tune-agent-write-check-"):
+                pass
+        except OSError as exc:
+            raise StoreError(f"artifact root {path} is not writable ({exc.strerror or type(exc).__name__}); "
+                             "give a writable --artifact-root") from None
 
     # -- helpers -------------------------------------------------------------------------------
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -249,6 +271,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         import numpy as np
         from mlflow.entities import Param, RunTag
 
+        self._check_artifact_root()
         exp_id = self._experiment_for(settings["job_name"])
         tags = layout.study_tags(name, settings, dataset_summary)
         kind = tags.pop("kind")  # tagged last: searches find the study only once it is complete

@@ -299,7 +299,8 @@ def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | 
         raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # no file made
     record = kb.find_study(name)
     if record is None:
-        raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri}")
+        raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri} (a study stopped before its first trial "
+                                "was stored is not there: run `tune-agent start ... --study-name` again)")
     job = load_job(record.settings["job"])
     study = Study.load(kb, name, job.space)
     tags = kb.study_tags(record)
