@@ -196,12 +196,15 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
 @click.argument("study_name")
 @tracking_option
 def ask(study_name: str, tracking_uri: str | None) -> None:
-    """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}."""
+    """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}.
+
+    Trials are numbered from 1 everywhere a person reads them (console, MLflow run names, ask,
+    tell, best)."""
     from agent.tuning.service import open_study
 
     study, _ = open_study(study_name, kb=_kb(tracking_uri))
     trial = study.ask()
-    click.echo(json.dumps({"trial": trial.number, "origin": trial.origin, "config": dict(trial.config)}))
+    click.echo(json.dumps({"trial": trial.number + 1, "origin": trial.origin, "config": dict(trial.config)}))
 
 
 @cli.command()
@@ -211,13 +214,15 @@ def ask(study_name: str, tracking_uri: str | None) -> None:
 @click.option("--failed", default=None, help="Mark the trial failed with this reason.")
 @tracking_option
 def tell(study_name: str, trial: int, value: float | None, failed: str | None, tracking_uri: str | None) -> None:
-    """Close trial TRIAL of a study with its objective value (or --failed REASON)."""
+    """Close trial TRIAL (numbered from 1, as `ask` printed it) with its objective value (or --failed REASON)."""
     from agent.tuning.service import open_study
 
     if (value is None) == (failed is None):
         raise TuneAgentError("give exactly one of --value or --failed")
+    if trial < 1:
+        raise TuneAgentError(f"trials are numbered from 1, got {trial}")
     study, _ = open_study(study_name, kb=_kb(tracking_uri))
-    record = study.tell(study.trial_by_number(trial), value=value, failed=failed)
+    record = study.tell(study.trial_by_number(trial - 1), value=value, failed=failed)
     study.set_status("finished" if study.remaining() <= 0 else "running")
     click.echo(f"trial {trial}: {record.state}")
 
@@ -233,7 +238,7 @@ def best(study_name: str, tracking_uri: str | None) -> None:
     trial = study.best()
     if trial is None:
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
-    out = {"study": study_name, "trial": trial.number, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
+    out = {"study": study_name, "trial": trial.number + 1, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
     click.echo(json.dumps(out, indent=2))
 
 

@@ -121,12 +121,17 @@ def test_ask_tell_from_a_users_loop(store, cli) -> None:
     for i, value in enumerate([0.9, 0.5, 0.7]):
         res = cli("ask", "manual", "--tracking-uri", store.uri)
         asked = json.loads(res.out)
-        assert asked["trial"] == i
+        assert asked["trial"] == i + 1  # numbered from 1, as the console and the run names are
         assert asked["origin"] == ("init:sobol" if i < 2 else "bo:logei")
-        assert cli("tell", "manual", str(i), "--value", str(value), "--tracking-uri", store.uri).code == 0
+        assert cli("tell", "manual", str(i + 1), "--value", str(value), "--tracking-uri", store.uri).code == 0
     assert cli("ask", "manual", "--tracking-uri", store.uri).code == 2  # budget spent
     best = json.loads(cli("best", "manual", "--tracking-uri", store.uri).out)
-    assert best["trial"] == 1 and best["value"] == 0.5
+    assert best["trial"] == 2 and best["value"] == 0.5
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store.uri)
+    names = {r.info.run_name for r in client.search_runs([client.get_experiment_by_name("tune-agent/logistic").experiment_id])}
+    assert {"manual/trial-1", "manual/trial-2", "manual/trial-3"} <= names
     assert store.kb().find_study("manual").status == "finished"
 
 

@@ -450,7 +450,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
             "mlflow.note.content": f"Trial {number} of study `{study.name}` ({origin}): {summary}",
         }
         run = self._call(
-            self._client.create_run, exp_id, run_name=f"{study.name}/trial-{number}", tags=tags
+            self._client.create_run, exp_id, run_name=f"{study.name}/trial-{number + 1}", tags=tags
         )
         params = [Param(k, str(v)) for k, v in config.items()]
         self._call(self._client.log_batch, run.info.run_id, params=params)

@@ -117,7 +117,7 @@ class Study:
         for t in self.trials():
             if t.number == number and t.state == TRIAL_RUNNING:
                 return t
-        raise StudyError(f"study {self.name!r} has no running trial {number}")
+        raise StudyError(f"study {self.name!r} has no running trial {number + 1}")
 
     # -- lifecycle -----------------------------------------------------------------------------
     def recover(self) -> list[TrialRecord]:

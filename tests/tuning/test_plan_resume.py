@@ -55,7 +55,7 @@ def test_resume_rebuilds_the_planned_tnp_and_refuses_a_changed_one(history, stor
     assert res.code == 0, res.err
     first = _ask(cli, store, "planned")
     assert first["origin"] == "init:tnp"  # the TNP's learned initial configuration
-    assert cli("tell", "planned", "0", "--value", "0.5", "--tracking-uri", store.uri).code == 0
+    assert cli("tell", "planned", "1", "--value", "0.5", "--tracking-uri", store.uri).code == 0
     second = _ask(cli, store, "planned")  # a new process: the sampler comes from the recorded plan
     assert second["origin"] == "bo:logei"
     tags = store.kb().study_tags(store.kb().find_study("planned"))
