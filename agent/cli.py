@@ -532,11 +532,13 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
 @click.option("--epochs", type=int, default=1, show_default=True)
 @click.option("--prefix", default="arc-data-", show_default=True, help="Study names: PREFIX<seed>.")
 @click.option("--folds", type=int, default=10, show_default=True)
+@click.option("--bo-seeds", type=int, default=0, show_default=True,
+              help="Also run BO with the arc and the plain kernel, this many seeds each (studies arc-bo-<kernel>-<seed>).")
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/arc.json.")
 @tracking_option
 @artifact_option
-def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: int, prefix: str, folds: int, out: str,
-              tracking_uri: str | None, artifact_root: str | None) -> None:
+def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: int, prefix: str, folds: int, bo_seeds: int,
+              out: str, tracking_uri: str | None, artifact_root: str | None) -> None:
     """Paper 002's Table 1: NMSE of six regression models on BO data of a conditional job."""
     import time
     from pathlib import Path
@@ -566,6 +568,17 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
         "claim_holds": bool(better), "arc_beats_gp_on": better,
         "seconds": {"studies": round(collected, 1), "table": round(time.perf_counter() - start - collected, 1)},
     }
+    if bo_seeds > 0:
+        from agent.tuning.arc_table import kernel_bo_comparison
+
+        for kernel in ("arc", "plain"):  # studies arc-bo-<kernel>-<seed>, seeds 0..N-1
+            run_studies(dataset, job_name, bo_seeds, trials, epochs, f"arc-bo-{kernel}-", tracking_uri, artifact_root,
+                        kernel=kernel, echo=click.echo)
+        bo = kernel_bo_comparison(_kb(tracking_uri, artifact_root), job.space, "arc-bo-", ("arc", "plain"), bo_seeds,
+                                  job.name)
+        report["bo"] = {"protocol": f"BO of {job_name} on {dataset} with each kernel, {bo_seeds} seeds, {trials} trials, "
+                                    "mean best-so-far validation error", **bo}
+        click.echo(f"BO best error: {json.dumps(bo)}")
     path = Path(out) / "metrics" / "arc.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")

@@ -167,3 +167,28 @@ class _Quiet:
     def trial_started(self, trial: Any) -> None: ...
     def trial_finished(self, trial: Any, best: Any, trials: list) -> None: ...
     def end(self, study: Any, best: Any, timing: Any) -> None: ...
+
+
+def kernel_bo_comparison(kb: KnowledgeBase, space: SearchSpace, prefix: str, kernels: Sequence[str], seeds: int,
+                         job: str, at: Sequence[int] = (10, 30)) -> dict[str, Any]:
+    """Mean best-so-far validation error at trials ``at`` of the studies ``PREFIX<kernel>-<seed>``,
+    and their regret against the best error any of them found (per seed)."""
+    curves: dict[str, list[np.ndarray]] = {k: [] for k in kernels}
+    by_name = {st.name: st for st in kb.list_studies() if st.settings.get("job") == job}
+    for seed in range(seeds):
+        runs = {}
+        for k in kernels:
+            study = by_name[f"{prefix}{k}-{seed}"]
+            trials = sorted((t for t in kb.trials(study) if t.state == TRIAL_OK and t.value is not None),
+                            key=lambda t: t.number)
+            errors = [1.0 - float(t.extra["final_val_acc"]) if "final_val_acc" in t.extra else float(t.value)
+                      for t in trials]
+            runs[k] = np.minimum.accumulate(np.array(errors))
+        for k in kernels:
+            curves[k].append(runs[k])
+    out: dict[str, Any] = {}
+    for k in kernels:
+        n = min(len(c) for c in curves[k])
+        A = np.array([c[:n] for c in curves[k]])
+        out[k] = {f"best_error@{t}": round(float(A[:, t - 1].mean()), 4) for t in sorted({*at, n}) if t <= n}
+    return out

@@ -82,7 +82,7 @@ def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> No
     import json
 
     args = ("bench", "arc", "--dataset", "iris", "--studies", "2", "--trials", "8", "--epochs", "1", "--folds", "3",
-            "--out", str(tmp_path), *store.args)
+            "--bo-seeds", "1", "--out", str(tmp_path), *store.args)
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "arc.json").read_text())
@@ -90,5 +90,6 @@ def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> No
     assert all(np.isfinite(v["original"][0]) and np.isfinite(v["log"][0]) for v in report["models"].values())
     assert report["paper_table_1"]["arc_gp"] == {"original": 0.421, "log": 0.335}
     assert "16 finished trials" in report["protocol"]
+    assert set(report["bo"]) == {"protocol", "arc", "plain"} and 0 <= report["bo"]["arc"]["best_error@8"] <= 1
     assert cli(*args).code == 0  # the studies are there: the second run only re-makes the table
     assert len([s for s in store.kb().list_studies() if s.name.startswith("arc-data-")]) == 2
