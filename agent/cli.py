@@ -534,18 +534,19 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
 @click.option("--folds", type=int, default=10, show_default=True)
 @click.option("--bo-seeds", type=int, default=0, show_default=True,
               help="Also run BO with the arc and the plain kernel, this many seeds each (studies arc-bo-<kernel>-<seed>).")
+@click.option("--table/--no-table", default=True, show_default=True,
+              help="--no-table keeps the table already in OUT/metrics/arc.json and only adds the BO comparison.")
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/arc.json.")
 @tracking_option
 @artifact_option
 def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: int, prefix: str, folds: int, bo_seeds: int,
-              out: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+              table: bool, out: str, tracking_uri: str | None, artifact_root: str | None) -> None:
     """Paper 002's Table 1: NMSE of six regression models on BO data of a conditional job."""
     import time
     from pathlib import Path
 
     from agent.config import check_positive
     from agent.jobs import load_job
-    from agent.tuning.arc_table import MODELS, PAPER, collect, nmse_table, run_studies
 
     for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs), ("--folds", folds)):
         check_positive(option, value)
@@ -554,22 +555,16 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
         raise TuneAgentError(f"job {job_name} has no conditional hyperparameters: the arc kernel has nothing to model")
     start = time.perf_counter()
     _kb(tracking_uri, artifact_root).open()
-    run_studies(dataset, job_name, studies, trials, epochs, prefix, tracking_uri, artifact_root, kernel="plain",
-                echo=click.echo)
-    collected = time.perf_counter() - start
-    U, errors, names = collect(_kb(tracking_uri, artifact_root), job.space, prefix, job.name)
-    table = nmse_table(job.space, U, errors, folds=folds)
-    better = [scale for scale in ("original", "log") if table["arc_gp"][scale][0] < table["gp"][scale][0]]
-    report = {
-        "protocol": f"{len(names)} BO studies of {job_name} on {dataset} ({trials} trials, {epochs} epoch(s), seeds "
-                    f"0..{studies - 1}; plain-GP BO), {len(errors)} finished trials; validation error 1 - val_acc; "
-                    f"{folds}-fold NMSE (MSE / fold variance), mean and standard error",
-        "models": table, "paper_table_1": {m: {"original": PAPER[m][0], "log": PAPER[m][1]} for m in MODELS},
-        "claim_holds": bool(better), "arc_beats_gp_on": better,
-        "seconds": {"studies": round(collected, 1), "table": round(time.perf_counter() - start - collected, 1)},
-    }
+    path = Path(out) / "metrics" / "arc.json"
+    if table:
+        report = _arc_table(job, job_name, dataset, studies, trials, epochs, prefix, folds, tracking_uri, artifact_root,
+                            start)
+    elif path.is_file():
+        report = json.loads(path.read_text())
+    else:
+        raise TuneAgentError(f"--no-table needs the table already in {path}")
     if bo_seeds > 0:
-        from agent.tuning.arc_table import kernel_bo_comparison
+        from agent.tuning.arc_table import kernel_bo_comparison, run_studies
 
         for kernel in ("arc", "plain"):  # studies arc-bo-<kernel>-<seed>, seeds 0..N-1
             run_studies(dataset, job_name, bo_seeds, trials, epochs, f"arc-bo-{kernel}-", tracking_uri, artifact_root,
@@ -579,13 +574,34 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
         report["bo"] = {"protocol": f"BO of {job_name} on {dataset} with each kernel, {bo_seeds} seeds, {trials} trials, "
                                     "mean best-so-far validation error", **bo}
         click.echo(f"BO best error: {json.dumps(bo)}")
-    path = Path(out) / "metrics" / "arc.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(f"wrote {path}")
+
+
+def _arc_table(job: Any, job_name: str, dataset: str, studies: int, trials: int, epochs: int, prefix: str, folds: int,
+               tracking_uri: str | None, artifact_root: str | None, start: float) -> dict[str, Any]:
+    import time
+
+    from agent.tuning.arc_table import MODELS, PAPER, collect, nmse_table, run_studies
+
+    run_studies(dataset, job_name, studies, trials, epochs, prefix, tracking_uri, artifact_root, kernel="plain",
+                echo=click.echo)
+    collected = time.perf_counter() - start
+    U, errors, names = collect(_kb(tracking_uri, artifact_root), job.space, prefix, job.name)
+    table = nmse_table(job.space, U, errors, folds=folds)
+    better = [scale for scale in ("original", "log") if table["arc_gp"][scale][0] < table["gp"][scale][0]]
     for m in MODELS:
         click.echo(f"{m:16s} original {table[m]['original'][0]:.3f} +- {table[m]['original'][1]:.3f}   "
                    f"log {table[m]['log'][0]:.3f} +- {table[m]['log'][1]:.3f}   (paper {PAPER[m][0]} / {PAPER[m][1]})")
-    click.echo(f"wrote {path}")
+    return {
+        "protocol": f"{len(names)} BO studies of {job_name} on {dataset} ({trials} trials, {epochs} epoch(s), seeds "
+                    f"0..{studies - 1}; plain-GP BO), {len(errors)} finished trials; validation error 1 - val_acc; "
+                    f"{folds}-fold NMSE (MSE / fold variance), mean and standard error",
+        "models": table, "paper_table_1": {m: {"original": PAPER[m][0], "log": PAPER[m][1]} for m in MODELS},
+        "claim_holds": bool(better), "arc_beats_gp_on": better,
+        "seconds": {"studies": round(collected, 1), "table": round(time.perf_counter() - start - collected, 1)},
+    }
 
 
 @bench.command("warmstart")
