@@ -19,6 +19,35 @@ REASON_LIMIT = 4000
 STATUS_CREATED = "created"
 
 
+LONG = "@@parts:"  # a tag value longer than TAG_LIMIT is stored as this marker plus numbered parts
+PART = ".part-"
+
+
+def split_long(tags: Mapping[str, str]) -> dict[str, str]:
+    """Tags as a store can keep them: a value over :data:`TAG_LIMIT` becomes ``LONG<n>`` under its
+    key and ``n`` parts under ``<key>.part-<i>`` (MLflow cuts longer values, e.g. a study's plan
+    over a 240-dataset history, which then could not be read back at resume)."""
+    out: dict[str, str] = {}
+    for key, value in tags.items():
+        if len(value) <= TAG_LIMIT:
+            out[key] = value
+            continue
+        parts = [value[i:i + TAG_LIMIT] for i in range(0, len(value), TAG_LIMIT)]
+        out[key] = f"{LONG}{len(parts)}"
+        out.update({f"{key}{PART}{i}": part for i, part in enumerate(parts)})
+    return out
+
+
+def join_long(tags: Mapping[str, str]) -> dict[str, str]:
+    """The inverse of :func:`split_long` (parts removed, values whole again)."""
+    out = {k: v for k, v in tags.items() if PART not in k}
+    for key, value in list(out.items()):
+        if value.startswith(LONG):
+            n = int(value[len(LONG):])
+            out[key] = "".join(tags.get(f"{key}{PART}{i}", "") for i in range(n))
+    return out
+
+
 def to_json(value: Any) -> str:
     """Sorted keys; what JSON cannot hold becomes its ``str``."""
     return json.dumps(value, sort_keys=True, default=str)
@@ -67,6 +96,7 @@ def study_record(
     study_id: str, start_time: int, tags: Mapping[str, str], params: Mapping[str, str], fallback_name: str = ""
 ) -> StudyRecord:
     """The record of a study from its (unprefixed) tags and params."""
+    tags = join_long(tags)
     best = tags.get("best_value")
     return StudyRecord(
         study_id=study_id,

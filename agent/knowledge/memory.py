@@ -231,7 +231,7 @@ class InMemoryKnowledgeBase(KnowledgeBase):
             return cell.snapshot()
 
     def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
-        values = {k: layout.tag_value(v)[: layout.TAG_LIMIT] for k, v in tags.items()}
+        values = layout.split_long({k: layout.tag_value(v) for k, v in tags.items()})
         with self._lock:
             cell = self._study(study.study_id)
             cell.tags.update(values)
@@ -239,7 +239,7 @@ class InMemoryKnowledgeBase(KnowledgeBase):
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
         with self._lock:
-            return dict(self._study(study.study_id).tags)
+            return layout.join_long(self._study(study.study_id).tags)
 
     def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
         with self._lock:

@@ -332,13 +332,15 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        batch = [RunTag(T + k, layout.tag_value(v)) for k, v in tags.items()]
-        self._call(self._client.log_batch, study.study_id, tags=batch)
+        values = layout.split_long({k: layout.tag_value(v) for k, v in tags.items()})
+        batch = [RunTag(T + k, v) for k, v in values.items()]
+        for i in range(0, len(batch), 100):  # MLflow takes at most 100 tags per batch
+            self._call(self._client.log_batch, study.study_id, tags=batch[i:i + 100])
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
         """The study's current tune_agent.* tags (fresh from the store)."""
         run = self._call(self._client.get_run, study.study_id)
-        return {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
+        return layout.join_long({k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)})
 
     def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
         """A study's logged dataset sample ``(X, y)``, or None if it has none."""

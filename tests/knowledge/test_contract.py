@@ -10,6 +10,8 @@ added to ``BACKENDS`` gets the whole suite.
 
 from __future__ import annotations
 
+import json
+
 import math
 import os
 import shutil
@@ -216,6 +218,19 @@ def test_study_tags_round_trip(kb: KnowledgeBase, job: str) -> None:
     assert tags["kind"] == "study" and tags["status"] == "created"
     assert kb.find_study(study.name).tags == tags  # type: ignore[union-attr]
     assert "note" not in study.tags
+
+
+def test_a_tag_longer_than_the_store_keeps_round_trips_whole(kb: KnowledgeBase, job: str) -> None:
+    """A study's plan over a large history runs past MLflow's 8000-character tag limit."""
+    study = new_study(kb, job)
+    plan = {"source_keys": [f"{i:016x}/mlp/{'s' * 16}" for i in range(700)]}  # ~26,000 characters
+    kb.set_study_tags(study, {"surrogate_plan": plan, "short": "x"})
+    tags = kb.study_tags(study)
+    assert json.loads(tags["surrogate_plan"]) == plan and tags["short"] == "x"
+    assert not any(".part-" in k for k in tags)
+    assert json.loads(kb.find_study(study.name).tags["surrogate_plan"]) == plan  # type: ignore[union-attr]
+    kb.set_study_tags(study, {"surrogate_plan": "short now"})
+    assert kb.study_tags(study)["surrogate_plan"] == "short now"
 
 
 def test_dataset_sample_round_trip(kb: KnowledgeBase, job: str) -> None:
