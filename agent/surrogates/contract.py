@@ -101,20 +101,21 @@ class SourceFits:
 
     def __init__(self) -> None:
         self._gps: dict[str, tuple[Any, bool]] = {}
-        self._means: dict[tuple[str, str], np.ndarray] = {}
+        self._means: dict[tuple[str, ...], np.ndarray] = {}
 
-    def mean_at(self, source: SourceTask, other: SourceTask, space: SearchSpace) -> np.ndarray:
-        """``source``'s GP posterior mean (`n_other`) at ``other``'s snapped configurations."""
-        key = (source.digest, other.digest)
+    def mean_on(self, source: SourceTask, points: np.ndarray, inputs: "SurrogateInputs | None" = None) -> np.ndarray:
+        """``source``'s GP posterior mean (`n`) at cube points ``points`` (`n x d`), cached by content."""
+        key = (source.digest, hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:20],
+               inputs.kernel if inputs is not None else "plain")
         if key not in self._means:
             import gpytorch
             import torch
 
             from agent.surrogates.gp import torch_threads
 
-            model = self.gp(source)[0]
+            model = self.gp(source, inputs)[0]
             with torch_threads(1), torch.no_grad(), gpytorch.settings.skip_posterior_variances():
-                X = torch.as_tensor(space.snap(other.U), dtype=torch.double)
+                X = torch.as_tensor(points, dtype=torch.double)
                 self._means[key] = model.posterior(X).mean.reshape(-1).numpy()
         return self._means[key]
 

@@ -73,16 +73,16 @@ class GpSurrogate(Surrogate):
                                 covar_module=self.inputs.covar()))
 
 
-def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask]) -> np.ndarray:
-    """Normalised regret (`sources x candidates`) of the sources' pooled configurations under each
-    source's GP mean, scaled by the min and max of the values that GP was fitted to, so 0 is its
-    best observed value (predictions above it clip to 0). Means come from :meth:`SourceFits.mean_at`,
-    computed once per pair of sources.
-    """
+def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask], candidates: np.ndarray) -> np.ndarray:
+    """Normalised regret (`sources x candidates`) of ``candidates`` under each source's GP mean,
+    scaled by the min and max of the values that GP was fitted to, so 0 is its best observed value
+    (predictions above it clip to 0). One posterior call per source over all candidates
+    (:meth:`SourceFits.mean_on`); a bootstrap history, whose datasets share one configuration set,
+    has as many candidates as that set."""
     rows = []
     for a in sources:
         z = inputs.fits.gp(a, inputs)[0].train_targets
-        mean = np.concatenate([inputs.fits.mean_at(a, b, inputs.space) for b in sources])
+        mean = inputs.fits.mean_on(a, candidates, inputs)
         span = max(float(z.max() - z.min()), 1e-12)
         rows.append(np.clip((float(z.max()) - mean) / span, 0.0, None))
     return np.array(rows)
@@ -105,8 +105,10 @@ def portfolio(inputs: SurrogateInputs, sources: Sequence[SourceTask], size: int)
     """``size`` history configurations (cube points `size x d`) chosen greedily across sources."""
     if not sources:
         return np.empty((0, inputs.space.dim))
-    candidates = inputs.space.snap(np.concatenate([s.U for s in sources]))
-    return candidates[greedy_portfolio(source_regrets(inputs, sources), size)]
+    pooled = inputs.space.snap(np.concatenate([s.U for s in sources]))
+    _, first = np.unique(np.round(pooled, 9), axis=0, return_index=True)
+    candidates = pooled[np.sort(first)]  # distinct configurations, in the order the sources list them
+    return candidates[greedy_portfolio(source_regrets(inputs, sources, candidates), size)]
 
 
 class PortfolioGpSurrogate(GpSurrogate):
