@@ -196,7 +196,7 @@ def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done
                 if k <= A.shape[1]:
                     diff = A[:, k - 1] - C[:, k - 1]
                     p = float(wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
-                    methods[m][f"p_vs_cold@{k}"] = round(p, 5)
+                    methods[m][f"p_vs_cold@{k}"] = float(f"{p:.3g}")
     return {
         "protocol": ("leave-one-source-out end to end: real tune-agent studies (product sampler, Lightning "
                      f"training, {config.epochs} epochs) of job {config.job} on {len(targets)} held-out R-package "

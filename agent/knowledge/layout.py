@@ -96,7 +96,12 @@ def study_record(
     study_id: str, start_time: int, tags: Mapping[str, str], params: Mapping[str, str], fallback_name: str = ""
 ) -> StudyRecord:
     """The record of a study from its (unprefixed) tags and params."""
-    tags = join_long(tags)
+    if any(PART in k for k in tags):
+        joined = join_long(tags)
+        try:
+            tags = type(tags)(joined)  # keep the backend's (read-only) mapping type
+        except TypeError:
+            tags = joined
     best = tags.get("best_value")
     return StudyRecord(
         study_id=study_id,
