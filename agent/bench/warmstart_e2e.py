@@ -89,6 +89,7 @@ def _history_without(source: str) -> Any:
 
 def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str) -> dict[str, Any]:
     from agent.config import StudyConfig
+    from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
 
@@ -104,7 +105,7 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
                           **options)
         start = time.perf_counter()
         study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb, fits=_WORKER["fits"])
-        run_study(study, job, data, split, _Quiet(), trace_plot=False)
+        run_study(study, job, data, split, SilentReporter(), trace_plot=False)
         values = [t.value if t.value is not None else float("nan") for t in sorted(study.trials(), key=lambda t: t.number)]
         out[method] = {"values": values, "seconds": time.perf_counter() - start,
                        "origins": [t.origin for t in sorted(study.trials(), key=lambda t: t.number)]}
@@ -113,14 +114,6 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
 
 def _run_job(args: tuple) -> dict[str, Any]:
     return _run(*args)
-
-
-class _Quiet:
-    def line(self, text: str) -> None: ...
-    def begin(self, study: Any, trials: list) -> None: ...
-    def trial_started(self, trial: Any) -> None: ...
-    def trial_finished(self, trial: Any, best: Any, trials: list) -> None: ...
-    def end(self, study: Any, best: Any, timing: Any) -> None: ...
 
 
 def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,

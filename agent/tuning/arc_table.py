@@ -135,6 +135,7 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
     are kept and interrupted ones resumed, so the command can simply run again."""
     from agent.config import StudyConfig
     from agent.errors import UnknownStudyError
+    from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import quiet_lightning, run_study
     from agent.tuning.service import load_study_data, open_study, prepare_study
 
@@ -154,19 +155,11 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
                               warm_start="none", surrogate="gp", kernel=kernel, tracking_uri=tracking_uri,
                               artifact_root=artifact_root)
             study, job_obj, data, split = prepare_study(req, echo=lambda _: None)
-        timing = run_study(study, job_obj, data, split, _Quiet(), trace_plot=False)
+        timing = run_study(study, job_obj, data, split, SilentReporter(), trace_plot=False)
         best = study.best(study.trials())
         echo(f"{name}: {trials} trials, best {study.settings.metric}={best.value if best else float('nan'):.4g}, "
              f"{timing.wall_seconds:.0f} s")
     return names
-
-
-class _Quiet:
-    def line(self, text: str) -> None: ...
-    def begin(self, study: Any, trials: list) -> None: ...
-    def trial_started(self, trial: Any) -> None: ...
-    def trial_finished(self, trial: Any, best: Any, trials: list) -> None: ...
-    def end(self, study: Any, best: Any, timing: Any) -> None: ...
 
 
 def kernel_bo_comparison(kb: KnowledgeBase, space: SearchSpace, prefix: str, kernels: Sequence[str], seeds: int,
