@@ -277,7 +277,7 @@ class HtsSampler:
         seen = np.vstack([done, running])
         if number < self.m:
             return Suggestion(self.space.decode(self._design[number]), "init:lhs")
-        j, i = divmod(number - self.m, self.r)
+        j = (number - self.m) // self.r  # the round; its slots take its mapped points in order
         start = self.m + j * self.r
         before = [t for t in trials if t.number < start]
         U, y = encoded(self.space, before, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
@@ -291,7 +291,7 @@ class HtsSampler:
         keys = evaluated_keys(self.space, seen)
         fresh = [u for u in self._rounds[j] if point_key(u) not in keys]
         if len(fresh) > 0:
-            # slot i of the round takes the i-th best mapped point not yet tried by earlier slots
+            # the best mapped point not tried yet (earlier slots of the round, running ones included)
             return Suggestion(self.space.decode(fresh[0]), f"hts:{source.name}")
         rng = np.random.default_rng(self.settings.seed * 100003 + number)
         return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:hts-exhausted")
