@@ -134,27 +134,22 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
     """The data: ``studies`` ordinary BO studies (seeds 0..N-1) named ``PREFIX<seed>``; finished ones
     are kept and interrupted ones resumed, so the command can simply run again."""
     from agent.config import StudyConfig
-    from agent.errors import UnknownStudyError
     from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import quiet_lightning, run_study
-    from agent.tuning.service import load_study_data, open_study, prepare_study
+    from agent.tuning.service import open_or_prepare
 
     quiet_lightning()
     names = []
     for seed in range(studies):
         name = f"{prefix}{seed}"
         names.append(name)
-        try:
-            study, job_obj = open_study(name, tracking_uri, artifact_root)
-            if study.remaining() <= 0:
-                continue
-            data, split = load_study_data(study, job_obj)
-            study.recover()
-        except UnknownStudyError:
-            req = StudyConfig(dataset=dataset, job=job, trials=trials, epochs=epochs, seed=seed, study_name=name,
-                              warm_start="none", surrogate="gp", kernel=kernel, tracking_uri=tracking_uri,
-                              artifact_root=artifact_root)
-            study, job_obj, data, split = prepare_study(req, echo=lambda _: None)
+        req = StudyConfig(dataset=dataset, job=job, trials=trials, epochs=epochs, seed=seed, study_name=name,
+                          warm_start="none", surrogate="gp", kernel=kernel, tracking_uri=tracking_uri,
+                          artifact_root=artifact_root)
+        opened = open_or_prepare(req)
+        if opened is None:
+            continue
+        study, job_obj, data, split = opened
         timing = run_study(study, job_obj, data, split, SilentReporter(), trace_plot=False)
         best = study.best(study.trials())
         echo(f"{name}: {trials} trials, best {study.settings.metric}={best.value if best else float('nan'):.4g}, "

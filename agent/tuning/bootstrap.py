@@ -59,55 +59,29 @@ def bootstrap_study_name(job: str, dataset: str) -> str:
     return "bootstrap-" + job + "-" + re.sub(r"[^A-Za-z0-9.,=-]+", "_", dataset)
 
 
-class _QuietReporter:
-    """One line per finished trial is plenty for a bootstrap log."""
-
-    def __init__(self, echo: Any) -> None:
-        self.echo = echo
-
-    def line(self, text: str) -> None:
-        self.echo(text)
-
-    def begin(self, study: Any, trials: list) -> None:
-        self.echo(f"{study.name}: {len(study.counted(trials))}/{study.settings.trials} done")
-
-    def trial_started(self, trial: Any) -> None:
-        pass
-
-    def trial_finished(self, trial: Any, best: Any, trials: list) -> None:
-        pass
-
-    def end(self, study: Any, best: Any, timing: Any) -> None:
-        value = f"{best.value:.4g}" if best else "-"
-        self.echo(f"{study.name}: finished, best {study.settings.metric}={value}, {timing.wall_seconds:.0f} s")
-
-
 def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tracking_uri: str | None,
                   artifact_root: str | None) -> dict[str, Any]:
     """Runs (or resumes) the study of one dataset: {"study", "status", "trials", "seconds", "best"}."""
-    from agent.errors import DatasetError, StudyFailedError, UnknownStudyError
-    from agent.tuning.runner import run_study
     from agent.config import StudyConfig
-    from agent.tuning.service import load_study_data, open_study, prepare_study
+    from agent.errors import DatasetError, StudyFailedError
+    from agent.tuning.progress import SilentReporter
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import open_or_prepare
 
     start = time.perf_counter()
     name = bootstrap_study_name(job, spec)
     out: dict[str, Any] = {"study": name, "status": "finished", "trials": 0, "best": None}
     try:
-        try:
-            study, job_obj = open_study(name, tracking_uri, artifact_root)
-            if study.remaining() <= 0:
-                out["status"] = "done before"
-                return out
-            dataset, split = load_study_data(study, job_obj)
-            study.recover()
-        except UnknownStudyError:  # absent: create it
-            req = StudyConfig(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs,
-                              init="sobol", seed=seed, study_name=name, warm_start="none", surrogate="gp",
-                              tracking_uri=tracking_uri, artifact_root=artifact_root)
-            study, job_obj, dataset, split = prepare_study(req, echo=lambda _: None)
+        req = StudyConfig(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs, init="sobol",
+                          seed=seed, study_name=name, warm_start="none", surrogate="gp", tracking_uri=tracking_uri,
+                          artifact_root=artifact_root)
+        opened = open_or_prepare(req)
+        if opened is None:
+            out["status"] = "done before"
+            return out
+        study, job_obj, dataset, split = opened
         before = len(study.counted(study.trials()))
-        run_study(study, job_obj, dataset, split, _QuietReporter(lambda _: None), trace_plot=False)
+        run_study(study, job_obj, dataset, split, SilentReporter(), trace_plot=False)
         trials = study.trials()
         out["trials"] = len(study.counted(trials)) - before
         best = study.best(trials)

@@ -342,3 +342,19 @@ def check_resume_matches(study: Study, job: Any, job_spec: str | None, dataset_s
         raise StudyError(
             f"study {study.name!r} was run on dataset {study.settings.dataset!r}, not {dataset_spec!r}"
         )
+
+
+def open_or_prepare(req: StudyConfig) -> tuple[Study, Any, Any, Any] | None:
+    """The study named ``req.study_name``: resumed (running trials closed) if it is stored and
+    unfinished, ``None`` if its budget is spent, otherwise created from ``req``. For commands that
+    run many named studies and may simply be run again (bootstrap, bench arc)."""
+    try:
+        study, job = open_study(str(req.study_name), req.tracking_uri, req.artifact_root)
+    except UnknownStudyError:
+        study, job, data, split = prepare_study(req, echo=lambda _: None)
+        return study, job, data, split
+    if study.remaining() <= 0:
+        return None
+    data, split = load_study_data(study, job)
+    study.recover()
+    return study, job, data, split
