@@ -129,17 +129,31 @@ def _lazy_kb(req: Any) -> Any:
     return lambda: _kb(req.tracking_uri, req.artifact_root)
 
 
+def execution_options(fn: Any) -> Any:
+    """Where trials run: not part of a study, so a resume may choose differently."""
+    fn = click.option("--ray-address", default=None,
+                      help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).")(fn)
+    return click.option("--workers", type=int, default=1, show_default=True,
+                        help="Trials run at once (Ray tasks, one CPU and one torch thread each); each new trial is proposed knowing the running ones.")(fn)
+
+
+def _check_workers(workers: int) -> None:
+    if workers < 1:
+        raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
+
+
 @cli.command()
 @study_options
-def start(**kwargs: Any) -> None:
+@execution_options
+def start(workers: int, ray_address: str | None, **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
     from agent.tuning.progress import ProgressReporter
-    from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
 
+    _check_workers(workers)
     req = _request(kwargs)
     study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter())
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address)
 
 
 @cli.command()
@@ -153,13 +167,17 @@ def create(**kwargs: Any) -> None:
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 
 
-def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any) -> None:
-    from agent.tuning.runner import run_study
-
+def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int = 1,
+         ray_address: str | None = None) -> None:
     from agent.errors import StoreError
+    from agent.tuning.runner import run_study
+    from agent.tuning.workers import make_executor
 
     try:
-        run_study(study, job, dataset, split, reporter)
+        executor = make_executor(study, job, dataset, split, workers, ray_address)
+        if workers > 1 or ray_address:
+            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}")
+        run_study(study, job, dataset, split, reporter, executor=executor)
     except KeyboardInterrupt:
         click.echo(f"interrupted; continue with: tune-agent resume {study.name}", err=True)
         sys.exit(130)
@@ -173,11 +191,14 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any) -> None:
 @click.option("--dataset", default=None, help="Refuse to resume unless the study used this dataset.")
 @tracking_option
 @artifact_option
-def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None) -> None:
+@execution_options
+def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
+           workers: int, ray_address: str | None) -> None:
     """Continue an interrupted study from what MLflow holds."""
     from agent.tuning.progress import ProgressReporter
     from agent.tuning.service import check_resume_matches, load_study_data, open_study
 
+    _check_workers(workers)
     study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
     check_resume_matches(study, job_obj, job, dataset)
     data, split = load_study_data(study, job_obj)
@@ -189,7 +210,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
         study.set_status("finished")
         reporter.line(f"study {study_name} already has all {study.settings.trials} trials")
         return
-    _run(study, job_obj, data, split, reporter)
+    _run(study, job_obj, data, split, reporter, workers, ray_address)
 
 
 @cli.command()
@@ -504,23 +525,26 @@ def _fidelity(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--fidelity", multiple=True, help="NAME=VALUE: evaluate at this fidelity instead of the full one (repeatable).")
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/<scenario>*.json and OUT/plots/.")
 @click.option("--fresh", is_flag=True, help="Forget the journal of finished runs (OUT/data/bench-runs/) and recompute all.")
+@click.option("--batch", type=int, default=1, show_default=True,
+              help="Trials in flight per study, as `start --workers N` runs them (simulated equal-speed workers); "
+                   "writes OUT/metrics/<scenario>_batchN.json.")
 def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
                   folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
-                  fresh: bool) -> None:
+                  fresh: bool, batch: int) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from pathlib import Path
 
     from agent.bench.run import run_transfer_benchmark
     from agent.config import check_positive
 
-    for option, value in (("--seeds", seeds), ("--budget", budget), ("--workers", workers)):
+    for option, value in (("--seeds", seeds), ("--budget", budget), ("--workers", workers), ("--batch", batch)):
         check_positive(option, value)
     if tasks is not None:
         check_positive("--tasks", tasks)
     report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
                                     target=target, maximize=maximize, fidelity=_fidelity(fidelity), quick=quick,
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
-                                    progress=lambda line: click.echo(line, err=True), fresh=fresh)
+                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch)
     click.echo(json.dumps(report, indent=2))
 
 

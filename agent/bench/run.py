@@ -11,14 +11,14 @@ from agent.bench.transfer import BenchConfig, check_methods, run_benchmark
 
 PROTOCOL = ("YAHPO Gym scenario, leave-one-task-out, {history} random history configs per source task imported into "
             "an in-memory knowledge base, each run a product study (tune-agent start --job yahpo:...), budget {budget}, "
-            "regret normalised by {reference} random configs")
+            "{batch} trial(s) in flight, regret normalised by {reference} random configs")
 
 
 def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None = None, target: str | None = None,
                            maximize: bool | None = None, fidelity: Mapping[str, float] | None = None,
                            quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
                            workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
-                           fresh: bool = False, cache_dir: str = "data/bench-cache") -> dict[str, Any]:
+                           fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1) -> dict[str, Any]:
     """Runs the benchmark and writes ``out/metrics/<scenario>[_control].json`` and the plots.
 
     Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
@@ -31,20 +31,22 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     scenario = Path(folder) if folder else yahpo_root() / "lcbench"
     mode = None if maximize is None else ("max" if maximize else "min")
     config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
-                         budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir,
+                         budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir, batch=batch,
                          report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget))
     job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
         config = BenchConfig(**{**config.__dict__, "tasks": tuple(job.scenario.instances[:tasks])})
     name = scenario.name + ("" if control == "none" else f"_{control}")
-    journal = out / "data" / "bench-runs" / f"{name}.jsonl"
+    journal = out / "data" / "bench-runs" / f"{name}.jsonl"  # one journal per scenario: the batch is in each run's key
     if fresh and journal.exists():
         journal.unlink()
     result = run_benchmark(methods, config, progress=progress, journal=journal)
+    name += "" if batch == 1 else f"_batch{batch}"
     metrics = out / "metrics" / f"{name}.json"
-    write_report(result, metrics, out / "plots" if control == "none" else out / "plots" / control)
-    report = {**summarise(result), "job": result["job"], "quick": quick, "control": control,
-              "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget,
+    plots = out / "plots" / ("" if control == "none" else control) / ("" if batch == 1 else f"batch{batch}")
+    write_report(result, metrics, plots)
+    report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
+              "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
                                           reference=config.reference_size)}
     metrics.write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -75,6 +75,7 @@ class BenchConfig:
     reference_seed: int = 12345
     control: str = "none"  # "shuffled": each source's responses permuted (negative-transfer control)
     cache_dir: str = "data/bench-cache"
+    batch: int = 1  # trials in flight per study (parallel workers, simulated; see agent.tuning.workers)
 
     @property
     def job_spec(self) -> str:
@@ -164,31 +165,33 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
 
 # -- one run -------------------------------------------------------------------------------------
 def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget: int,
-               models_dir: str = "models", fits: Any = None) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
-    """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start`` runs it.
+               models_dir: str = "models", fits: Any = None,
+               batch: int = 1) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
+    """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
+    [--workers batch]`` runs it: the product's study loop, with ``batch`` trials in flight
+    (:class:`agent.tuning.workers.QueuedExecutor`).
 
     Returns the configurations in trial order, the objective values (maximised) and the seconds
     each ``ask`` took.
     """
-    from agent.tuning.runner import run_trial
     from agent.config import StudyConfig
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+    from agent.tuning.progress import SilentReporter
+    from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
+    from agent.tuning.workers import make_executor
 
     sampler = method if method in SAMPLER_METHODS else "bo"
     surrogate = "gp" if method in SAMPLER_METHODS else method
     req = StudyConfig(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
                        warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir)
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
-    configs, values, seconds = [], [], []
-    for _ in range(budget):
-        start = time.perf_counter()
-        trial = study.ask()
-        seconds.append(time.perf_counter() - start)
-        outcome = run_trial(study, trial, job, data, None)
-        study.tell(trial, value=outcome.value, failed=outcome.reason or None, duration=outcome.fit_seconds)
-        configs.append(dict(trial.config))
-        values.append(np.nan if outcome.value is None else study.settings.sign * outcome.value)
-    return configs, np.array(values), seconds
+    timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False,
+                       executor=make_executor(study, job, data, None, batch))
+    trials = sorted((t for t in study.trials() if t.state in COUNTED_STATES), key=lambda t: t.number)
+    configs = [dict(t.config) for t in trials]
+    values = [study.settings.sign * t.value if t.state == TRIAL_OK and t.value is not None else np.nan for t in trials]
+    return configs, np.array(values), timing.ask_seconds
 
 
 # -- workers -------------------------------------------------------------------------------------
@@ -232,7 +235,7 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
         kb = history_store(job, histories, sources)
         models_dir = job_args.fold_dir if method == "tnp" and job_args.fold_dir else "models"
         _, y, seconds = run_method(config.job_spec, job_args.task, method, kb, job_args.seed, config.budget,
-                                   models_dir, fits)
+                                   models_dir, fits, config.batch)
         out["methods"][method] = {"regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
                                   "seconds": seconds}
     return out
@@ -243,7 +246,8 @@ def protocol_key(config: BenchConfig, method: str) -> str:
     method's revision in the surrogate registry."""
     from agent.tuning.service import surrogate_revision
 
-    fields = {k: v for k, v in asdict(config).items() if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")}
+    fields = {k: v for k, v in asdict(config).items()
+              if k not in ("tasks", "seeds", "workers", "quick", "cache_dir") and not (k == "batch" and v == 1)}
     fields["scenario"] = Path(config.scenario).name
     revision = surrogate_revision(method)
     blob = json.dumps({"method": method, "engine": "study", **fields, **({"revision": revision} if revision > 1 else {})},

@@ -179,12 +179,19 @@ class Surrogate(abc.ABC):
         note: one line saying what it chose and why (shown to the user, stored on the study).
         budget: how hard the acquisition is maximised on its models.
         interleave_random: whether the sampler's interleaved random steps apply (GP family).
+        pending: how trials still running enter a BO step. ``"joint"``: the model's posterior is
+            joint over points, so the acquisition is BoTorch's MC ``qLogEI``/``qUCB`` with the
+            running points as ``X_pending`` (a point near a running one gains little). ``"liar"``:
+            the posterior is independent per point (the TNP's), which would make ``X_pending``
+            blind to nearness, so each running point joins the observations at the worst observed
+            score (constant liar, Ginsbourger et al. 2010) before the model is built.
     """
 
     name: str = ""
     note: str = ""
     budget: AcqBudget = AcqBudget()
     interleave_random: bool = True
+    pending: str = "joint"
 
     def start_points(self) -> np.ndarray:
         """Cube points `k x d` evaluated before any model is fitted (portfolio, learned inits)."""

@@ -187,6 +187,7 @@ class TnpSurrogate(TransferSurrogate):
     # A TNP forward/backward costs ~10x a GP's: fewer L-BFGS restarts and iterations from a larger
     # batched random start.
     budget = AcqBudget(num_restarts=2, raw_samples=512, maxiter=30)
+    pending = "liar"  # its posterior is independent per point (diagonal covariance)
 
     def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
         from agent.surrogates.tnp import TNP, SourceBank

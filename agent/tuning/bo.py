@@ -20,6 +20,10 @@ from agent.surrogates.contract import AcqBudget
 from agent.surrogates.gp import ucb_beta
 
 MAX_ENUMERATED_CATEGORIES = 32
+# Quasi-MC samples of the joint posterior when trials are running (BoTorch's default is 512; the
+# acquisition is evaluated on `raw_samples` points, so 256 halves its cost at a noise far below
+# the differences between candidates that matter).
+PENDING_MC_SAMPLES = 256
 
 
 def interleaved_random(bo_step: int, every: int) -> bool:
@@ -50,14 +54,27 @@ def random_unseen(space: SearchSpace, U: np.ndarray, rng: np.random.Generator,
     return candidate
 
 
-def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: int) -> Any:
+def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: int, X_pending: Any = None,
+                      seed: int = 0) -> Any:
+    """LogEI or UCB on ``model``; with ``X_pending`` (running trials, `p x d`) their Monte-Carlo
+    versions ``qLogEI``/``qUCB`` over the candidate joined with the pending points, so a candidate
+    is worth only what it adds to what the running trials will probably find."""
     from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 
+    if acq not in ("logei", "ucb"):
+        raise ValueError(f"unknown acquisition {acq!r}")  # StudySettings validated it: a bug
+    if X_pending is not None and len(X_pending):
+        import torch
+        from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
+        from botorch.sampling import SobolQMCNormalSampler
+
+        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([PENDING_MC_SAMPLES]), seed=seed)
+        if acq == "logei":
+            return qLogExpectedImprovement(model, best_f=train_Y.max(), sampler=sampler, X_pending=X_pending)
+        return qUpperConfidenceBound(model, beta=ucb_beta(iteration, dim), sampler=sampler, X_pending=X_pending)
     if acq == "logei":
         return LogExpectedImprovement(model, best_f=train_Y.max())
-    if acq == "ucb":
-        return UpperConfidenceBound(model, beta=ucb_beta(iteration, dim))
-    raise ValueError(f"unknown acquisition {acq!r}")  # StudySettings validated it: a bug
+    return UpperConfidenceBound(model, beta=ucb_beta(iteration, dim))
 
 
 def optimize_on_space(acqf: Any, space: SearchSpace, seed: int, budget: AcqBudget = AcqBudget()) -> np.ndarray:

@@ -58,7 +58,8 @@ class ProgressReporter:
             result = f"{trial.state}: {trial.reason}"
         best_txt = f"best {self.metric}={best.value:.5g} (trial {best.number + 1})" if best else "no success yet"
         style = "green" if trial.state == TRIAL_OK else "red"
-        self.line(f"  done {done}/{self.total}: {result} in {trial.duration or 0:.1f} s; {best_txt}", style=style)
+        self.line(f"  trial {trial.number + 1} done ({done}/{self.total}): {result} in {trial.duration or 0:.1f} s; "
+                  f"{best_txt}", style=style)
 
     def end(self, study: Any, best: TrialRecord | None, timing: Any) -> None:
         if best is None:
@@ -69,7 +70,10 @@ class ProgressReporter:
             f"{_fmt(best.config)}",
             style="bold green",
         )
-        if timing.wall_seconds > 0:
+        if timing.wall_seconds > 0 and timing.workers > 1:
+            self.line(f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s summed over "
+                      f"{timing.workers} workers ({100 * timing.utilisation:.0f}% of their time)")
+        elif timing.wall_seconds > 0:
             self.line(
                 f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s, "
                 f"agent overhead {100 * timing.overhead:.1f}%"

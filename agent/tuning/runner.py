@@ -13,7 +13,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -28,16 +28,24 @@ class TrialOutcome:
     reason: str = ""
     fit_seconds: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    retries: int = 0  # times its worker died and it ran again (agent.tuning.workers)
 
 
 @dataclass
 class StudyTiming:
     wall_seconds: float = 0.0
     fit_seconds: float = 0.0
+    ask_seconds: list[float] = field(default_factory=list)
+    workers: int = 1
 
     @property
     def overhead(self) -> float:
         return 1.0 - self.fit_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def utilisation(self) -> float:
+        """Share of the workers' wall time spent in ``Trainer.fit``."""
+        return self.fit_seconds / (self.wall_seconds * self.workers) if self.wall_seconds > 0 else 0.0
 
 
 def _guard_callback(time_limit: float | None) -> Any:
@@ -86,26 +94,73 @@ def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -
 
 
 def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None) -> TrialOutcome:
-    """Trains ``job`` once with ``trial.config``; never raises for a failure inside the trial."""
+    """Trains ``job`` once with ``trial.config`` in this process, logging live to the trial's run;
+    never raises for a failure inside the trial."""
     from agent.jobs.base import BenchmarkJob
 
     if isinstance(job, BenchmarkJob):
         return run_benchmark_trial(study, trial, job, dataset)
+    return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
+                        study.kb.trial_logger(study.record, trial))
+
+
+def recording_logger() -> Any:
+    """A Lightning logger that keeps what a trial logged, for a worker that cannot reach the store:
+    the driver replays it into the trial's run (:func:`replay_logged`)."""
+    from lightning.pytorch.loggers import Logger
+
+    class RecordingLogger(Logger):
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[tuple[str, Any, int | None]] = []
+
+        @property
+        def name(self) -> str:
+            return "recording"
+
+        @property
+        def version(self) -> int:
+            return 0
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            items = params.items() if isinstance(params, Mapping) else vars(params).items()
+            self.records.append(("params", {k: v for k, v in items if isinstance(v, (int, float, str, bool))}, None))
+
+        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+            self.records.append(("metrics", {k: float(v) for k, v in metrics.items()}, step))
+
+    return RecordingLogger()
+
+
+def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> None:
+    """Writes a :func:`recording_logger`'s records through ``logger`` (the trial's store logger)."""
+    for kind, payload, step in records:
+        if kind == "params":
+            logger.log_hyperparams(payload)
+        else:
+            logger.log_metrics(payload, step)
+    logger.finalize("success")
+
+
+def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
+                 split: tuple[Any, Any] | None, logger: Any) -> TrialOutcome:
+    """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
+    ``logger``; what goes wrong inside is the outcome, never raised. Runs in the study's process
+    or in a parallel worker (:mod:`agent.tuning.workers`)."""
     import lightning.pytorch as pl
 
-    settings = study.settings
-    seed = settings.seed * 1009 + trial.number
+    seed = settings.seed * 1009 + number
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
     start = time.perf_counter()
     assert split is not None, "a training job needs its train/validation split"
     try:
-        module, datamodule = job.build(dict(trial.config), dataset, split[0], split[1], seed)
+        module, datamodule = job.build(config, dataset, split[0], split[1], seed)
         trainer = pl.Trainer(
             max_epochs=settings.epochs,
             accelerator="cpu",
             devices=1,
-            logger=study.kb.trial_logger(study.record, trial),
+            logger=logger,
             callbacks=[guard],
             enable_checkpointing=False,
             enable_progress_bar=False,
@@ -132,47 +187,70 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
 
 
 def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
-              trace_plot: bool = True) -> StudyTiming:
+              trace_plot: bool = True, executor: Any = None) -> StudyTiming:
     """Asks, trains and tells until the budget is spent; returns where the time went.
 
+    ``executor`` (:mod:`agent.tuning.workers`) runs the trials: by default one at a time in this
+    process; a parallel one keeps ``capacity`` trials running, each asked with the others pending.
     ``trace_plot`` False skips the trace figure (the benchmark runs thousands of studies).
     """
+    from agent.tuning.workers import InlineExecutor
+
     quiet_lightning()
-    timing = StudyTiming()
+    executor = executor if executor is not None else InlineExecutor(study, job, dataset, split)
+    timing = StudyTiming(workers=executor.capacity)
     wall_start = time.perf_counter()
     trials = study.trials()
     study.set_status("running")
     reporter.begin(study, trials)
-    while study.remaining(trials) > 0:
-        trial = study.ask()
-        reporter.trial_started(trial)
-        try:
-            outcome = run_trial(study, trial, job, dataset, split)
-        except (KeyboardInterrupt, SystemExit):
-            study.tell(trial, state=TRIAL_KILLED, failed="interrupted by the user")
-            study.set_status("interrupted")
-            raise KeyboardInterrupt from None
-        timing.fit_seconds += outcome.fit_seconds
-        done = study.tell(
-            trial,
-            value=outcome.value,
-            failed=outcome.reason or None,
-            duration=outcome.fit_seconds,
-            metrics={f"final_{k}": v for k, v in outcome.metrics.items()},
-        )
-        trials = study.trials()
-        reporter.trial_finished(done, study.best(trials), trials)
-        if study.failed_majority(trials):
-            study.set_status("failed")
-            raise StudyFailedError(
-                f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})"
-            )
+    running: dict[int, TrialRecord] = {}
+    try:
+        while True:
+            while len(running) < executor.capacity and study.remaining(trials) - len(running) > 0:
+                ask_start = time.perf_counter()
+                trial = study.ask()
+                timing.ask_seconds.append(time.perf_counter() - ask_start)
+                reporter.trial_started(trial)
+                executor.submit(trial)
+                running[trial.number] = trial
+                trials = study.trials()
+            if not running:
+                break
+            trial, outcome = executor.wait()
+            running.pop(trial.number)
+            timing.fit_seconds += outcome.fit_seconds
+            extra = {f"final_{k}": v for k, v in outcome.metrics.items()}
+            if outcome.retries:
+                extra["worker_retries"] = float(outcome.retries)
+            done = study.tell(trial, value=outcome.value, failed=outcome.reason or None,
+                              duration=outcome.fit_seconds, metrics=extra)
+            trials = study.trials()
+            reporter.trial_finished(done, study.best(trials), trials)
+            if study.failed_majority(trials):
+                _close(study, executor, running, "the study stopped: most trials failed")
+                study.set_status("failed")
+                raise StudyFailedError(
+                    f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})"
+                )
+    except (KeyboardInterrupt, SystemExit):
+        _close(study, executor, running, "interrupted by the user")
+        study.set_status("interrupted")
+        raise KeyboardInterrupt from None
+    finally:
+        executor.close()
     timing.wall_seconds = time.perf_counter() - wall_start
     study.set_status("finished")
     if trace_plot:
         log_trace_plot(study, trials)
     reporter.end(study, study.best(trials), timing)
     return timing
+
+
+def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str) -> None:
+    """Cancels the running trials and closes them as killed, freeing their slots for ``resume``."""
+    executor.cancel()
+    for trial in running.values():
+        study.tell(trial, state=TRIAL_KILLED, failed=reason)
 
 
 def log_trace_plot(study: Study, trials: list[TrialRecord]) -> None:

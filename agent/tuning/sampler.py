@@ -2,8 +2,10 @@
 
 The contract (:class:`Sampler`): ``suggest(number, trials)`` returns the configuration for trial
 slot ``number`` and its origin, given every trial of the study so far — finished, failed and
-running. A sampler keeps no state that the trials do not also hold (caches aside), so a study
-resumed in another process continues exactly where it stopped.
+running. Running trials are the pending points of parallel workers: a sampler must not suggest
+one of them again, and the BO sampler conditions its acquisition on them (``X_pending``), so N
+workers spread out instead of piling on one point. A sampler keeps no state that the trials do not
+also hold (caches aside), so a study resumed in another process continues where it stopped.
 
 - :class:`BoSampler`, the product's: the study's initial configurations (warm-start seeds, then the
   surrogate's own start points such as a portfolio or the TNP's learned configurations), then an
@@ -106,15 +108,19 @@ class BoSampler:
             return Suggestion(self.space.decode(self._random(seen, rng)), "random:interleaved")
         fallback = self.surrogate.fallback()
         if fallback is not None and self.settings.random_every > 0 and stalled(trials, self.settings.sign):
-            u, _ = self.propose(U, y, seen, bo_step, seed, rng, surrogate=fallback, state_key="fallback")
+            u, _ = self.propose(U, y, seen, bo_step, seed, rng, surrogate=fallback, state_key="fallback",
+                                pending=running)
             return Suggestion(self.space.decode(u), FALLBACK_ORIGIN)
-        u, origin = self.propose(U, y, seen, bo_step, seed, rng)
+        u, origin = self.propose(U, y, seen, bo_step, seed, rng, pending=running)
         return Suggestion(self.space.decode(u), origin)
 
     def propose(self, U: np.ndarray, y: np.ndarray, seen: np.ndarray, bo_step: int, seed: int,
                 rng: np.random.Generator, surrogate: Surrogate | None = None,
-                state_key: str = "model") -> tuple[np.ndarray, str]:
-        """One BO step on ``surrogate`` (default: the study's): (snapped cube point, origin)."""
+                state_key: str = "model", pending: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+        """One BO step on ``surrogate`` (default: the study's): (snapped cube point, origin).
+
+        ``pending`` (cube points `p x d` of running trials) enters as the surrogate declares
+        (:attr:`~agent.surrogates.contract.Surrogate.pending`)."""
         surrogate = surrogate or self.surrogate
         import torch
 
@@ -123,15 +129,24 @@ class BoSampler:
         y = impute_failures(y)
         if not np.isfinite(y).any():
             return self._random(seen, rng), "random:no-finite-value"
+        pending = pending if pending is not None and len(pending) else None
         with torch_threads(1):
             train_X = torch.as_tensor(U, dtype=torch.double)
             train_Y = torch.as_tensor(normal_scores(y), dtype=torch.double).reshape(-1, 1)
-            step = surrogate.step_model(train_X, train_Y, self._state.setdefault(state_key, {}))
+            model_X, model_Y, X_pending = train_X, train_Y, None
+            if pending is not None and surrogate.pending == "liar":
+                liars = torch.full((len(pending), 1), float(train_Y.min()), dtype=torch.double)
+                model_X = torch.cat([train_X, torch.as_tensor(pending, dtype=torch.double)])
+                model_Y = torch.cat([train_Y, liars])
+            elif pending is not None:
+                X_pending = torch.as_tensor(pending, dtype=torch.double)
+            step = surrogate.step_model(model_X, model_Y, self._state.setdefault(state_key, {}))
             if step.source_weight <= 0:
                 fallback = self.cold_start_point(seen)
                 if fallback is not None:
                     return self._restrict(fallback, seen), "init:cold-fallback"
-            acqf = build_acquisition(step.model, train_Y, self.settings.acq, bo_step, self.space.dim)
+            acqf = build_acquisition(step.model, train_Y, self.settings.acq, bo_step, self.space.dim,
+                                     X_pending=X_pending, seed=seed)
             if self.candidates is not None:
                 free = self._free(seen)
                 with torch.no_grad():

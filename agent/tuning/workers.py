@@ -1,0 +1,195 @@
+"""Where a study's trials run: in this process, or N at a time on Ray (``--workers N``).
+
+:func:`agent.tuning.runner.run_study` keeps ``capacity`` trials running; each new one is asked
+while the others are pending, so the sampler spreads them (``X_pending``). An executor only runs
+what it is given and hands back finished trials one at a time, in the order they end:
+
+- :class:`InlineExecutor`: one trial at a time in this process, logging live to MLflow.
+- :class:`QueuedExecutor`: a benchmark job (a surrogate lookup, instant) with ``capacity`` trials
+  in flight that finish in the order they started: N equally fast workers, simulated exactly, so
+  the benchmark measures batch BO through the same loop.
+- :class:`RayExecutor`: Ray Core tasks, one per trial, on a local Ray instance started for the
+  study (``--workers N``) or on a cluster (``--ray-address``). Ray Core rather than Ray Tune's
+  trial runner: the study already owns scheduling, state and resumption (MLflow is the record),
+  so a trial is just a remote function; Tune would bring a second scheduler and a second record
+  of every trial. Workers train with a recording logger and the driver writes what they logged to
+  the trial's run, so only this process talks to the store (a worker may be on a machine that
+  cannot reach an embedded sqlite file). A worker that dies (SIGKILL, out of memory, its node
+  lost) is retried once on a fresh worker; a second death is a failed trial, never a lost one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, Protocol
+
+from agent.errors import TuneAgentError
+from agent.knowledge.base import TrialRecord
+from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, run_trial, train_config
+from agent.tuning.study import Study
+
+WORKER_RETRIES = 1
+WORKER_DIED = "worker died"
+
+
+class TrialExecutor(Protocol):
+    """Runs trials; ``wait`` returns the next one to finish with its outcome."""
+
+    capacity: int
+    where: str  # said to the user: "this process", "a local Ray instance", the cluster's address
+
+    def submit(self, trial: TrialRecord) -> None: ...
+
+    def wait(self) -> tuple[TrialRecord, TrialOutcome]: ...
+
+    def cancel(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class InlineExecutor:
+    """One trial at a time, here."""
+
+    capacity = 1
+    where = "this process"
+
+    def __init__(self, study: Study, job: Any, dataset: Any, split: Any) -> None:
+        self.study, self.job, self.dataset, self.split = study, job, dataset, split
+        self._queue: deque[TrialRecord] = deque()
+
+    def submit(self, trial: TrialRecord) -> None:
+        self._queue.append(trial)
+
+    def wait(self) -> tuple[TrialRecord, TrialOutcome]:
+        trial = self._queue.popleft()
+        return trial, run_trial(self.study, trial, self.job, self.dataset, self.split)
+
+    def cancel(self) -> None:
+        self._queue.clear()
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+class QueuedExecutor(InlineExecutor):
+    """``capacity`` benchmark trials in flight, finishing first-in first-out (see the module doc)."""
+
+    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int) -> None:
+        super().__init__(study, job, dataset, split)
+        self.capacity = capacity
+        self.where = f"{capacity} simulated workers in this process (a benchmark job answers instantly)"
+        self._done: deque[tuple[TrialRecord, TrialOutcome]] = deque()
+
+    def submit(self, trial: TrialRecord) -> None:
+        self._done.append((trial, run_trial(self.study, trial, self.job, self.dataset, self.split)))
+
+    def wait(self) -> tuple[TrialRecord, TrialOutcome]:
+        return self._done.popleft()
+
+    def cancel(self) -> None:
+        self._done.clear()
+
+
+def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
+                  split: Any) -> tuple[TrialOutcome, list[Any], int]:
+    """The body of a Ray task: one training run with one torch thread, and what it logged."""
+    import torch
+
+    from agent.tuning.runner import quiet_lightning
+
+    torch.set_num_threads(1)
+    quiet_lightning()
+    logger = recording_logger()
+    outcome = train_config(job, config, number, settings, dataset, split, logger)
+    return outcome, logger.records, os.getpid()
+
+
+class RayExecutor:
+    """Ray Core tasks (see the module doc). ``address`` None starts a local Ray instance with
+    ``capacity`` CPUs for this study and stops it at :meth:`close`."""
+
+    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
+                 address: str | None = None) -> None:
+        ray = _ray()
+        self.study, self.capacity = study, capacity
+        self.where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        self._own = not ray.is_initialized()
+        if self._own:
+            # a local instance turns token authentication on and says so at WARNING on every start
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+            try:
+                if address is None:
+                    ray.init(num_cpus=capacity, include_dashboard=False, log_to_driver=False, configure_logging=False)
+                else:
+                    ray.init(address=address, log_to_driver=False, configure_logging=False)
+            except Exception as exc:  # noqa: BLE001 - Ray's connection errors vary by version
+                raise TuneAgentError(f"cannot reach the Ray cluster at {address or 'a new local instance'}: "
+                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+        self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_trial)
+        self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
+        self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
+
+    def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
+        ref = self._task.remote(self._job, dict(trial.config), trial.number, self.study.settings,
+                                self._dataset, self._split)
+        self._running[ref] = (trial, attempts)
+
+    def wait(self) -> tuple[TrialRecord, TrialOutcome]:
+        ray = _ray()
+        while True:
+            (ref,), _ = ray.wait(list(self._running), num_returns=1)
+            trial, attempts = self._running.pop(ref)
+            start = time.perf_counter()
+            try:
+                outcome, records, _ = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the task raised: a bug outside the job's own code
+                return trial, TrialOutcome(None, f"worker error: {str(exc).strip().splitlines()[-1][:400]}",
+                                           time.perf_counter() - start)
+            except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                    ray.exceptions.ObjectLostError, ray.exceptions.RaySystemError) as exc:
+                if attempts < WORKER_RETRIES:
+                    self.submit(trial, attempts + 1)
+                    continue
+                return trial, TrialOutcome(None, f"{WORKER_DIED} {attempts + 1} times ({type(exc).__name__})",
+                                           retries=attempts)
+            replay_logged(records, self.study.kb.trial_logger(self.study.record, trial))
+            outcome.retries = attempts
+            return trial, outcome
+
+    def cancel(self) -> None:
+        ray = _ray()
+        for ref in list(self._running):
+            ray.cancel(ref, force=True)
+        self._running.clear()
+
+    def close(self) -> None:
+        if self._running:
+            self.cancel()
+        if self._own:
+            _ray().shutdown()
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is a dependency; a broken install says so plainly
+        raise TuneAgentError("--workers needs Ray: pip install 'ray[default]'") from None
+    return ray
+
+
+def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int = 1,
+                  ray_address: str | None = None) -> TrialExecutor:
+    """The executor for ``--workers``/``--ray-address``: inline for one local worker, queued for a
+    benchmark job, Ray otherwise."""
+    from agent.jobs.base import BenchmarkJob
+
+    if workers < 1:
+        raise TuneAgentError(f"--workers must be at least 1, got {workers}")
+    if isinstance(job, BenchmarkJob):
+        return QueuedExecutor(study, job, dataset, split, workers) if workers > 1 else InlineExecutor(study, job, dataset, split)
+    if workers == 1 and ray_address is None:
+        return InlineExecutor(study, job, dataset, split)
+    return RayExecutor(study, job, dataset, split, workers, ray_address)
