@@ -548,6 +548,27 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
     click.echo(json.dumps(report, indent=2))
 
 
+@bench.command("parallel")
+@click.option("--job", default="mlp", show_default=True)
+@click.option("--dataset", default="digits", show_default=True)
+@click.option("--trials", type=int, default=24, show_default=True)
+@click.option("--epochs", type=int, default=20, show_default=True)
+@click.option("--workers", default="1,2", show_default=True, help="Worker counts to compare; the first is the baseline.")
+@click.option("--out", default="metrics/parallel.json", show_default=True)
+def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, out: str) -> None:
+    """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
+    from pathlib import Path
+
+    from agent.bench.parallel import ParallelConfig, parse_workers, run_parallel_bench
+    from agent.config import check_positive
+
+    for option, value in (("--trials", trials), ("--epochs", epochs)):
+        check_positive(option, value)
+    config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers))
+    report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps(report, indent=2))
+
+
 @bench.command("arc")
 @click.option("--dataset", default="mnist-5k", show_default=True)
 @click.option("--job", "job_name", default="mlp-arch", show_default=True, help="A job whose space has conditions.")

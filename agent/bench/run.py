@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 from typing import Any, Callable, Mapping, Sequence
 
 from agent.bench.report import summarise, write_report
@@ -41,6 +44,9 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     if fresh and journal.exists():
         journal.unlink()
     result = run_benchmark(methods, config, progress=progress, journal=journal)
+    sequential = None
+    if batch > 1:  # the same runs one trial at a time (from the journal when already there)
+        sequential = run_benchmark(methods, replace(config, batch=1), progress=progress, journal=journal)
     name += "" if batch == 1 else f"_batch{batch}"
     metrics = out / "metrics" / f"{name}.json"
     plots = out / "plots" / ("" if control == "none" else control) / ("" if batch == 1 else f"batch{batch}")
@@ -48,5 +54,25 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
               "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
                                           reference=config.reference_size)}
+    if sequential is not None:
+        report["versus_sequential"] = versus_sequential(result, sequential)
     metrics.write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def versus_sequential(batched: Mapping[str, Any], sequential: Mapping[str, Any]) -> dict[str, Any]:
+    """Per method and reported trial count: mean regret one trial at a time, the batched minus the
+    sequential mean, and the two-sided Wilcoxon signed-rank p-value over the paired (task, seed) runs."""
+    from scipy.stats import wilcoxon
+
+    out: dict[str, Any] = {}
+    for method, curves in batched["regret"].items():
+        b, q = np.asarray(curves), np.asarray(sequential["regret"][method])
+        rows = {}
+        for k in batched["config"]["report_at"]:
+            diff = b[:, k - 1] - q[:, k - 1]
+            p = float(wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
+            rows[f"@{k}"] = {"sequential": round(float(q[:, k - 1].mean()), 4),
+                             "batched_minus_sequential": round(float(diff.mean()), 4), "wilcoxon_p": float(f"{p:.3g}")}
+        out[method] = rows
+    return out

@@ -1,0 +1,84 @@
+"""`tune-agent bench parallel`: wall time of one study run with 1, 2, ... workers.
+
+The same study (job, dataset, trials, epochs, seed) runs once per worker count on a fresh sqlite
+MLflow store under a temporary folder, through the product's loop and executors (`tune-agent start
+--workers N`: Ray Core tasks; one worker runs inline). Wall time counts everything a user waits
+for, Ray's start-up included; the ratio to one worker, measured in the same invocation, is the
+figure (the machine is shared, so absolute seconds drift between runs).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    job: str = "mlp"
+    dataset: str = "digits"
+    trials: int = 24
+    epochs: int = 20
+    seed: int = 0
+    workers: tuple[int, ...] = (1, 2)
+
+
+def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
+                       progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Runs the study for each worker count; writes ``out`` (JSON) when given and returns it."""
+    import os
+
+    from agent.config import StudyConfig
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+    from agent.tuning.progress import SilentReporter
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import prepare_study
+    from agent.tuning.workers import make_executor
+
+    rows = []
+    for n in config.workers:
+        with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
+            req = StudyConfig(dataset=config.dataset, job=config.job, trials=config.trials, epochs=config.epochs,
+                              seed=config.seed, warm_start="none", study_name=f"parallel-{n}",
+                              tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}", artifact_root=str(Path(tmp) / "art"))
+            start = time.perf_counter()
+            study, job, data, split = prepare_study(req, echo=lambda _: None)
+            timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False,
+                               executor=make_executor(study, job, data, split, n))
+            wall = time.perf_counter() - start
+            trials = [t for t in study.trials() if t.state in COUNTED_STATES]
+            ok = [t.value for t in trials if t.state == TRIAL_OK and t.value is not None]
+        rows.append({"workers": n, "wall_seconds": round(wall, 2), "fit_seconds": round(timing.fit_seconds, 2),
+                     "trials": len(trials), "best": min(ok) if ok else None,
+                     "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3)})
+        progress(f"{n} worker(s): {wall:.1f} s wall, {len(trials)} trials, best {rows[-1]['best']}")
+    base = rows[0]["wall_seconds"]
+    for row in rows:
+        row["wall_ratio"] = round(row["wall_seconds"] / base, 3)
+    report = {"config": asdict(config), "cpu_count": os.cpu_count(), "runs": rows,
+              "protocol": "one study per worker count, same seed, fresh sqlite MLflow store each; wall time from "
+                          "request to last trial logged, Ray start-up included; ratio to the first worker count"}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def parse_workers(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``; the first is the baseline."""
+    from agent.errors import TuneAgentError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise TuneAgentError(f"--workers takes comma-separated counts like 1,2,4, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise TuneAgentError(f"--workers takes counts of at least 1, got {text!r}")
+    return values
+
+
+__all__: Sequence[str] = ("ParallelConfig", "run_parallel_bench", "parse_workers")
