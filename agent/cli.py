@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PRIOR_MEANS, SAMPLERS, WARM_METHODS, StudyConfig
+from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PRIOR_MEANS, PRUNERS, SAMPLERS, WARM_METHODS, StudyConfig
 from agent.errors import TuneAgentError
 
 tracking_option = click.option(
@@ -111,6 +111,8 @@ def study_options(fn: Any) -> Any:
         click.option("--surrogate", type=click.Choice(surrogate_choices()), default=StudyConfig.default("surrogate"), show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
         click.option("--kernel", type=click.Choice(KERNELS), default=StudyConfig.default("kernel"), show_default=True,
                      help="GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; auto picks it for spaces with conditions."),
+        click.option("--pruner", type=click.Choice(PRUNERS), default=StudyConfig.default("pruner"), show_default=True,
+                     help="Stop trials early on the per-epoch metric: median (below the median of earlier trials at that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top third goes on)."),
         click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) or hts (paper 001: a learned map of a similar dataset's best configurations)."),
         tracking_option,
         artifact_option,
@@ -270,6 +272,23 @@ def history(tracking_uri: str | None) -> None:
     from agent.tuning.history import render_history
 
     click.echo(render_history(_kb(tracking_uri)))
+
+
+@cli.command()
+@click.option("--data-dir", required=True, help="Where the server keeps PostgreSQL's cluster, the artifacts and logs (made on first start).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address MLflow listens on (0.0.0.0 to serve the team's network).")
+@click.option("--port", type=int, default=5000, show_default=True)
+@click.option("--pg-port", type=int, default=5433, show_default=True, help="PostgreSQL's port (127.0.0.1 only).")
+@click.option("--auth", is_flag=True, help="MLflow's basic-auth app: users and per-experiment permissions.")
+def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool) -> None:
+    """Run a team tracking server: mlflow server on PostgreSQL, artifacts proxied; Ctrl-C stops both."""
+    from pathlib import Path
+
+    from agent.knowledge.team_server import TeamServer
+
+    code = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth).serve(say=click.echo)
+    if code:
+        raise TuneAgentError(f"mlflow server exited with code {code}; see {Path(data_dir) / 'logs' / 'mlflow.log'}")
 
 
 @cli.command()
@@ -567,6 +586,32 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
     config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers))
     report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(report, indent=2))
+
+
+@bench.command("pruning")
+@click.option("--job", default="cnn", show_default=True)
+@click.option("--dataset", default="mnist-5k", show_default=True)
+@click.option("--trials", type=int, default=20, show_default=True)
+@click.option("--epochs", type=int, default=9, show_default=True)
+@click.option("--pruners", default="none,asha,median", show_default=True, help="Compared in this order; the first sets the target.")
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--out", default="metrics/pruning.json", show_default=True)
+def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, out: str) -> None:
+    """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
+    from pathlib import Path
+
+    from agent.bench.pruning import PruningBenchConfig, run_pruning_bench
+    from agent.config import PRUNERS, check_positive
+
+    for option, value in (("--trials", trials), ("--epochs", epochs), ("--seeds", seeds)):
+        check_positive(option, value)
+    chosen = tuple(p.strip() for p in pruners.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in PRUNERS]
+    if not chosen or unknown:
+        raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS)}, got {pruners!r}")
+    config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen)
+    report = run_pruning_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=2))
 
 
 @bench.command("arc")

@@ -16,6 +16,7 @@ from agent.errors import TuneAgentError
 INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
 SAMPLERS = ("bo", "random", "tpe", "hts")
+PRUNERS = ("none", "median", "asha")  # early stopping of trials on the per-epoch metric (agent/tuning/pruning.py)
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
 PRIOR_MEANS = ("neighbours", "observations", "constant")
@@ -54,6 +55,7 @@ class StudySettings:
     surrogate: str = "gp"
     sampler: str = "bo"
     models_dir: str = "models"
+    pruner: str = "none"
 
     def __post_init__(self) -> None:
         check_positive("--trials", self.trials)
@@ -74,6 +76,8 @@ class StudySettings:
             raise TuneAgentError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if self.k < 1:
             raise TuneAgentError(f"--k must be at least 1, got {self.k}")
+        if self.pruner not in PRUNERS:
+            raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
         if not 0.0 < self.val_fraction < 1.0:
             raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
 
@@ -130,6 +134,7 @@ class StudyConfig:
     surrogate: str = "auto"
     sampler: str = "bo"
     kernel: str = "auto"
+    pruner: str = "none"
 
     def check(self) -> None:
         """The options that need no job, dataset or store; one line per problem, exit 2. (The
@@ -145,6 +150,8 @@ class StudyConfig:
             raise TuneAgentError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if self.kernel not in KERNELS:
             raise TuneAgentError(f"--kernel must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
+        if self.pruner not in PRUNERS:
+            raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
         if self.n_init is not None and self.n_init < 1:
             raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
 

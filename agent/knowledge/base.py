@@ -22,10 +22,10 @@ Contract every backend honours:
   ``number``, trials sharing a number (a killed trial and the one that re-ran its slot) in the
   order they were started; MLflow orders starts at its clock's 1 ms resolution.
 - States. ``start_trial`` makes a trial ``running``; ``finish_trial`` moves it to the state it is
-  given (``ok``, ``failed`` or ``killed``); ``close_running_trials`` moves every ``running`` trial
+  given (``ok``, ``failed``, ``pruned`` or ``killed``); ``close_running_trials`` moves every ``running`` trial
   of a study to ``killed``. A backend may also report a ``running`` trial as ``killed`` when it knows
   the trial's run was ended without ``finish_trial`` (MLflow: its run was marked FAILED or KILLED).
-- ``ok`` and ``failed`` trials (:data:`COUNTED_STATES`) count against a study's budget; ``killed``
+- ``ok``, ``failed`` and ``pruned`` trials (:data:`COUNTED_STATES`) count against a study's budget; ``killed``
   ones do not, and their slot ``number`` may be used again.
 - Metrics. A trial's ``extra`` maps each metric other than ``objective`` and ``duration_s`` to its
   latest value: the one logged at the highest step, the later write winning a tie. The metrics given
@@ -47,7 +47,8 @@ TRIAL_OK = "ok"
 TRIAL_FAILED = "failed"
 TRIAL_KILLED = "killed"
 TRIAL_RUNNING = "running"
-COUNTED_STATES = (TRIAL_OK, TRIAL_FAILED)
+TRIAL_PRUNED = "pruned"  # stopped early by the study's pruner; its value is the last one it reached
+COUNTED_STATES = (TRIAL_OK, TRIAL_FAILED, TRIAL_PRUNED)
 IMPORT_ORIGIN = "import"
 
 

@@ -479,7 +479,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         batch = [Metric(k, float(v), now, 0) for k, v in values.items() if math.isfinite(float(v))]
         tags = [RunTag(T + "state", state)] + ([RunTag(T + "reason", reason[:layout.REASON_LIMIT])] if reason else [])
         self._call(self._client.log_batch, trial.trial_id, metrics=batch, tags=tags)
-        status = {"ok": "FINISHED", "failed": "FAILED"}.get(state, "KILLED")
+        status = {"ok": "FINISHED", "pruned": "FINISHED", "failed": "FAILED"}.get(state, "KILLED")
         self._call(self._client.set_terminated, trial.trial_id, status)
         return self._to_trial(self._call(self._client.get_run, trial.trial_id))
 

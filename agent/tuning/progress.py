@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Mapping, TextIO
 
-from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TrialRecord
+from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 
 
 def _fmt(config: Mapping[str, Any]) -> str:
@@ -54,10 +54,12 @@ class ProgressReporter:
         done = sum(t.state in COUNTED_STATES for t in trials)
         if trial.state == TRIAL_OK:
             result = f"{self.metric}={trial.value:.5g}"
+        elif trial.state == TRIAL_PRUNED:
+            result = trial.reason
         else:
             result = f"{trial.state}: {trial.reason}"
         best_txt = f"best {self.metric}={best.value:.5g} (trial {best.number + 1})" if best else "no success yet"
-        style = "green" if trial.state == TRIAL_OK else "red"
+        style = {TRIAL_OK: "green", TRIAL_PRUNED: "yellow"}.get(trial.state, "red")
         self.line(f"  trial {trial.number + 1} done ({done}/{self.total}): {result} in {trial.duration or 0:.1f} s; "
                   f"{best_txt}", style=style)
 

@@ -18,7 +18,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from agent.errors import StudyFailedError
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_KILLED, TRIAL_OK, TrialRecord
+from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.tuning.pruning import PruningState, curve_metrics, pruning_callback, pruning_state
 from agent.tuning.study import Study
 
 
@@ -29,6 +30,8 @@ class TrialOutcome:
     fit_seconds: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
     retries: int = 0  # times its worker died and it ran again (agent.tuning.workers)
+    pruned: bool = False  # stopped by the pruner: ``value`` is the last one it reached
+    curve: dict[int, float] = field(default_factory=dict)  # per-epoch metric, kept when a pruner runs
 
 
 @dataclass
@@ -101,7 +104,7 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
     if isinstance(job, BenchmarkJob):
         return run_benchmark_trial(study, trial, job, dataset)
     return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
-                        study.kb.trial_logger(study.record, trial))
+                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials()))
 
 
 def recording_logger() -> Any:
@@ -143,15 +146,16 @@ def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> No
 
 
 def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                 split: tuple[Any, Any] | None, logger: Any) -> TrialOutcome:
+                 split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None) -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
-    ``logger``; what goes wrong inside is the outcome, never raised. Runs in the study's process
-    or in a parallel worker (:mod:`agent.tuning.workers`)."""
+    ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
+    never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`)."""
     import lightning.pytorch as pl
 
     seed = settings.seed * 1009 + number
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
+    callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
     start = time.perf_counter()
     assert split is not None, "a training job needs its train/validation split"
     try:
@@ -161,7 +165,7 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
             accelerator="cpu",
             devices=1,
             logger=logger,
-            callbacks=[guard],
+            callbacks=callbacks,
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
@@ -178,12 +182,15 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
     if guard.reason:
         return TrialOutcome(None, guard.reason, fit_seconds, metrics)
+    curve = dict(pruning.curve) if pruning is not None else {}
+    if pruning is not None and pruning.reason:
+        return TrialOutcome(metrics.get(settings.metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve)
     if settings.metric not in metrics:
         return TrialOutcome(None, f"job logged no metric {settings.metric!r} (has {sorted(metrics)})", fit_seconds, metrics)
     value = metrics[settings.metric]
     if not math.isfinite(value):
         return TrialOutcome(None, f"diverged: {settings.metric} is {value}", fit_seconds, metrics)
-    return TrialOutcome(value, "", fit_seconds, metrics)
+    return TrialOutcome(value, "", fit_seconds, metrics, curve=curve)
 
 
 def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
@@ -219,11 +226,12 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             trial, outcome = executor.wait()
             running.pop(trial.number)
             timing.fit_seconds += outcome.fit_seconds
-            extra = {f"final_{k}": v for k, v in outcome.metrics.items()}
+            extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
             if outcome.retries:
                 extra["worker_retries"] = float(outcome.retries)
             done = study.tell(trial, value=outcome.value, failed=outcome.reason or None,
-                              duration=outcome.fit_seconds, metrics=extra)
+                              duration=outcome.fit_seconds, metrics=extra,
+                              state=TRIAL_PRUNED if outcome.pruned else None)
             trials = study.trials()
             reporter.trial_finished(done, study.best(trials), trials)
             if study.failed_majority(trials):
@@ -260,14 +268,18 @@ def log_trace_plot(study: Study, trials: list[TrialRecord]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    counted = sorted((t for t in trials if t.state in (TRIAL_OK, TRIAL_FAILED)), key=lambda t: t.number)
-    xs = [t.number + 1 for t in counted if t.value is not None]
-    ys = [t.value for t in counted if t.value is not None]
+    finished = sorted((t for t in trials if t.state == TRIAL_OK and t.value is not None), key=lambda t: t.number)
+    pruned = [t for t in trials if t.state == TRIAL_PRUNED and t.value is not None]
+    xs = [t.number + 1 for t in finished]
+    ys = [t.value for t in finished]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if ys:
         best = np.minimum.accumulate(ys) if study.settings.mode == "min" else np.maximum.accumulate(ys)
         ax.scatter(xs, ys, s=18, label="trial", color="tab:blue")
         ax.step(xs, best, where="post", label="best so far", color="tab:orange")
+    if pruned:
+        ax.scatter([t.number + 1 for t in pruned], [t.value for t in pruned], s=18, marker="x", color="tab:gray",
+                   label="pruned (last value)")
     ax.set_xlabel("trial")
     ax.set_ylabel(study.settings.metric)
     ax.set_title(f"{study.name}: {study.settings.mode} {study.settings.metric}")

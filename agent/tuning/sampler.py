@@ -25,7 +25,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TRIAL_RUNNING, TrialRecord
 from agent.space import Float, Int, SearchSpace
 from agent.surrogates.contract import Surrogate
 from agent.tuning.bo import (build_acquisition, evaluated_keys, interleaved_random, optimize_on_space, point_key,
@@ -58,8 +58,12 @@ class Sampler(Protocol):
 
 
 def encoded(space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str, ...], sign: float) -> tuple[np.ndarray, np.ndarray]:
-    """Cube points `n x d` and maximised values `n` (NaN when failed or running) of ``trials`` in ``states``."""
-    rows, values = [], []
+    """Cube points `n x d` and maximised values `n` (NaN when failed or running) of ``trials`` in ``states``.
+
+    A pruned trial's value is where it was stopped, not a result: it enters as a bound, never
+    better than the worst finished trial (a pruner stops trials it judged worse than their peers),
+    and lower still when its last value was."""
+    rows, values, pruned = [], [], []
     for t in sorted(trials, key=lambda t: t.number):
         if t.state not in states:
             continue
@@ -68,8 +72,13 @@ def encoded(space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str
         except Exception:  # noqa: BLE001 - a hand-edited record outside the space is skipped
             continue
         values.append(np.nan if t.value is None else sign * t.value)
+        pruned.append(t.state == TRIAL_PRUNED)
     U = np.array(rows) if rows else np.empty((0, space.dim))
-    return U, np.array(values, dtype=float)
+    y, is_pruned = np.array(values, dtype=float), np.array(pruned, dtype=bool)
+    finished = y[~is_pruned & np.isfinite(y)]
+    if is_pruned.any() and len(finished):
+        y[is_pruned] = np.fmin(y[is_pruned], finished.min())
+    return U, y
 
 
 class BoSampler:
@@ -96,7 +105,7 @@ class BoSampler:
         if number < len(self.initial):
             return Suggestion(*self.initial[number])
         k = number - len(self.initial)
-        U, y = encoded(self.space, trials, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
+        U, y = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
         running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
         seen = np.vstack([U, running])
         if k < len(self._design):
@@ -190,7 +199,7 @@ def stalled(trials: Sequence[TrialRecord], sign: float, steps: int = STALL_STEPS
     """Whether the next step belongs to the target GP: the transfer model has taken ``steps`` BO
     steps since the best finished trial without beating it, and the last finished trial was not
     already a fallback step (so the two alternate until one of them improves)."""
-    done = sorted((t for t in trials if t.state in (TRIAL_OK, TRIAL_FAILED)), key=lambda t: t.number)
+    done = sorted((t for t in trials if t.state in COUNTED_STATES), key=lambda t: t.number)
     scores = [sign * t.value if t.state == TRIAL_OK and t.value is not None else -np.inf for t in done]
     if not done or not np.isfinite(max(scores)):
         return False
@@ -239,13 +248,15 @@ class TpeSampler:
         study = optuna.create_study(direction=direction,
                                     sampler=optuna.samplers.TPESampler(seed=self.settings.seed * 100003 + number))
         for t in sorted(trials, key=lambda t: t.number):
-            if t.state not in (TRIAL_OK, TRIAL_FAILED):
+            if t.state not in COUNTED_STATES:
                 continue
             dists = {n: self._distribution(n) for n in t.config}
             ok = t.state == TRIAL_OK and t.value is not None
+            state = TrialState.COMPLETE if ok else TrialState.PRUNED if t.state == TRIAL_PRUNED else TrialState.FAIL
             study.add_trial(create_trial(params=dict(t.config), distributions=dists,
                                          value=float(t.value) if ok else None,  # type: ignore[arg-type]
-                                         state=TrialState.COMPLETE if ok else TrialState.FAIL))
+                                         intermediate_values=_curve(t) if state == TrialState.PRUNED else None,
+                                         state=state))
         trial = study.ask()
         config: dict[str, Any] = {}
         for p in self.space.params:
@@ -257,6 +268,15 @@ class TpeSampler:
                 else:
                     config[p.name] = trial.suggest_categorical(p.name, list(p.choices))  # type: ignore[union-attr]
         return Suggestion(config, "tpe")
+
+
+def _curve(trial: TrialRecord) -> dict[int, float]:
+    """A pruned trial's per-epoch values (Optuna ranks pruned trials by them)."""
+    from agent.tuning.pruning import CURVE_PREFIX
+
+    curve = {int(k[len(CURVE_PREFIX):]): float(v) for k, v in trial.extra.items()
+             if k.startswith(CURVE_PREFIX) and k[len(CURVE_PREFIX):].isdigit()}
+    return curve or ({1: float(trial.value)} if trial.value is not None else {})
 
 
 HTS_ROUND = 3  # r: mapped source configurations per round (paper 001 studies r; 3 suits 20-30-trial budgets)
@@ -288,14 +308,14 @@ class HtsSampler:
 
     def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
         running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
-        done, _ = encoded(self.space, trials, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
+        done, _ = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
         seen = np.vstack([done, running])
         if number < self.m:
             return Suggestion(self.space.decode(self._design[number]), "init:lhs")
         j = (number - self.m) // self.r  # the round; its slots take its mapped points in order
         start = self.m + j * self.r
         before = [t for t in trials if t.number < start]
-        U, y = encoded(self.space, before, (TRIAL_OK, TRIAL_FAILED), self.settings.sign)
+        U, y = encoded(self.space, before, COUNTED_STATES, self.settings.sign)
         source = self.source(U, y)
         if j not in self._rounds:
             from agent.surrogates.gp import impute_failures

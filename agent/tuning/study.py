@@ -21,6 +21,7 @@ from agent.knowledge.base import (
     TRIAL_FAILED,
     TRIAL_KILLED,
     TRIAL_OK,
+    TRIAL_PRUNED,
     TRIAL_RUNNING,
     KnowledgeBase,
     StudyRecord,
@@ -104,12 +105,13 @@ class Study:
         state: str | None = None,
     ) -> TrialRecord:
         """Closes a trial: a finite ``value`` makes it ``ok``; ``failed`` (a reason) or a
-        non-finite value makes it ``failed``; ``state='killed'`` frees its slot again."""
+        non-finite value makes it ``failed``; ``state='pruned'`` keeps the last ``value`` it
+        reached (``failed`` then holds why it was stopped); ``state='killed'`` frees its slot."""
         if state is None:
             if failed is None and (value is None or not math.isfinite(value)):
                 failed = f"objective is not finite ({value})"
             state = TRIAL_FAILED if failed else TRIAL_OK
-        if state != TRIAL_OK:
+        if state not in (TRIAL_OK, TRIAL_PRUNED) or (value is not None and not math.isfinite(value)):
             value = None
         return self.kb.finish_trial(self.record, trial, value, state, failed or "", duration, metrics)
 

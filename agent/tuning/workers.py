@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TrialRecord
+from agent.tuning.pruning import pruning_state
 from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, run_trial, train_config
 from agent.tuning.study import Study
 
@@ -94,7 +95,7 @@ class QueuedExecutor(InlineExecutor):
 
 
 def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                  split: Any) -> tuple[TrialOutcome, list[Any], int]:
+                  split: Any, pruning: Any = None) -> tuple[TrialOutcome, list[Any], int]:
     """The body of a Ray task: one training run with one torch thread, and what it logged."""
     import torch
 
@@ -103,7 +104,7 @@ def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, 
     torch.set_num_threads(1)
     quiet_lightning()
     logger = recording_logger()
-    outcome = train_config(job, config, number, settings, dataset, split, logger)
+    outcome = train_config(job, config, number, settings, dataset, split, logger, pruning)
     return outcome, logger.records, os.getpid()
 
 
@@ -133,8 +134,9 @@ class RayExecutor:
         self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
 
     def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
+        pruning = pruning_state(self.study.settings, self.study.trials())  # the curves finished so far
         ref = self._task.remote(self._job, dict(trial.config), trial.number, self.study.settings,
-                                self._dataset, self._split)
+                                self._dataset, self._split, pruning)
         self._running[ref] = (trial, attempts)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:

@@ -1,0 +1,108 @@
+"""`tune-agent bench pruning`: wall time to reach the unpruned study's best, with each pruner.
+
+The same study (job, dataset, trials, epochs, seed; cold GP) runs once per pruner on a fresh sqlite
+MLflow store, through the product's loop (`tune-agent start --pruner P`). The unpruned study's best
+validation value is the target; for every pruner the figure is the wall time until its best so far
+first reached that target (or "not reached"), as a ratio to the time the unpruned study took to
+find it, measured in the same invocation.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.tuning.progress import SilentReporter
+
+
+@dataclass(frozen=True)
+class PruningBenchConfig:
+    job: str = "cnn"
+    dataset: str = "mnist-5k"
+    trials: int = 20
+    epochs: int = 9
+    seed: int = 0
+    seeds: int = 1
+    pruners: tuple[str, ...] = ("none", "asha", "median")
+
+
+class TimelineReporter(SilentReporter):
+    """Keeps (seconds since the study began, best value so far) after every finished trial."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.points: list[tuple[float, float | None]] = []
+
+    def trial_finished(self, trial: Any, best: Any, trials: Any) -> None:
+        self.points.append((time.perf_counter() - self.start, None if best is None else float(best.value)))
+
+
+def time_to_reach(points: list[tuple[float, float | None]], target: float, sign: float) -> float | None:
+    """First time the best so far was at least as good as ``target`` (``sign`` maximises)."""
+    for seconds, best in points:
+        if best is not None and sign * best >= sign * target - 1e-12:
+            return seconds
+    return None
+
+
+def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
+                      progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Every pruner on every seed; per seed the target is the first pruner's best."""
+    import numpy as np
+
+    seeds = [run_seed(config, seed, progress) for seed in range(config.seed, config.seed + config.seeds)]
+    first = config.pruners[0]
+    summary = {}
+    for name in config.pruners:
+        ratios = [s["runs"][name]["ratio_to_" + first] for s in seeds]
+        reached = [r for r in ratios if r is not None]
+        summary[name] = {"reached_target": f"{len(reached)}/{len(seeds)}",
+                         "median_ratio_where_reached": round(float(np.median(reached)), 3) if reached else None,
+                         "mean_wall_seconds": round(float(np.mean([s["runs"][name]["wall_seconds"] for s in seeds])), 1),
+                         "mean_best": float(np.mean([s["runs"][name]["best"] for s in seeds]))}
+    report = {"config": asdict(config), "summary": summary, "seeds": seeds,
+              "protocol": f"per seed one cold-GP study per pruner; target: the best {first!r} reached; seconds from "
+                          f"study start until the best so far reached it, ratio to {first!r}'s time to find it"}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    from agent.config import StudyConfig
+    from agent.knowledge.base import TRIAL_PRUNED
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import prepare_study
+
+    runs: dict[str, dict[str, Any]] = {}
+    sign = 1.0
+    for pruner in config.pruners:
+        with tempfile.TemporaryDirectory(prefix="tune-agent-pruning-") as tmp:
+            req = StudyConfig(dataset=config.dataset, job=config.job, trials=config.trials, epochs=config.epochs,
+                              seed=seed, warm_start="none", surrogate="gp", pruner=pruner,
+                              study_name=f"pruning-{pruner}", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
+                              artifact_root=str(Path(tmp) / "art"))
+            study, job, data, split = prepare_study(req, echo=lambda _: None)
+            sign = study.settings.sign
+            reporter = TimelineReporter()
+            timing = run_study(study, job, data, split, reporter, trace_plot=False)
+            trials = study.trials()
+            best = study.best(trials)
+        runs[pruner] = {"wall_seconds": round(timing.wall_seconds, 1), "best": None if best is None else best.value,
+                        "pruned_trials": sum(t.state == TRIAL_PRUNED for t in trials), "timeline": reporter.points}
+        progress(f"seed {seed} pruner {pruner}: {timing.wall_seconds:.0f} s, best {runs[pruner]['best']}, "
+                 f"{runs[pruner]['pruned_trials']} pruned")
+    first = config.pruners[0]
+    target = runs[first]["best"]
+    base_time = time_to_reach(runs[first]["timeline"], target, sign) if target is not None else None
+    for run in runs.values():
+        reached = time_to_reach(run["timeline"], target, sign) if target is not None else None
+        run["seconds_to_target"] = None if reached is None else round(reached, 1)
+        run["ratio_to_" + first] = None if reached is None or not base_time else round(reached / base_time, 3)
+        run["timeline"] = [[round(s, 1), b] for s, b in run["timeline"]]
+    return {"seed": seed, "target": target, "runs": runs}

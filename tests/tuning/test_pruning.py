@@ -1,0 +1,65 @@
+"""Pruning: the median and ASHA rules, pruned trials as bounds for the sampler, and a real study
+whose pruned trials are stored as pruned, count against the budget and are never the best."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.space import Float, SearchSpace
+from agent.tuning.pruning import Pruner, PruningState, study_curves
+from agent.tuning.sampler import encoded
+
+
+def test_asha_rungs_grow_by_eta_and_keep_the_top_third() -> None:
+    asha = Pruner("asha")
+    assert asha.rungs(9) == [1, 3]
+    assert asha.rungs(30) == [1, 3, 9, 27]
+    assert Pruner("median").rungs(4) == [1, 2, 3]
+    assert Pruner("none").rungs(9) == []
+    peers = [0.9, 0.8, 0.7, 0.6, 0.5]  # maximised: higher is better
+    assert asha.verdict(1, 0.95, peers) == ""  # the best of six goes on
+    assert asha.verdict(1, 0.85, peers) == ""  # six values: the top 6 // 3 = 2 go on, 0.85 is second
+    assert "top 1/3" in asha.verdict(1, 0.75, peers)
+    assert asha.verdict(1, 0.1, peers[:2]) == ""  # too few peers to judge
+
+
+def test_median_rule_and_state_on_a_minimised_metric() -> None:
+    state = PruningState(Pruner("median"), "val_loss", -1.0, 5, peers={1: [0.5, 0.6, 0.7], 2: [0.4, 0.5, 0.6]})
+    assert not state.observe(1, 0.55)  # below (better than) the median loss 0.6
+    assert state.observe(2, 0.58)  # worse than the median loss 0.5 at epoch 2
+    assert state.curve == {1: 0.55, 2: 0.58}
+    assert state.reason.startswith("pruned by median at epoch 2: val_loss=0.58")
+
+
+def test_a_pruned_value_is_a_bound_never_better_than_the_worst_finished_trial() -> None:
+    space = SearchSpace([Float("x", 0.0, 1.0)])
+
+    def trial(n: int, state: str, value: float) -> TrialRecord:
+        return TrialRecord(str(n), n, state, {"x": n / 10}, value, "bo:logei", extra={"curve_1": value})
+
+    trials = [trial(0, TRIAL_OK, 0.30), trial(1, TRIAL_OK, 0.50), trial(2, TRIAL_PRUNED, 0.20),
+              trial(3, TRIAL_PRUNED, 0.90)]
+    _, y = encoded(space, trials, (TRIAL_OK, TRIAL_PRUNED), sign=-1.0)  # minimised loss, maximised here
+    np.testing.assert_allclose(y, [-0.30, -0.50, -0.50, -0.90])
+    assert study_curves(trials) == {1: [0.30, 0.50, 0.20, 0.90]}
+
+
+def test_an_asha_study_prunes_and_keeps_pruned_trials_out_of_the_best(store, cli) -> None:  # noqa: ANN001
+    res = cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "8", "--epochs", "3",
+              "--pruner", "asha", "--warm-start", "none", "--study-name", "pruned", *store.args)
+    assert res.code == 0, res.err
+    kb = store.kb()
+    study = kb.find_study("pruned")
+    trials = kb.trials(study)
+    assert sorted(t.number for t in trials) == list(range(8))  # pruned trials use budget slots
+    pruned = [t for t in trials if t.state == TRIAL_PRUNED]
+    assert pruned, [t.extra for t in trials]
+    for t in pruned:
+        assert t.reason.startswith("pruned by asha at epoch 1")
+        assert t.value is not None and t.extra.get("curve_1") == t.value
+        assert "curve_2" not in t.extra  # it stopped after epoch 1
+    finished = [t for t in trials if t.state == TRIAL_OK]
+    assert all("curve_3" in t.extra for t in finished)
+    assert study.best_value == min(t.value for t in finished)
+    assert "pruned by asha" in res.out
