@@ -588,6 +588,32 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
     click.echo(json.dumps(report, indent=2))
 
 
+@bench.command("server")
+@click.option("--starter", default="starter/mlp.npz", show_default=True, help="Studies to log (a starter history file).")
+@click.option("--agents", type=int, default=4, show_default=True, help="Concurrent writers, one MLflow client each.")
+@click.option("--runs", type=int, default=10_000, show_default=True, help="Trial runs to log before the lookup.")
+@click.option("--dataset", default="wine", show_default=True, help="The new dataset whose warm start is timed.")
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--out", default="metrics/server.json", show_default=True)
+def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir: str, out: str) -> None:
+    """A real team server (PostgreSQL): runs/s with concurrent agents, warm-start lookup over N trial runs."""
+    from pathlib import Path
+
+    from agent.bench.server import run_server_bench
+    from agent.config import check_positive
+
+    for option, value in (("--agents", agents), ("--runs", runs)):
+        check_positive(option, value)
+    if not Path(starter).is_file():
+        raise TuneAgentError(f"starter history not found: {starter}")
+    report = run_server_bench(Path(starter), agents, runs, dataset, models_dir=Path(models_dir),
+                              say=lambda line: click.echo(line, err=True))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report, indent=2))
+
+
 @bench.command("pruning")
 @click.option("--job", default="cnn", show_default=True)
 @click.option("--dataset", default="mnist-5k", show_default=True)

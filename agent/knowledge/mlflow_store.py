@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -122,6 +123,52 @@ def store_exists(uri: str) -> bool:
     return path is None or path.exists()
 
 
+RETRY_DELAYS = (2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # seconds between tries of an unreachable server
+
+
+def retry_delays() -> tuple[float, ...]:
+    """:data:`RETRY_DELAYS`, the first ``TUNE_AGENT_STORE_RETRIES`` of them when that is set."""
+    raw = os.environ.get("TUNE_AGENT_STORE_RETRIES")
+    if raw is None or not raw.strip().isdigit():
+        return RETRY_DELAYS
+    return RETRY_DELAYS[: int(raw)]
+
+_UNREACHABLE = ("connectionerror", "connection refused", "max retries exceeded", "failed to establish",
+                "remotedisconnected", "connection aborted", "read timed out", "temporarily_unavailable",
+                "error code 502", "error code 503", "error code 504", "bad gateway", "service unavailable")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the tracking server could not be reached (down, restarting, overloaded),
+    as opposed to a refusal or a bad request that retrying cannot fix."""
+    import requests
+
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+        return True
+    code = str(getattr(exc, "error_code", ""))
+    if code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"):
+        return True
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(marker in text for marker in _UNREACHABLE)
+
+
+def explain_mlflow_error(uri: str, exc: Exception) -> str:
+    """One line for an MLflow error; refused credentials and permissions say what to do."""
+    text = str(exc).strip()
+    code = str(getattr(exc, "error_code", ""))
+    if code == "UNAUTHENTICATED" or "error code 401" in text:
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        who = f"as user {user!r}" if user else "without credentials"
+        return (f"tracking server {uri} refused the request {who} (401): set MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server")
+    if code == "PERMISSION_DENIED" or "error code 403" in text:
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
+        return (f"tracking server {uri}: {user} has no permission for this (403); ask the server's admin for EDIT "
+                "on the tune-agent experiments")
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return f"tracking store {uri}: {first}"
+
+
 class MlflowKnowledgeBase(KnowledgeBase):
     """Studies and trials in an MLflow tracking store (sqlite file or ``mlflow server``)."""
 
@@ -151,9 +198,11 @@ class MlflowKnowledgeBase(KnowledgeBase):
             # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
             # against a server; the study's own lines say where things are.
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
-            # A server that went down: MLflow's default 7 retries with backoff stayed silent ~250 s;
-            # 3 retries and a 30 s request timeout fail within about a minute.
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+            # A server that went down: MLflow's default 7 silent retries took ~250 s; :meth:`_call`
+            # retries instead, saying so on stderr within seconds (one quick retry of MLflow's own
+            # absorbs a single dropped connection).
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
             path = _sqlite_path(self.tracking_uri)
             if path is not None:
@@ -181,13 +230,36 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
     # -- helpers -------------------------------------------------------------------------------
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` with MLflow's errors as one line; a tracking server that cannot be reached is
+        retried with backoff (:data:`RETRY_DELAYS`, about two minutes in all), each wait announced
+        on stderr, before the error is raised."""
         from mlflow.exceptions import MlflowException
 
-        try:
-            return fn(*args, **kwargs)
-        except MlflowException as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StoreError(f"tracking store {self.tracking_uri}: {first}") from None
+        delays = retry_delays()
+        attempt = 0
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (MlflowException, OSError) as exc:
+                down = self._remote and unreachable(exc)
+                if down and attempt < len(delays):
+                    delay = delays[attempt]
+                    attempt += 1
+                    sys.stderr.write(f"tracking server {self.tracking_uri} unreachable, retrying ({attempt}/{len(delays)}) "
+                                     f"in {delay:g} s\n")
+                    sys.stderr.flush()
+                    time.sleep(delay)
+                    continue
+                if down:
+                    raise StoreError(f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
+                                     f"retries over {sum(delays):g} s") from None
+                if isinstance(exc, MlflowException):
+                    raise StoreError(explain_mlflow_error(self.tracking_uri, exc)) from None
+                raise
+
+    @property
+    def _remote(self) -> bool:
+        return urlparse(self.tracking_uri).scheme in ("http", "https")
 
     def _experiment_ids(self) -> list[str]:
         exps = self._call(self._client.search_experiments, max_results=1000)
@@ -437,7 +509,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
     ) -> TrialRecord:
         from mlflow.entities import Param
 
-        exp_id = self._call(self._client.get_run, study.study_id).info.experiment_id
+        exp_id = self._experiment_of(study)
         summary = ", ".join(f"{k}={_short(v)}" for k, v in config.items())
         tags = {
             "mlflow.parentRunId": study.study_id,
@@ -486,16 +558,68 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
         from lightning.pytorch.loggers import MLFlowLogger
 
+        kb = self
+
         class TrialLogger(MLFlowLogger):
-            """Keeps the trial's params as logged: hyperparameters already set are skipped."""
+            """Keeps the trial's params as logged: hyperparameters already set are skipped. Epoch
+            metrics and params that cannot reach the tracking server are kept, and written in order
+            by the next call that can, at the latest when training ends (retried then as every store
+            call is): an outage does not stop or fail the training."""
+
+            @property
+            def _pending(self) -> list[tuple[Any, tuple[Any, ...]]]:
+                return self.__dict__.setdefault("_unwritten", [])
+
+            def _write(self, method: Any, *args: Any) -> None:
+                self._pending.append((method, args))
+                failed_at = self.__dict__.get("_failed_at")
+                if failed_at is not None and time.monotonic() - failed_at < RETRY_DELAYS[0] * 2:
+                    return  # the server was down a moment ago: keep it, training goes on
+                try:
+                    self._flush()
+                except Exception as exc:
+                    if not (kb._remote and unreachable(exc)):
+                        raise
+                    if failed_at is None:
+                        sys.stderr.write(f"tracking server {kb.tracking_uri} unreachable: keeping this trial's epoch "
+                                         "metrics to write when it is back\n")
+                    self.__dict__["_failed_at"] = time.monotonic()
+
+            def _flush(self) -> None:
+                kept = len(self._pending)
+                while self._pending:
+                    method, args = self._pending[0]
+                    method(self, *args)
+                    self._pending.pop(0)
+                if self.__dict__.pop("_failed_at", None) is not None:
+                    sys.stderr.write(f"tracking server {kb.tracking_uri} back: wrote {kept} kept batch(es)\n")
+
+            def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+                self._write(MLFlowLogger.log_metrics, dict(metrics), step)
 
             def log_hyperparams(self, params: Any) -> None:
                 known = set(trial.config)
                 extra = {k: v for k, v in dict(vars(params) if not isinstance(params, Mapping) else params).items() if k not in known}
                 if extra:
-                    super().log_hyperparams(extra)
+                    self._write(MLFlowLogger.log_hyperparams, extra)
 
-        return TrialLogger(tracking_uri=self.tracking_uri, run_id=trial.trial_id)
+            def finalize(self, status: str = "success") -> None:
+                if self._pending:
+                    kb._call(self._flush)
+                kb._call(MLFlowLogger.finalize, self, status)
+
+        logger = TrialLogger(tracking_uri=self.tracking_uri, run_id=trial.trial_id)
+        # Lightning would fetch the run on first use to learn its experiment (and fail the trial if
+        # the server is down at that moment); we know it.
+        logger._experiment_id = self._experiment_of(study)
+        logger._initialized = True
+        return logger
+
+    def _experiment_of(self, study: StudyRecord) -> str:
+        cache = self.__dict__.setdefault("_experiments", {})
+        if study.study_id not in cache:
+            cache[study.study_id] = self._call(self._client.get_run, study.study_id).info.experiment_id
+        return cache[study.study_id]
 
 
 def _short(value: Any) -> str:

@@ -30,6 +30,7 @@ from agent.errors import StoreError, TuneAgentError
 
 DATABASE = "mlflow"
 DB_USER = "tune_agent"
+ADMIN = "admin"
 PG_SEARCH = ("/usr/lib/postgresql",)  # Debian keeps the server binaries (initdb, pg_ctl) here
 
 
@@ -120,12 +121,23 @@ class TeamServer:
             auth = self.data_dir / "auth"
             auth.mkdir(parents=True, exist_ok=True)
             ini = auth / "basic_auth.ini"
-            if not ini.exists():
+            if not ini.exists():  # a random admin password, readable only here (MLflow refuses its old default)
+                import secrets
+
+                password = secrets.token_urlsafe(18)
                 ini.write_text("[mlflow]\ndefault_permission = READ\n"
                                f"database_uri = sqlite:///{auth / 'users.db'}\n"
-                               "admin_username = admin\nadmin_password = password1234\n"
+                               f"admin_username = {ADMIN}\nadmin_password = {password}\n"
                                "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+                ini.chmod(0o600)
             env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
+            secret = auth / "secret_key"  # CSRF key of the auth app's forms: one per server, kept across restarts
+            if not secret.exists():
+                import secrets
+
+                secret.write_text(secrets.token_hex(32))
+                secret.chmod(0o600)
+            env.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", secret.read_text().strip())
         return env
 
     def serve(self, say: Callable[[str], None] = print, ready_timeout: float = 180) -> int:
@@ -147,6 +159,9 @@ class TeamServer:
                 say(f"tracking server ready at {self.url} (backend {self.backend_uri}; artifacts proxied from "
                     f"{self.data_dir / 'artifacts'}{'; basic auth on' if self.auth else ''})")
                 say(f"agents: tune-agent start ... --tracking-uri {self.url}")
+                if self.auth:
+                    say(f"basic auth: admin user '{ADMIN}', password in {self.data_dir / 'auth' / 'basic_auth.ini'}; "
+                        "agents read MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
             while proc.poll() is None and not stop["now"]:
                 time.sleep(0.2)
             return 0 if stop["now"] else int(proc.returncode or 0)

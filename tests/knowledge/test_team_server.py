@@ -4,6 +4,7 @@ Ctrl-C (SIGTERM) stops MLflow and PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -41,8 +42,8 @@ def _pg_available() -> bool:
 pytestmark = pytest.mark.skipif(not _pg_available(), reason="PostgreSQL binaries or psycopg are not installed")
 
 
-@pytest.fixture
-def team_server():  # noqa: ANN201
+@contextlib.contextmanager
+def serving(auth: bool = False):  # noqa: ANN201
     """`tune-agent server` in a folder PostgreSQL's own user can reach (pytest's tmp is private to root)."""
     from agent.knowledge.team_server import wait_until_up
 
@@ -50,8 +51,8 @@ def team_server():  # noqa: ANN201
     data.chmod(0o755)
     port, pg_port = _free_port(), _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port", str(port),
-                             "--pg-port", str(pg_port)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                             "--pg-port", str(pg_port), *(["--auth"] if auth else [])], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_until_up(url, 180, proc), proc.stdout.read() if proc.poll() is not None else "server not up"
@@ -63,26 +64,42 @@ def team_server():  # noqa: ANN201
         shutil.rmtree(data, ignore_errors=True)
 
 
-def _agent(url: str, dataset: str, name: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+@pytest.fixture(scope="module")
+def team_server():  # noqa: ANN201
+    """One auth-enabled server for the module (starting one costs ~20 s); the last test stops it."""
+    with serving(auth=True) as server:
+        yield server
+
+
+def _admin(data: Path) -> dict[str, str]:
+    ini = (data / "auth" / "basic_auth.ini").read_text()
+    password = next(line.split("=", 1)[1].strip() for line in ini.splitlines() if line.startswith("admin_password"))
+    return {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": password}
+
+
+def _agent(url: str, dataset: str, name: str, **creds: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")} | creds
     return subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", dataset, "--job",
                              "agent.jobs.examples:logistic", "--trials", "3", "--epochs", "1", "--warm-start", "none",
                              "--study-name", name, "--tracking-uri", url], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_four_agents_log_into_postgres_at_once_and_the_server_stops_clean(team_server) -> None:  # noqa: ANN001
+def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:  # noqa: ANN001
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow_store import MlflowKnowledgeBase
     from agent.knowledge.team_server import pg_binary
 
     url, data, pg_port, proc = team_server
     datasets = ("iris", "wine", "breast-cancer", "digits")
-    agents = [_agent(url, d, f"team-{d}") for d in datasets]
+    admin = _admin(data)
+    agents = [_agent(url, d, f"team-{d}", **admin) for d in datasets]
     for a in agents:
         out, err = a.communicate(timeout=240)
         assert a.returncode == 0, err[-2000:]
         assert "View run" not in out + err  # MLflow's link lines stay out of the product's output
+    for key, value in admin.items():
+        monkeypatch.setenv(key, value)
     kb = MlflowKnowledgeBase(url)
     for d in datasets:
         trials = kb.trials(kb.find_study(f"team-{d}"))
@@ -95,9 +112,56 @@ def test_four_agents_log_into_postgres_at_once_and_the_server_stops_clean(team_s
     assert any(p.name.endswith(".npz") or p.suffix == ".json" for p in (data / "artifacts").rglob("*"))
     # a fifth process reading the history sees the four finished studies
     res = subprocess.run([sys.executable, "-m", "agent.cli", "history", "--tracking-uri", url], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env={**os.environ, **admin})
     assert res.returncode == 0, res.stderr
     assert all(f"team-{d}" in res.stdout for d in datasets)
+
+
+def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_server, monkeypatch) -> None:  # noqa: ANN001
+    """A wrong password, and a user without EDIT on the experiment the admin's studies made, each
+    get one line and exit 2, leaving no study; once granted EDIT the same user's study runs."""
+    from mlflow.server import get_app_client
+    from mlflow.server.auth.permissions import RESOURCE_TYPE_EXPERIMENT
+
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+    url, data, _, _ = team_server
+    admin = _admin(data)
+    wrong = _agent(url, "wine", "wrong-password", MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD="nope")
+    _, err = wrong.communicate(timeout=240)
+    assert wrong.returncode == 2
+    assert err.strip().splitlines()[-1].startswith(
+        f"tune-agent: error: tracking server {url} refused the request as user 'admin' (401)")
+    assert "Traceback" not in err
+
+    for key, value in admin.items():
+        monkeypatch.setenv(key, value)
+    client = get_app_client("basic-auth", tracking_uri=url)
+    client.create_user("bob", "bob-password-123")
+    bob = {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "bob-password-123"}
+    refused = _agent(url, "wine", "by-bob", **bob)
+    _, err = refused.communicate(timeout=240)
+    assert refused.returncode == 2
+    assert "bob has no permission for this (403)" in err.strip().splitlines()[-1]
+    assert MlflowKnowledgeBase(url).find_study("by-bob") is None  # nothing half-written
+
+    client.grant_user_permission("bob", RESOURCE_TYPE_EXPERIMENT, client_experiment(url, "team-iris"), "EDIT")
+    granted = _agent(url, "wine", "by-bob", **bob)
+    _, err = granted.communicate(timeout=240)
+    assert granted.returncode == 0, err[-2000:]
+
+
+def client_experiment(url: str, study: str) -> str:
+    """The experiment id holding ``study``'s run."""
+    import mlflow
+
+    client = mlflow.MlflowClient(url)
+    run = client.search_runs([e.experiment_id for e in client.search_experiments()], f"attributes.run_name = '{study}'")[0]
+    return run.info.experiment_id
+
+
+def test_sigterm_stops_mlflow_and_postgres(team_server) -> None:  # noqa: ANN001
+    _, data, _, proc = team_server
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=90) == 0
@@ -105,3 +169,5 @@ def test_four_agents_log_into_postgres_at_once_and_the_server_stops_clean(team_s
     assert "tracking server and PostgreSQL stopped" in proc.stdout.read()
     assert not (data / "postgres" / "postmaster.pid").exists()
     assert stopped < 60
+
+

@@ -1,0 +1,153 @@
+"""The team server under load: concurrent agents logging trials into ``tune-agent server``
+(MLflow over PostgreSQL), then the warm-start lookup over 10,000 historical trial runs.
+
+A real server is started in a temporary folder (as ``tune-agent server`` runs it). ``agents``
+writer threads, each with its own client, log the starter history's studies as ordinary studies
+(one MLflow run per trial, through the knowledge base's ``create_study`` / ``start_trial`` /
+``finish_trial``, as a study does) until ``runs`` trial runs exist: runs per second, and a count of
+what the store holds against what was written (0 lost, 0 duplicated). Then the product's warm
+start (load a new table, sample and describe it, meta-features, neighbour search, the neighbours'
+evaluations) over that store, median of repeats, next to one raw ``search_runs`` pass over every
+trial run for comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def starter_entries(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The starter file's studies (with samples) and its search space."""
+    import json
+
+    archive = np.load(path, allow_pickle=False)
+    data = json.loads(archive["header"].tobytes().decode())
+    entries = []
+    for i, entry in enumerate(data["studies"]):
+        sample = (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None
+        entries.append({**entry, "sample": sample})
+    return entries, data["space"]
+
+
+def _write_study(kb: Any, entry: dict[str, Any], space: list[dict[str, Any]], name: str) -> int:
+    """One study as an agent leaves it: a study run, one run per trial, finished. Returns trial runs."""
+    from agent.knowledge.base import TRIAL_OK
+
+    record = kb.create_study(name, entry["settings"], space, entry["summary"], entry["sample"],
+                             f"bench server: `{entry['name']}` written as trial runs")
+    if entry.get("metafeatures") is not None:
+        kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
+    written = 0
+    for number, (config, value) in enumerate(zip(entry["configs"], entry["values"])):
+        trial = kb.start_trial(record, number, config, "import:bench")
+        kb.finish_trial(record, trial, value, TRIAL_OK, duration=0.0)
+        written += 1
+    kb.update_study(record, "finished")
+    return written
+
+
+def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset: str = "wine", job: str = "mlp",
+                     models_dir: Path = Path("models"), repeats: int = 3,
+                     say: Callable[[str], None] = print) -> dict[str, Any]:
+    from agent.bench.neighbours import measure_warm_start
+    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.team_server import wait_until_up
+
+    entries, space = starter_entries(starter)
+    per_study = max(len(e["configs"]) for e in entries)
+    n_studies = min(len(entries), -(-runs // per_study))
+    chosen = entries[:n_studies]
+    data = Path(tempfile.mkdtemp(prefix="tune-agent-bench-server-", dir="/tmp"))
+    data.chmod(0o755)  # PostgreSQL's own user must reach it when we are root
+    port, pg_port = _free_port(), _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port", str(port),
+                             "--pg-port", str(pg_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_until_up(url, 240, proc):
+            raise RuntimeError(f"tune-agent server did not come up (logs in {data / 'logs'})")
+        say(f"server up at {url}; {agents} writers log {n_studies} studies x ~{per_study} trials as runs")
+        MlflowKnowledgeBase(url).open()
+        queue = list(enumerate(chosen))
+        lock = threading.Lock()
+        counts = [0] * agents
+        errors: list[str] = []
+        done = {"studies": 0}
+
+        def writer(w: int) -> None:
+            kb = MlflowKnowledgeBase(url)
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    i, entry = queue.pop(0)
+                try:
+                    counts[w] += _write_study(kb, entry, space, f"bench-{i:04d}")
+                except Exception as exc:  # noqa: BLE001 - counted and reported, the bench goes on
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                with lock:
+                    done["studies"] += 1
+                    if done["studies"] % 20 == 0:
+                        say(f"  {done['studies']}/{n_studies} studies, {sum(counts)} trial runs")
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(agents)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds = time.perf_counter() - start
+        written = sum(counts)
+        kb = MlflowKnowledgeBase(url)
+        studies = [s for s in kb.list_studies() if s.name.startswith("bench-")]
+        stored = [(s.study_id, t) for s in studies for t in kb.trials(s)]
+        keys = [(sid, t.number) for sid, t in stored]
+        expected = sum(len(e["configs"]) for e in chosen)
+        logging_ = {"writers": agents, "studies": n_studies, "trial_runs_written": written, "seconds": round(seconds, 1),
+                    "runs_per_second": round(written / seconds, 1),
+                    "stored_trial_runs": len(stored), "expected": expected,
+                    "lost": expected - len(set(keys)), "duplicated": len(keys) - len(set(keys)),
+                    "not_ok": sum(t.state != TRIAL_OK for _, t in stored),
+                    "errors": errors[:5]}
+        say(f"logged {written} trial runs in {seconds:.1f} s: {written / seconds:.1f} runs/s with {agents} writers")
+        raw_start = time.perf_counter()
+        everything = list(kb._search("tags.`tune_agent.kind` = 'trial'"))  # noqa: SLF001 - the raw comparison
+        raw = time.perf_counter() - raw_start
+        lookup = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
+        say(f"warm-start lookup over {len(everything)} trial runs: {lookup['median']['warm_start_s']} s median "
+            f"(raw search_runs over all of them: {raw:.2f} s)")
+        return {"server": "tune-agent server (mlflow server, PostgreSQL backend, proxied artifacts)",
+                "logging": logging_,
+                "lookup": {"history_trial_runs": len(everything), "raw_search_runs_s": round(raw, 2), **lookup},
+                "protocol": "writers are threads, one MLflow client each, logging the starter history's studies "
+                            "with one run per trial as a study does; the lookup is the product's warm start "
+                            "(bench neighbours --tracking-uri) over that store, median of repeats"}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        import shutil
+
+        if os.environ.get("TUNE_AGENT_KEEP_BENCH_SERVER") != "1":
+            shutil.rmtree(data, ignore_errors=True)

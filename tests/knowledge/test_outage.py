@@ -1,0 +1,152 @@
+"""The tracking server goes down mid-study: the agent says so within seconds, keeps what it could
+not write, and ends with every trial and epoch logged once the server is back; when it stays down,
+one line names the server and the resume command (exit 2)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+EPOCHS = 120  # a trial lasts a few seconds, so the server dies during one
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server(tmp: Path, port: int) -> subprocess.Popen[bytes]:
+    exe = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp / 'server.db'}",
+                             "--artifacts-destination", str(tmp / "server-art"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                return proc
+        except requests.RequestException:
+            time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError("mlflow server did not come up")
+
+
+def _agent(url: str, name: str, trials: int, **env: str) -> subprocess.Popen[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")} | env
+    return subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "wine", "--job",
+                             "agent.jobs.examples:logistic", "--trials", str(trials), "--epochs", str(EPOCHS),
+                             "--warm-start", "none", "--study-name", name, "--tracking-uri", url],
+                            cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _read(stream, lines: list[str]) -> threading.Thread:  # noqa: ANN001
+    t = threading.Thread(target=lambda: lines.extend(stream), daemon=True)
+    t.start()
+    return t
+
+
+def _wait_for(lines: list[str], text: str, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if any(text in line for line in lines):
+            return time.monotonic() - start
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not seen in {timeout} s: {lines[-5:]}")
+
+
+def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> None:
+    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _server(tmp_path, port)
+    agent = _agent(url, "outage", trials=4)
+    out: list[str] = []
+    err: list[str] = []
+    readers = [_read(agent.stdout, out), _read(agent.stderr, err)]
+    try:
+        _wait_for(out, "trial 2/4", 240)
+        os.killpg(server.pid, signal.SIGKILL)  # mid-trial: its epochs and its end find no server
+        server.wait()
+        seen = _wait_for(err, "unreachable, retrying (1/", 30)
+        assert seen <= 10, f"first retry line after {seen:.1f} s"
+        time.sleep(3)
+        server = _server(tmp_path, port)  # same store, same port
+        assert agent.wait(timeout=240) == 0, "".join(err)[-2000:]
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    for r in readers:
+        r.join(timeout=10)
+    assert "Traceback" not in "".join(err)
+    server = _server(tmp_path, port)
+    try:
+        kb = MlflowKnowledgeBase(url)
+        study = kb.find_study("outage")
+        assert study is not None and study.status == "finished"
+        trials = kb.trials(study)
+        assert sorted(t.number for t in trials) == [0, 1, 2, 3]  # each once, none lost or duplicated
+        assert all(t.state == TRIAL_OK for t in trials)
+        from mlflow import MlflowClient
+
+        client = MlflowClient(url)
+        for t in trials:  # every epoch of every trial reached the store, the outage's included
+            steps = {m.step for m in client.get_metric_history(t.trial_id, "val_loss")}
+            assert len(steps) == EPOCHS, (t.number, len(steps))
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_server_that_stays_down_ends_in_one_line_naming_resume(tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = _server(tmp_path, port)
+    agent = _agent(url, "gone", trials=4, TUNE_AGENT_STORE_RETRIES="2")
+    out: list[str] = []
+    err: list[str] = []
+    readers = [_read(agent.stdout, out), _read(agent.stderr, err)]
+    try:
+        _wait_for(out, "trial 2/4", 240)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        assert agent.wait(timeout=120) == 2
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    for r in readers:
+        r.join(timeout=10)
+    errors = [line for line in err if line.startswith("tune-agent: error")]
+    assert len(errors) == 1, "".join(err)[-2000:]
+    assert url in errors[0] and "tune-agent resume gone" in errors[0]
+    assert "Traceback" not in "".join(err)
+
+
+def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:  # noqa: ANN001
+    """Training does not stop or fail for the store: a trial's logger keeps what it cannot write."""
+    from agent.knowledge.base import StudyRecord, TrialRecord
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+    kb = MlflowKnowledgeBase.__new__(MlflowKnowledgeBase)  # no server to check at construction: none runs
+    kb._tracking_uri, kb.artifact_root, kb._root_given, kb._client_instance = f"http://127.0.0.1:{_free_port()}", None, False, None
+    kb.__dict__["_experiments"] = {"s": "1"}
+    study = StudyRecord("s", "S", "job", "wine", "fp", "sig", "running", {})
+    logger = kb.trial_logger(study, TrialRecord("r", 0, "running", {"lr": 0.1}, None, "init:sobol"))
+    for epoch in range(3):
+        logger.log_metrics({"val_loss": 1.0 / (epoch + 1)}, epoch)
+    assert [args for _, args in logger._pending] == [({"val_loss": 1.0}, 0), ({"val_loss": 0.5}, 1), ({"val_loss": 1 / 3}, 2)]
+    assert capsys.readouterr().err.count("unreachable: keeping this trial's epoch metrics") == 1
