@@ -9,9 +9,10 @@ Heavy libraries are imported inside the commands so ``--help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
@@ -21,6 +22,7 @@ from agent.errors import TuneAgentError
 tracking_option = click.option(
     "--tracking-uri", default=None, help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI or sqlite:///mlflow/mlflow.db]"
 )
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (for scripts).")
 artifact_option = click.option(
     "--artifact-root", default=None, help="Where new experiments store artifacts [default: mlflow/artifacts for the embedded store]"
 )
@@ -139,6 +141,20 @@ def execution_options(fn: Any) -> Any:
                         help="Trials run at once (Ray tasks, one CPU and one torch thread each); each new trial is proposed knowing the running ones.")(fn)
 
 
+@contextlib.contextmanager
+def _preparing(what: str) -> Iterator[None]:
+    """On a terminal, a transient status line within a fraction of a second of the command, while
+    the heavy libraries, the dataset and the history load (it disappears when the study's own lines
+    start, so bad input still ends in its one line). Pipes and logs get nothing extra."""
+    if not sys.stdout.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(highlight=False).status(f"tune-agent: {what}", spinner="dots"):
+        yield
+
+
 def _check_workers(workers: int) -> None:
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
@@ -149,12 +165,13 @@ def _check_workers(workers: int) -> None:
 @execution_options
 def start(workers: int, ray_address: str | None, **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    from agent.tuning.progress import ProgressReporter
-    from agent.tuning.service import prepare_study
-
     _check_workers(workers)
     req = _request(kwargs)
-    study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
+    with _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
+        from agent.tuning.progress import ProgressReporter
+        from agent.tuning.service import prepare_study
+
+        study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
     _run(study, job, dataset, split, ProgressReporter(), workers, ray_address)
 
 
@@ -197,13 +214,14 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
 def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
            workers: int, ray_address: str | None) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    from agent.tuning.progress import ProgressReporter
-    from agent.tuning.service import check_resume_matches, load_study_data, open_study
-
     _check_workers(workers)
-    study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
-    check_resume_matches(study, job_obj, job, dataset)
-    data, split = load_study_data(study, job_obj)
+    with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
+        from agent.tuning.progress import ProgressReporter
+        from agent.tuning.service import check_resume_matches, load_study_data, open_study
+
+        study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
+        check_resume_matches(study, job_obj, job, dataset)
+        data, split = load_study_data(study, job_obj)
     closed = study.recover()
     reporter = ProgressReporter()
     for t in closed:
@@ -218,7 +236,8 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
 @cli.command()
 @click.argument("study_name")
 @tracking_option
-def ask(study_name: str, tracking_uri: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: ask always prints JSON.")
+def ask(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
     """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}.
 
     Trials are numbered from 1 everywhere a person reads them (console, MLflow run names, ask,
@@ -253,7 +272,8 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 @cli.command()
 @click.argument("study_name")
 @tracking_option
-def best(study_name: str, tracking_uri: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: best always prints JSON.")
+def best(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
     """Print the best configuration of a study as JSON."""
     from agent.tuning.service import open_study
 
@@ -267,11 +287,30 @@ def best(study_name: str, tracking_uri: str | None) -> None:
 
 @cli.command()
 @tracking_option
-def history(tracking_uri: str | None) -> None:
+@json_option
+def history(tracking_uri: str | None, as_json: bool) -> None:
     """List studies and the datasets they ran on."""
-    from agent.tuning.history import render_history
+    from agent.tuning.history import history_rows, render_history
 
-    click.echo(render_history(_kb(tracking_uri)))
+    kb = _kb(tracking_uri)
+    click.echo(json.dumps(history_rows(kb), indent=2) if as_json else render_history(kb))
+
+
+@cli.command()
+@tracking_option
+@artifact_option
+@click.option("--models-dir", default="models", show_default=True)
+@json_option
+def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, as_json: bool) -> None:
+    """Check the store, the history, the meta-models, versions and threads; exit 1 if something is broken."""
+    from pathlib import Path
+
+    from agent.tuning.doctor import healthy, render, run_doctor
+
+    checks = run_doctor(tracking_uri, artifact_root, Path(models_dir))
+    click.echo(render(checks, as_json))
+    if not healthy(checks):
+        sys.exit(1)
 
 
 @cli.command()
@@ -477,7 +516,9 @@ meta.add_command(evaluate_cmd, "evaluate")
 @click.option("--models-dir", default="models", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @tracking_option
-def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None) -> None:
+@json_option
+def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None,
+              as_json: bool) -> None:
     """Print the nearest historical datasets, their distances and best configurations."""
     from pathlib import Path
 
@@ -491,7 +532,13 @@ def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], 
     kb = _kb(tracking_uri)
     warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
                            warm_start, k, Path(models_dir))
-    click.echo(warm.message)
+    if as_json:
+        click.echo(json.dumps({"dataset": ds.name, "job": job_obj.name, "method": warm.method, "message": warm.message,
+                               "far_from_history": warm.far, "distance_ratio": warm.distance_ratio,
+                               "neighbours": [{"dataset": n.name, "distance": n.distance, "best_value": n.best_value,
+                                               "best_config": dict(n.best_config)} for n in warm.neighbours]}, indent=2))
+        return
+    click.echo(warm.message.replace("; starting cold", "; a study would start cold"))  # a query starts nothing
     for n in warm.neighbours:
         click.echo(f"{n.distance:10.4g}  {n.name}  best={n.best_value:.5g}  {json.dumps(dict(n.best_config))}")
 
@@ -612,6 +659,26 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(json.dumps(report, indent=2))
+
+
+@bench.command("startup")
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--dataset", default="iris", show_default=True)
+@click.option("--job", default="mlp", show_default=True)
+@click.option("--out", default="metrics/startup.json", show_default=True)
+def bench_startup(repeats: int, dataset: str, job: str, out: str) -> None:
+    """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
+    from pathlib import Path
+
+    from agent.bench.startup import run_startup_bench
+    from agent.config import check_positive
+
+    check_positive("--repeats", repeats)
+    report = run_startup_bench(repeats, dataset, job)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report["summary"], indent=2))
 
 
 @bench.command("pruning")

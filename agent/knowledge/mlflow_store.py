@@ -207,7 +207,14 @@ class MlflowKnowledgeBase(KnowledgeBase):
             path = _sqlite_path(self.tracking_uri)
             if path is not None:
                 create_sqlite_store(path)
-            self._client_instance = MlflowClient(self.tracking_uri)
+            try:
+                self._client_instance = MlflowClient(self.tracking_uri)
+            except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors for a file that is no store
+                if path is None:
+                    raise
+                first = (str(getattr(exc, "orig", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise StoreError(f"tracking store {self.tracking_uri} cannot be opened ({first}); move {path} aside "
+                                 "and a new store is made on next use") from None
         return self._client_instance
 
     def open(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from agent.knowledge.base import KnowledgeBase
 
@@ -22,6 +23,15 @@ def render_history(kb: KnowledgeBase) -> str:
     lines.append(f"{len(by_dataset)} datasets")
     lines += _table([("dataset", "fingerprint", "studies")] + [(d, f, str(len(n))) for (d, f), n in sorted(by_dataset.items())])
     return "\n".join(lines)
+
+
+def history_rows(kb: KnowledgeBase) -> dict[str, Any]:
+    """What :func:`render_history` shows, as data (``history --json``)."""
+    studies = kb.list_studies()
+    return {"tracking_uri": kb.tracking_uri, "studies": [
+        {"study": s.name, "job": s.job, "dataset": s.dataset, "fingerprint": s.fingerprint, "status": s.status,
+         "trials": s.settings.get("trials"), "metric": s.settings.get("metric"), "mode": s.settings.get("mode"),
+         "best_value": s.best_value, "best_config": dict(s.best_config) if s.best_config else None} for s in studies]}
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

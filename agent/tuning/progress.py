@@ -17,12 +17,15 @@ def _fmt(config: Mapping[str, Any]) -> str:
 
 
 class ProgressReporter:
-    """Prints study events; ``stream`` defaults to stdout."""
+    """Prints study events; ``stream`` defaults to stdout. On a terminal, a live display stays
+    under the lines: trials done of the budget, elapsed time and the estimate of what is left, the
+    best so far, and the running trial's epoch with its latest metric."""
 
     def __init__(self, stream: TextIO | None = None, rich: bool | None = None) -> None:
         self.stream = stream or sys.stdout
         self.rich = self.stream.isatty() if rich is None else rich
         self._console = None
+        self._progress: Any = None
         if self.rich:
             from rich.console import Console
 
@@ -36,6 +39,34 @@ class ProgressReporter:
         else:
             print(text, file=self.stream, flush=True)
 
+    def _live(self, done: int) -> None:
+        """Starts the terminal's live display (a rich Progress printing the lines above itself)."""
+        import atexit
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._progress = Progress(SpinnerColumn(), TextColumn("trials"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                  TextColumn("{task.fields[best]}"), console=self._console, transient=True)
+        self._study_task = self._progress.add_task("study", total=self.total, completed=done, best="")
+        self._trial_task = self._progress.add_task("trial", total=None, visible=False, best="")
+        self._progress.start()
+        atexit.register(self._stop)
+
+    def _stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def epoch_done(self, number: int, epoch: int, epochs: int, metrics: Mapping[str, float]) -> None:
+        """The running trial finished an epoch (on a terminal: its progress line)."""
+        if self._progress is None:
+            return
+        value = metrics.get(self.metric)
+        shown = f"{self.metric}={value:.4g}" if value is not None else ""
+        self._progress.update(self._trial_task, visible=True, total=epochs, completed=epoch,
+                              best=f"trial {number + 1}: epoch {epoch}/{epochs} {shown}")
+
     def begin(self, study: Any, trials: list[TrialRecord]) -> None:
         self.total = study.settings.trials
         self.metric = study.settings.metric
@@ -46,12 +77,18 @@ class ProgressReporter:
             f"{done}/{self.total} trials done, {study.settings.mode} {self.metric}",
             style="bold",
         )
+        if self.rich:
+            self._live(done)
 
     def trial_started(self, trial: TrialRecord) -> None:
         self.line(f"trial {trial.number + 1}/{self.total} [{trial.origin}] {_fmt(trial.config)}", style="cyan")
 
     def trial_finished(self, trial: TrialRecord, best: TrialRecord | None, trials: list[TrialRecord]) -> None:
         done = sum(t.state in COUNTED_STATES for t in trials)
+        if self._progress is not None:
+            shown = f"best {self.metric}={best.value:.5g} (trial {best.number + 1})" if best else ""
+            self._progress.update(self._study_task, completed=done, best=shown)
+            self._progress.update(self._trial_task, visible=False)
         if trial.state == TRIAL_OK:
             result = f"{self.metric}={trial.value:.5g}"
         elif trial.state == TRIAL_PRUNED:
@@ -64,6 +101,7 @@ class ProgressReporter:
                   f"{best_txt}", style=style)
 
     def end(self, study: Any, best: TrialRecord | None, timing: Any) -> None:
+        self._stop()
         if best is None:
             self.line(f"study {study.name} finished with no successful trial", style="red")
             return

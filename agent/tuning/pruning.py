@@ -76,7 +76,7 @@ class Pruner:
             return ""
         if self.kind == "median":
             median = float(np.median(peers))
-            return f"below the median of {len(peers)} trials at epoch {epoch}" if value < median else ""
+            return f"worse than the median of {len(peers)} trials at epoch {epoch}" if value < median else ""
         if self.kind == "asha":
             pool = sorted([*peers, value], reverse=True)
             keep = max(1, len(pool) // self.eta)

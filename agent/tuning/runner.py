@@ -13,7 +13,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -96,15 +96,34 @@ def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -
     return TrialOutcome(value, "", seconds, {study.settings.metric: value})
 
 
-def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None) -> TrialOutcome:
+def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None,
+              on_epoch: EpochListener | None = None) -> TrialOutcome:
     """Trains ``job`` once with ``trial.config`` in this process, logging live to the trial's run;
-    never raises for a failure inside the trial."""
+    never raises for a failure inside the trial. ``on_epoch(trial_number, epoch, epochs, metrics)``
+    hears each finished epoch (the terminal's progress display)."""
     from agent.jobs.base import BenchmarkJob
 
     if isinstance(job, BenchmarkJob):
         return run_benchmark_trial(study, trial, job, dataset)
     return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
-                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials()))
+                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials()),
+                        on_epoch=on_epoch)
+
+
+EpochListener = Callable[[int, int, int, Mapping[str, float]], None]
+
+
+def _epoch_callback(number: int, on_epoch: EpochListener) -> Any:
+    import lightning.pytorch as pl
+
+    class EpochProgress(pl.Callback):
+        def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
+            if trainer.sanity_checking:
+                return
+            metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
+            on_epoch(number, trainer.current_epoch + 1, int(trainer.max_epochs or 0), metrics)
+
+    return EpochProgress()
 
 
 def recording_logger() -> Any:
@@ -146,7 +165,8 @@ def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> No
 
 
 def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                 split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None) -> TrialOutcome:
+                 split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None,
+                 on_epoch: EpochListener | None = None) -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
     ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
     never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`)."""
@@ -156,6 +176,8 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
     callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
+    if on_epoch is not None:
+        callbacks.append(_epoch_callback(number, on_epoch))
     start = time.perf_counter()
     assert split is not None, "a training job needs its train/validation split"
     try:
@@ -205,6 +227,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
 
     quiet_lightning()
     executor = executor if executor is not None else InlineExecutor(study, job, dataset, split)
+    if hasattr(executor, "on_epoch"):
+        executor.on_epoch = getattr(reporter, "epoch_done", None)
     timing = StudyTiming(workers=executor.capacity)
     wall_start = time.perf_counter()
     trials = study.trials()

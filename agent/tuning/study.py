@@ -11,8 +11,11 @@ slot (a RUNNING child run), ``tell`` closes it. A user's own training loop drive
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Mapping
+import sys
+import time
+from typing import Any, Iterator, Mapping
 
 from agent.config import StudySettings
 from agent.errors import StudyError
@@ -139,5 +142,62 @@ class Study:
         failed = sum(t.state == TRIAL_FAILED for t in trials)
         return failed > self.settings.trials // 2
 
+    # -- a user's own loop -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def trial(self) -> Iterator["TrialHandle"]:
+        """``with study.trial() as t:`` asks a trial, and closes it when the block ends: ``ok``
+        with ``t.value`` (set it, or let :class:`agent.lightning.TuneAgentCallback` set it),
+        ``pruned`` when the callback stopped it, ``failed`` when the block raised (the reason is
+        recorded, one line goes to stderr and the exception does not escape: the study goes on,
+        as a study run by ``tune-agent start`` does) or set no value; Ctrl-C frees the slot
+        (``killed``) and is re-raised."""
+        handle = TrialHandle(self, self.ask())
+        start = time.perf_counter()
+        try:
+            yield handle
+        except KeyboardInterrupt:
+            self.tell(handle.record, failed="interrupted by the user", state=TRIAL_KILLED)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's training failed: recorded, the study goes on
+            first = (str(exc).strip().splitlines() or [""])[0]
+            reason = f"{type(exc).__name__}: {first}"[:500]
+            self.tell(handle.record, failed=reason, duration=time.perf_counter() - start)
+            sys.stderr.write(f"trial {handle.number} failed: {reason} (recorded; the study goes on)\n")
+        else:
+            seconds = time.perf_counter() - start
+            if handle.pruned:
+                self.tell(handle.record, value=handle.value, failed=handle.pruned, duration=seconds,
+                          metrics=handle.metrics, state=TRIAL_PRUNED)
+            elif handle.value is None:
+                self.tell(handle.record, failed="the trial reported no value (set trial.value, or train with "
+                                                "TuneAgentCallback)", duration=seconds)
+            else:
+                self.tell(handle.record, value=handle.value, duration=seconds, metrics=handle.metrics)
+        self.set_status("finished" if self.remaining() <= 0 else "running")
 
-__all__ = ["Study", "TRIAL_KILLED", "TRIAL_OK", "TRIAL_FAILED"]
+
+class TrialHandle:
+    """A trial of a user's own loop (:meth:`Study.trial`): ``number`` counts from 1 as everywhere a
+    person reads it; ``config`` is what to train; set ``value`` to the objective reached."""
+
+    def __init__(self, study: Study, record: TrialRecord) -> None:
+        self.study = study
+        self.record = record
+        self.value: float | None = None
+        self.pruned = ""  # why it was stopped early, when it was
+        self.metrics: dict[str, float] = {}
+
+    @property
+    def number(self) -> int:
+        return self.record.number + 1
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.record.config)
+
+    def logger(self) -> Any:
+        """A Lightning logger writing to this trial's MLflow run (per-epoch metrics)."""
+        return self.study.kb.trial_logger(self.study.record, self.record)
+
+
+__all__ = ["Study", "TrialHandle", "TRIAL_KILLED", "TRIAL_OK", "TRIAL_FAILED"]

@@ -60,13 +60,14 @@ class InlineExecutor:
     def __init__(self, study: Study, job: Any, dataset: Any, split: Any) -> None:
         self.study, self.job, self.dataset, self.split = study, job, dataset, split
         self._queue: deque[TrialRecord] = deque()
+        self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
 
     def submit(self, trial: TrialRecord) -> None:
         self._queue.append(trial)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         trial = self._queue.popleft()
-        return trial, run_trial(self.study, trial, self.job, self.dataset, self.split)
+        return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
 
     def cancel(self) -> None:
         self._queue.clear()

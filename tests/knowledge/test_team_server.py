@@ -117,9 +117,10 @@ def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None
     assert all(f"team-{d}" in res.stdout for d in datasets)
 
 
-def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_server, monkeypatch) -> None:  # noqa: ANN001
+def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_server, cli, monkeypatch) -> None:  # noqa: ANN001
     """A wrong password, and a user without EDIT on the experiment the admin's studies made, each
-    get one line and exit 2, leaving no study; once granted EDIT the same user's study runs."""
+    get one line and exit 2, leaving no study; once granted EDIT the same user's study runs.
+    (In this process, through the real entry point: a fresh process per refusal cost ~10 s each.)"""
     from mlflow.server import get_app_client
     from mlflow.server.auth.permissions import RESOURCE_TYPE_EXPERIMENT
 
@@ -127,28 +128,34 @@ def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_se
 
     url, data, _, _ = team_server
     admin = _admin(data)
-    wrong = _agent(url, "wine", "wrong-password", MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD="nope")
-    _, err = wrong.communicate(timeout=240)
-    assert wrong.returncode == 2
-    assert err.strip().splitlines()[-1].startswith(
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+    def start(name: str, user: str, password: str):  # noqa: ANN202
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+        return cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
+                   "--warm-start", "none", "--study-name", name, "--tracking-uri", url)
+
+    wrong = start("wrong-password", "admin", "nope")
+    assert wrong.code == 2
+    assert wrong.err.strip().splitlines()[-1].startswith(
         f"tune-agent: error: tracking server {url} refused the request as user 'admin' (401)")
-    assert "Traceback" not in err
+    assert "Traceback" not in wrong.err
 
     for key, value in admin.items():
         monkeypatch.setenv(key, value)
     client = get_app_client("basic-auth", tracking_uri=url)
     client.create_user("bob", "bob-password-123")
-    bob = {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "bob-password-123"}
-    refused = _agent(url, "wine", "by-bob", **bob)
-    _, err = refused.communicate(timeout=240)
-    assert refused.returncode == 2
-    assert "bob has no permission for this (403)" in err.strip().splitlines()[-1]
+    refused = start("by-bob", "bob", "bob-password-123")
+    assert refused.code == 2
+    assert "bob has no permission for this (403)" in refused.err.strip().splitlines()[-1]
+    for key, value in admin.items():
+        monkeypatch.setenv(key, value)
     assert MlflowKnowledgeBase(url).find_study("by-bob") is None  # nothing half-written
 
     client.grant_user_permission("bob", RESOURCE_TYPE_EXPERIMENT, client_experiment(url, "team-iris"), "EDIT")
-    granted = _agent(url, "wine", "by-bob", **bob)
-    _, err = granted.communicate(timeout=240)
-    assert granted.returncode == 0, err[-2000:]
+    granted = start("by-bob", "bob", "bob-password-123")
+    assert granted.code == 0, granted.err[-2000:]
 
 
 def client_experiment(url: str, study: str) -> str:

@@ -1,0 +1,98 @@
+"""What a user sees: tune-agent inside their own training script (ask/tell context manager and the
+Lightning callback, through the README's runnable example), `--json` output, `doctor`, a corrupt
+store as one line, and the terminal's live display on a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TRIAL_PRUNED
+
+
+def test_the_own_loop_example_runs_and_leaves_an_ordinary_study(store, cli, capsys) -> None:  # noqa: ANN001
+    from mlflow import MlflowClient
+
+    from agent.examples.own_loop import main
+
+    main(["--study-name", "mine", "--trials", "6", "--epochs", "8", "--pruner", "median", "--tracking-uri", store.uri])
+    out = capsys.readouterr().out
+    assert "best val_loss=" in out
+    kb = store.kb()
+    study = kb.find_study("mine")
+    assert study is not None and study.status == "finished"
+    trials = kb.trials(study)
+    assert sorted(t.number for t in trials) == list(range(6))
+    assert all(t.state in (TRIAL_OK, TRIAL_PRUNED) for t in trials)
+    assert any(t.origin.startswith("bo:") for t in trials)  # the product's sampler proposed them
+    history = MlflowClient(store.uri).get_metric_history(trials[0].trial_id, "val_loss")
+    assert len(history) == 8  # the user's Trainer logged every epoch into the trial's run
+    best = cli("best", "mine", "--json", "--tracking-uri", store.uri)
+    assert best.code == 0 and json.loads(best.out)["trial"] == min(trials, key=lambda t: t.value or 9).number + 1
+
+
+def test_the_trial_context_manager_records_failures_and_goes_on(store, capsys) -> None:  # noqa: ANN001
+    from agent.lightning import create_study
+
+    study = create_study("ctx", dataset="wine", job="agent.jobs.examples:logistic", trials=3, tracking_uri=store.uri,
+                         artifact_root=store.artifacts, warm_start="none")
+    with study.trial() as t:
+        raise RuntimeError("CUDA out of memory\nlong traceback text")
+    assert "trial 1 failed: RuntimeError: CUDA out of memory (recorded; the study goes on)" in capsys.readouterr().err
+    with study.trial() as t:
+        pass  # no value reported
+    with study.trial() as t:
+        t.value = 0.5
+    states = {r.number: (r.state, r.reason, r.value) for r in study.trials()}
+    assert states[0] == (TRIAL_FAILED, "RuntimeError: CUDA out of memory", None)
+    assert states[1][0] == TRIAL_FAILED and "no value" in states[1][1]
+    assert states[2][:1] == (TRIAL_OK,) and states[2][2] == 0.5
+    assert study.record.status == "finished" and t.number == 3
+
+
+def test_history_and_neighbors_as_json(store, cli) -> None:  # noqa: ANN001
+    res = cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
+              "--warm-start", "none", "--study-name", "h", *store.args)
+    assert res.code == 0, res.err
+    hist = cli("history", "--json", "--tracking-uri", store.uri)
+    rows = json.loads(hist.out)["studies"]
+    assert [r["study"] for r in rows] == ["h"] and rows[0]["trials"] == 2 and rows[0]["best_value"] is not None
+    near = cli("neighbors", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--json", "--tracking-uri", store.uri)
+    assert near.code == 0, near.err
+    answer = json.loads(near.out)
+    assert [n["dataset"] for n in answer["neighbours"]] == ["iris"] and answer["neighbours"][0]["best_config"]
+
+
+def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) -> None:  # noqa: ANN001
+    cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "1", "--epochs", "1",
+        "--warm-start", "none", "--study-name", "d", *store.args)
+    res = cli("doctor", "--json", *store.args)
+    assert res.code == 0, res.out
+    checks = {c["name"]: c for c in json.loads(res.out)}
+    assert checks["store schema"]["status"] == "ok" and checks["store reachable"]["status"] == "ok"
+    assert "1 studies" in checks["store reachable"]["detail"]
+    assert checks["meta-feature extractor"]["status"] in ("ok", "warn")
+    assert "torch" in checks["versions"]["detail"]
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database")
+    res = cli("doctor", "--tracking-uri", f"sqlite:///{bad}")
+    assert res.code == 1 and "fail  store schema" in res.out
+    res = cli("history", "--tracking-uri", f"sqlite:///{bad}")  # the product says it in one line
+    assert res.code == 2 and len(res.err.strip().splitlines()) == 1 and "cannot be opened" in res.err
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs a pseudo-terminal")
+def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_path: Path) -> None:
+    from agent.bench.startup import _timed_run
+
+    exe = str(Path(sys.executable).with_name("tune-agent"))
+    args = [exe, "start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "2",
+            "--warm-start", "none", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", "--artifact-root", str(tmp_path / "a")]
+    run = _timed_run(args, tmp_path, tty=True, marker=b"trial 1/")
+    assert run["exit"] == 0, run["tail"]
+    assert run["progress_display"], run["tail"]  # rich's live display with its ETA column
+    assert run["first_output_s"] is not None and run["first_trial_s"] is not None
+    assert run["first_output_s"] < run["first_trial_s"]  # the status line comes before the study's first line
