@@ -60,6 +60,12 @@ def test_history_and_neighbors_as_json(store, cli) -> None:  # noqa: ANN001
     hist = cli("history", "--json", "--tracking-uri", store.uri)
     rows = json.loads(hist.out)["studies"]
     assert [r["study"] for r in rows] == ["h"] and rows[0]["trials"] == 2 and rows[0]["best_value"] is not None
+    from mlflow import MlflowClient  # the UI's Dataset column and sortable best: an input and metrics on the study run
+
+    run = MlflowClient(store.uri).get_run(store.kb().find_study("h").study_id)
+    (given,) = run.inputs.dataset_inputs
+    assert given.dataset.name == "iris" and given.dataset.digest == rows[0]["fingerprint"][:36]
+    assert run.data.metrics["best_objective"] == rows[0]["best_value"] and "best.lr" in run.data.metrics
     near = cli("neighbors", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--json", "--tracking-uri", store.uri)
     assert near.code == 0, near.err
     answer = json.loads(near.out)

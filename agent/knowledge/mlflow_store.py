@@ -360,6 +360,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         rid = run.info.run_id
         params = layout.study_params(settings, dataset_summary)
         self._call(self._client.log_batch, rid, params=[Param(k, v) for k, v in params.items()])
+        self._call(self._client.log_inputs, rid, [self._dataset_input(settings, dataset_summary)])
         self._call(self._client.log_dict, rid, dict(dataset_summary), "dataset/summary.json")
         self._call(self._client.log_dict, rid, {"params": space}, "space.json")
         if dataset_sample is not None:
@@ -369,6 +370,18 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 self._call(self._client.log_artifact, rid, str(path), "dataset")
         self._call(self._client.log_batch, rid, tags=[RunTag(T + "kind", kind)])
         return self._to_study(self._call(self._client.get_run, rid))
+
+    @staticmethod
+    def _dataset_input(settings: Mapping[str, Any], summary: Mapping[str, Any]) -> Any:
+        """The study's dataset as an MLflow dataset input (the UI's Dataset column): its name, the
+        fingerprint as digest, its statistics as the profile."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        name = str(settings["dataset_name"])
+        profile = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+        dataset = Dataset(name=name[:500], digest=str(settings["fingerprint"])[:36], source_type="tune-agent",
+                          source=json.dumps({"dataset": name}), profile=json.dumps(profile, default=str)[:4000])
+        return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")])
 
     def find_study(self, name: str) -> StudyRecord | None:
         if not store_exists(self.tracking_uri):
@@ -396,7 +409,15 @@ class MlflowKnowledgeBase(KnowledgeBase):
         metrics = []
         if best_value is not None:
             tags += [RunTag(T + "best_value", repr(float(best_value))), RunTag(T + "best_config", layout.to_json(best_config))]
-            metrics.append(Metric("best_objective", best_value, int(time.time() * 1000), 0))
+            now = int(time.time() * 1000)
+            metrics.append(Metric("best_objective", best_value, now, 0))
+            # the final best configuration, sortable in the UI's run list: numbers as metrics, the
+            # rest as tags (only when the study ends: a best that later changed would leave stale keys)
+            for key, value in (best_config or {}).items() if status == "finished" else ():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+                    metrics.append(Metric(f"best.{key}", float(value), now, 0))
+                else:
+                    tags.append(RunTag(f"best.{key}", str(value)[:layout.REASON_LIMIT]))
         self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
         run_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status)
         if run_status:
