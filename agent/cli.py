@@ -286,6 +286,23 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("study_name")
+@click.option("--out", default=None, help="Folder for report.html and its figures [default: report-STUDY].")
+@tracking_option
+def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
+    """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
+    failures) as HTML, and log it with its figures on the study run (report/)."""
+    from pathlib import Path
+
+    from agent.tuning.report import write_report
+    from agent.tuning.service import open_study
+
+    study, job = open_study(study_name, kb=_kb(tracking_uri))
+    page = write_report(study.kb, study.record, job.space, Path(out or f"report-{study_name}"))
+    click.echo(f"report of {study_name}: {page} (and report/report.html on the study run)")
+
+
+@cli.command()
 @tracking_option
 @json_option
 def history(tracking_uri: str | None, as_json: bool) -> None:
@@ -679,6 +696,28 @@ def bench_startup(repeats: int, dataset: str, job: str, out: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     click.echo(json.dumps(report["summary"], indent=2))
+
+
+@bench.command("faults")
+@click.option("--studies", type=int, default=20, show_default=True)
+@click.option("--trials", type=int, default=4, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", default="metrics/faults.json", show_default=True)
+def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) -> None:
+    """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
+    from pathlib import Path
+
+    from agent.bench.faults import run_fault_campaign
+    from agent.config import check_positive
+
+    for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
+        check_positive(option, value)
+    report = run_fault_campaign(studies, trials, epochs, seed=seed, say=lambda line: click.echo(line, err=True))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
 
 
 @bench.command("pruning")

@@ -102,3 +102,28 @@ def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_p
     assert run["progress_display"], run["tail"]  # rich's live display with its ETA column
     assert run["first_output_s"] is not None and run["first_trial_s"] is not None
     assert run["first_output_s"] < run["first_trial_s"]  # the status line comes before the study's first line
+
+
+def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path) -> None:  # noqa: ANN001
+    from mlflow import MlflowClient
+
+    job = "agent.jobs.examples:logistic"
+    for name, dataset, warm in (("cold", "wine?fraction=0.7", "none"), ("other", "iris", "none"), ("third", "wine", "none"),
+                                ("warm", "wine?fraction=0.7", "handcrafted")):
+        res = cli("start", "--dataset", dataset, "--job", job, "--trials", "5", "--epochs", "1", "--warm-start", warm,
+                  "--study-name", name, *store.args)
+        assert res.code == 0, res.err
+    assert "report: report/report.html on the study run" in res.out  # written at the end of every study
+    out = tmp_path / "rep"
+    res = cli("report", "warm", "--out", str(out), "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    page = (out / "report.html").read_text()
+    for part in ("1. Best so far", "2. Hyperparameter importance", "3. Neighbours that seeded the study",
+                 "4. The knowledge base", "5. Failed, pruned and killed trials"):
+        assert part in page
+    assert "no map" not in page and "knowledge_map.png" in page and "importance.png" in page
+    assert "grey: 1 cold-start study of the same dataset" in page  # the cold reference
+    assert "<th>distance</th>" in page  # the neighbours' table
+    run_id = store.kb().find_study("warm").study_id
+    logged = {a.path for a in MlflowClient(store.uri).list_artifacts(run_id, "report")}
+    assert {"report/report.html", "report/best_so_far.png", "report/knowledge_map.png"} <= logged

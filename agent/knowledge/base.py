@@ -163,6 +163,11 @@ class KnowledgeBase(abc.ABC):
         """Saves a matplotlib ``figure`` with the study as ``artifact_file`` (its suffix picks
         the format); a second figure under the same name replaces the first."""
 
+    @abc.abstractmethod
+    def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
+        """Keeps the files at ``paths`` with the study under the folder ``artifact_path`` (a report);
+        files of the same name replace earlier ones."""
+
     def import_evaluations(
         self,
         name: str,

@@ -247,6 +247,11 @@ class InMemoryKnowledgeBase(KnowledgeBase):
             sample = None if study is None else study.sample
         return None if sample is None else (sample[0].copy(), sample[1].copy())
 
+    def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
+        files = {f"{artifact_path}/{Path(p).name}": Path(p).read_bytes() for p in paths}
+        with self._lock:
+            self._study(study.study_id).figures.update(files)
+
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         with self._lock:
             self._study(study.study_id)

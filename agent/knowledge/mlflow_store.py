@@ -426,6 +426,10 @@ class MlflowKnowledgeBase(KnowledgeBase):
             self._call(self._client.update_run, study.study_id, status="RUNNING")
         return self._to_study(self._call(self._client.get_run, study.study_id))
 
+    def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
+        for path in paths:
+            self._call(self._client.log_artifact, study.study_id, path, artifact_path)
+
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         self._call(self._client.log_figure, study.study_id, figure, artifact_file)
 

@@ -275,6 +275,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     if trace_plot:
         log_trace_plot(study, trials)
     reporter.end(study, study.best(trials), timing)
+    if trace_plot:
+        _log_report(study, reporter)
     return timing
 
 
@@ -283,6 +285,21 @@ def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reas
     executor.cancel()
     for trial in running.values():
         study.tell(trial, state=TRIAL_KILLED, failed=reason)
+
+
+def _log_report(study: Study, reporter: Any) -> None:
+    """The study's report on its run (``report/report.html``); one that cannot be made is a note."""
+    from agent.errors import StoreError
+    from agent.tuning.report import write_report
+
+    try:
+        write_report(study.kb, study.record, study.space)
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a report is a by-product: the study is done either way
+        reporter.line(f"report not written: {type(exc).__name__}: {exc}")
+        return
+    reporter.line(f"report: report/report.html on the study run (tune-agent report {study.name} writes it here too)")
 
 
 def log_trace_plot(study: Study, trials: list[TrialRecord]) -> None:
