@@ -273,15 +273,24 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 @click.argument("study_name")
 @tracking_option
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: best always prints JSON.")
-def best(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
-    """Print the best configuration of a study as JSON."""
-    from agent.tuning.service import open_study
+@click.option("--register", "register_as", default=None, metavar="NAME",
+              help="Retrain the best configuration once and register it in MLflow's model registry as NAME.")
+def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None) -> None:
+    """Print the best configuration of a study as JSON (and register its model with --register)."""
+    from agent.tuning.service import load_study_data, open_study
 
-    study, _ = open_study(study_name, kb=_kb(tracking_uri))
+    study, job = open_study(study_name, kb=_kb(tracking_uri))
     trial = study.best()
     if trial is None:
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
     out = {"study": study_name, "trial": trial.number + 1, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
+    if register_as is not None:
+        from agent.tuning.models import register_best
+
+        if not register_as.strip():
+            raise TuneAgentError("--register needs a model name")
+        data, split = load_study_data(study, job)
+        out["registered"] = register_best(study, job, data, split, register_as.strip())
     click.echo(json.dumps(out, indent=2))
 
 

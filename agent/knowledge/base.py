@@ -163,6 +163,15 @@ class KnowledgeBase(abc.ABC):
         """Saves a matplotlib ``figure`` with the study as ``artifact_file`` (its suffix picks
         the format); a second figure under the same name replaces the first."""
 
+    def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
+                       name: str, tags: Mapping[str, str]) -> str:
+        """Logs the torch ``model`` (with a signature from ``example`` -> ``predictions``) on
+        ``trial``'s run and registers it as a new version of ``name`` tagged ``tags``; returns the
+        version. Stores without a model registry refuse."""
+        from agent.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")
+
     @abc.abstractmethod
     def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
         """Keeps the files at ``paths`` with the study under the folder ``artifact_path`` (a report);

@@ -426,6 +426,33 @@ class MlflowKnowledgeBase(KnowledgeBase):
             self._call(self._client.update_run, study.study_id, status="RUNNING")
         return self._to_study(self._call(self._client.get_run, study.study_id))
 
+    def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
+                       name: str, tags: Mapping[str, str]) -> str:
+        import mlflow
+        import mlflow.pytorch
+        from mlflow.models import infer_signature
+
+        signature = infer_signature(example, predictions)
+        mlflow.set_tracking_uri(self.tracking_uri)
+
+        def log() -> Any:
+            import contextlib
+            import io
+
+            # MLflow narrates the registration on stderr; the command prints the version it made
+            with mlflow.start_run(run_id=trial.trial_id), contextlib.redirect_stderr(io.StringIO()):
+                return mlflow.pytorch.log_model(model, name="model", signature=signature, input_example=example,
+                                                registered_model_name=name, pip_requirements=[])
+
+        info = self._call(log)
+        version = str(info.registered_model_version)
+        for key, value in tags.items():
+            self._call(self._client.set_model_version_tag, name, version, key, str(value)[:5000])
+        self._call(self._client.update_model_version, name, version,
+                   description=f"Best configuration of tune-agent study `{study.name}` (trial {trial.number + 1}), "
+                               f"retrained with its seed and split.")
+        return version
+
     def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
         for path in paths:
             self._call(self._client.log_artifact, study.study_id, path, artifact_path)

@@ -166,10 +166,11 @@ def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> No
 
 def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
                  split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None,
-                 on_epoch: EpochListener | None = None) -> TrialOutcome:
+                 on_epoch: EpochListener | None = None, keep: list[Any] | None = None) -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
     ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
-    never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`)."""
+    never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`).
+    ``keep`` (a list) receives the trained ``(module, datamodule)``."""
     import lightning.pytorch as pl
 
     seed = settings.seed * 1009 + number
@@ -195,6 +196,8 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
             num_sanity_val_steps=0,
         )
         trainer.fit(module, datamodule=datamodule)
+        if keep is not None:
+            keep.append((module, datamodule))
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - any failure of the user's job is the trial's outcome
