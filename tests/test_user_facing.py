@@ -127,3 +127,28 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
     run_id = store.kb().find_study("warm").study_id
     logged = {a.path for a in MlflowClient(store.uri).list_artifacts(run_id, "report")}
     assert {"report/report.html", "report/best_so_far.png", "report/knowledge_map.png"} <= logged
+
+
+def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> None:  # noqa: ANN001
+    import mlflow
+    import mlflow.pytorch
+    import torch
+    from sklearn.datasets import load_wine
+
+    res = cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "3", "--epochs", "3",
+              "--warm-start", "none", "--study-name", "reg", *store.args)
+    assert res.code == 0, res.err
+    res = cli("best", "reg", "--register", "wine-model", "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    registered = json.loads(res.out)["registered"]
+    assert registered["version"] == "1" and registered["retrained_value"] == pytest.approx(registered["value"], rel=1e-4)
+    mlflow.set_tracking_uri(store.uri)
+    model = mlflow.pytorch.load_model("models:/wine-model/1")
+    X, y = load_wine(return_X_y=True)
+    with torch.no_grad():
+        probabilities = model(torch.tensor(X, dtype=torch.float32)).numpy()
+    assert probabilities.shape == (len(y), 3) and abs(probabilities.sum(1) - 1).max() < 1e-5
+    assert (probabilities.argmax(1) == y).mean() > 0.8  # raw features in: the standardisation travels with it
+    version = mlflow.MlflowClient(store.uri).get_model_version("wine-model", "1")
+    assert version.tags["tune_agent.study"] == "reg" and version.tags["tune_agent.dataset"] == "wine"
+    assert "tune_agent.surrogate" in version.tags and "tune_agent.neighbours" in version.tags
