@@ -87,6 +87,7 @@ def load_history(
     with_samples: bool = True,
     with_evaluations: bool = True,
     exclude_fingerprints: set[str] | None = None,
+    studies: list[StudyRecord] | None = None,
 ) -> list[HistoricalDataset]:
     """Every historical dataset (optionally of one job/space), sorted by name.
 
@@ -95,7 +96,8 @@ def load_history(
     (:func:`with_evaluations_loaded`).
     """
     out = []
-    for key, studies in group_studies(kb.list_studies(), job, space_signature).items():
+    listed = studies if studies is not None else kb.list_studies()  # a caller that listed them already saves a query
+    for key, studies in group_studies(listed, job, space_signature).items():
         first = studies[0]
         if exclude_fingerprints and first.fingerprint in exclude_fingerprints:
             continue
@@ -130,13 +132,14 @@ MIN_SHARED = 2  # hyperparameters another space must share (by name and type) fo
 
 
 def compatible_history(kb: KnowledgeBase, space: SearchSpace, with_samples: bool = True, with_evaluations: bool = True,
-                       exclude_fingerprints: set[str] | None = None) -> tuple[list[HistoricalDataset], SpaceMatch | None, str]:
+                       exclude_fingerprints: set[str] | None = None,
+                       studies: list[StudyRecord] | None = None) -> tuple[list[HistoricalDataset], SpaceMatch | None, str]:
     """History of another job/space for a space that has none of its own: of every (job, space)
     group in the store, the one whose configurations share the most hyperparameters with ``space``
     (at least :data:`MIN_SHARED`, matched by name and type; then the most datasets). Returns its
     datasets, the match and the job's name; ``([], None, "")`` when nothing is close enough."""
     groups: dict[tuple[str, str], list[StudyRecord]] = {}
-    for st in kb.list_studies():
+    for st in studies if studies is not None else kb.list_studies():
         if st.space_signature != space.signature() and st.status == "finished":
             groups.setdefault((st.job, st.space_signature), []).append(st)
     best: tuple[tuple[int, int], str, str, SpaceMatch] | None = None
@@ -152,7 +155,7 @@ def compatible_history(kb: KnowledgeBase, space: SearchSpace, with_samples: bool
         return [], None, ""
     _, job, signature, match = best
     history = load_history(kb, job=job, space_signature=signature, with_samples=with_samples,
-                           with_evaluations=with_evaluations, exclude_fingerprints=exclude_fingerprints)
+                           with_evaluations=with_evaluations, exclude_fingerprints=exclude_fingerprints, studies=studies)
     return history, match, job
 
 

@@ -141,14 +141,15 @@ def plan_warm_start(
         raise TuneAgentError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {requested!r}")
     if requested == "none":
         return WarmStart("none", message="warm start off (--warm-start none)")
+    listed = kb.list_studies()  # once: the history, the fallback match and the neighbours' records all read it
     history = load_history(kb, job=job.name, space_signature=job.space.signature(), with_samples=False,
-                           with_evaluations=False, exclude_fingerprints={dataset.fingerprint})
+                           with_evaluations=False, exclude_fingerprints={dataset.fingerprint}, studies=listed)
     match, matched_note = None, ""
     if not history:
         from agent.knowledge.history import compatible_history
 
         history, match, other = compatible_history(kb, job.space, with_samples=False, with_evaluations=False,
-                                                   exclude_fingerprints={dataset.fingerprint})
+                                                   exclude_fingerprints={dataset.fingerprint}, studies=listed)
         if match is not None:
             matched_note = "; " + match.note(f"job {other}")
     if not history:
@@ -160,7 +161,7 @@ def plan_warm_start(
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
     found = nearest(query, vectors, len(history), featurizer.standardise)
     near = nearness(query, vectors, [h.source for h in history], featurizer.standardise)
-    studies = {s.study_id: s for s in kb.list_studies()}
+    studies = {s.study_id: s for s in listed}
     neighbours: list[NeighbourInfo] = []
     # Distinct sources first, then the nearest of the rest while fewer than k were found.
     by_source: set[str] = set()
@@ -225,8 +226,10 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     history = {h.key: h for h in warm.history if h.evaluations}
     if kb is not None and any(n.key not in history for n in warm.neighbours):
         keys = {n.key for n in warm.neighbours}
-        studies = {s.study_id: s for s in kb.list_studies()}
-        for h in load_history(kb, space_signature=space.signature(), with_samples=False, with_evaluations=False):
+        listed = kb.list_studies()
+        studies = {s.study_id: s for s in listed}
+        for h in load_history(kb, space_signature=space.signature(), with_samples=False, with_evaluations=False,
+                              studies=listed):
             if h.key in keys:
                 history[h.key] = with_evaluations_loaded(kb, h, studies)
     surfaces = []
