@@ -188,7 +188,7 @@ def create(**kwargs: Any) -> None:
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int = 1,
          ray_address: str | None = None) -> None:
-    from agent.errors import StoreError
+    from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
 
@@ -202,6 +202,9 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
         sys.exit(130)
     except StoreError as exc:  # the store went away mid-study: what was told is kept there
         raise StoreError(f"{exc}; once the store is back, continue with: tune-agent resume {study.name}") from None
+    except WorkersLostError as exc:
+        raise WorkersLostError(f"{exc}; continue with: tune-agent resume {study.name} (--workers/--ray-address "
+                               "for a cluster that is up)") from None
 
 
 @cli.command()

@@ -49,3 +49,8 @@ class StudyFailedError(TuneAgentError):
     """Most trials of a study failed; the study stopped."""
 
     exit_code = 1
+
+
+class WorkersLostError(TuneAgentError):
+    """The cluster running a study's trials went away (a Ray head that died): the running trials
+    are closed as killed and the study can be resumed."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from agent.errors import StudyFailedError
+from agent.errors import StudyFailedError, WorkersLostError
 from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.tuning.pruning import PruningState, curve_metrics, pruning_callback, pruning_state
 from agent.tuning.study import Study
@@ -271,6 +271,10 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
         _close(study, executor, running, "interrupted by the user")
         study.set_status("interrupted")
         raise KeyboardInterrupt from None
+    except WorkersLostError as exc:  # the cluster went away: its trials are killed, the study resumable
+        _close(study, executor, running, str(exc))
+        study.set_status("interrupted")
+        raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(running))} closed as killed") from None
     finally:
         executor.close()
     timing.wall_seconds = time.perf_counter() - wall_start

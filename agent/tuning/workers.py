@@ -26,13 +26,15 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
-from agent.errors import TuneAgentError
+from agent.errors import TuneAgentError, WorkersLostError
 from agent.knowledge.base import TrialRecord
 from agent.tuning.pruning import pruning_state
 from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, run_trial, train_config
 from agent.tuning.study import Study
 
 WORKER_RETRIES = 1
+HEAD_CHECK_SECONDS = 5.0  # with nothing finished for this long, the Ray head is checked
+HEAD_CHECK_TRIES = 3  # refused connections, a second apart, before the cluster counts as lost
 WORKER_DIED = "worker died"
 
 
@@ -133,6 +135,8 @@ class RayExecutor:
         self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_trial)
         self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
         self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
+        self._gcs = ray.get_runtime_context().gcs_address  # the head, checked while trials run
+        self._lost = False
 
     def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
         pruning = pruning_state(self.study.settings, self.study.trials())  # the curves finished so far
@@ -143,7 +147,11 @@ class RayExecutor:
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         ray = _ray()
         while True:
-            (ref,), _ = ray.wait(list(self._running), num_returns=1)
+            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=HEAD_CHECK_SECONDS)
+            if not ready:  # nothing finished for a while: is the cluster still there?
+                self._check_head()
+                continue
+            (ref,) = ready
             trial, attempts = self._running.pop(ref)
             start = time.perf_counter()
             try:
@@ -162,7 +170,25 @@ class RayExecutor:
             outcome.retries = attempts
             return trial, outcome
 
+    def _check_head(self) -> None:
+        """Raises :class:`WorkersLostError` when the cluster's head (its GCS) refuses connections
+        for a few seconds: Ray itself would end this process with a log line 60 s later."""
+        import socket
+
+        host, _, port = self._gcs.rpartition(":")
+        for attempt in range(HEAD_CHECK_TRIES):
+            try:
+                with socket.create_connection((host, int(port)), timeout=2):
+                    return
+            except OSError:
+                time.sleep(1.0)
+        self._lost = True
+        raise WorkersLostError(f"{self.where} is gone: its head at {self._gcs} refuses connections")
+
     def cancel(self) -> None:
+        if self._lost:  # nothing left to cancel on
+            self._running.clear()
+            return
         ray = _ray()
         for ref in list(self._running):
             ray.cancel(ref, force=True)
@@ -171,7 +197,7 @@ class RayExecutor:
     def close(self) -> None:
         if self._running:
             self.cancel()
-        if self._own:
+        if self._own and not self._lost:
             _ray().shutdown()
 
 

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,38 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
     client = mlflow.MlflowClient(store.uri)
     history = client.get_metric_history(trials[0].trial_id, "val_loss")
     assert len(history) == 2
+
+
+@pytest.mark.slow
+def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_cluster, store) -> None:  # noqa: ANN001
+    """SIGKILL of the head's GCS and every raylet mid-study: within seconds (not Ray's own 60 s and a
+    log line) the study closes its running trials as killed and says how to resume, exit 2; the
+    resume, on this machine without Ray, finishes the budget with every slot once."""
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_KILLED, TRIAL_RUNNING
+
+    address, env = ray_cluster
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
+                             "agent.jobs.examples:logistic", "--trials", "8", "--epochs", "400", "--workers", "2",
+                             "--ray-address", address, "--warm-start", "none", "--study-name", "head", *store.args],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if line.startswith("trial 3/"):
+            break
+    subprocess.run(["pkill", "-9", "-f", "gcs_server"], check=False)
+    subprocess.run(["pkill", "-9", "-f", "raylet"], check=False)
+    killed_at = time.monotonic()
+    out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - killed_at < 45  # Ray alone would end the driver after 60 s, with its own log line
+    assert proc.returncode == 2, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"tune-agent: error: the Ray cluster at {address} is gone") and "tune-agent resume head" in last
+    kb = store.kb()
+    trials = kb.trials(kb.find_study("head"))
+    assert not any(t.state == TRIAL_RUNNING for t in trials) and any(t.state == TRIAL_KILLED for t in trials)
+    resumed = subprocess.run([sys.executable, "-m", "agent.cli", "resume", "head", *store.args], cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    counted = sorted(t.number for t in kb.trials(kb.find_study("head")) if t.state in COUNTED_STATES)
+    assert counted == list(range(8))  # the full budget, no slot twice
