@@ -361,10 +361,11 @@ def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool) -> Non
 
 @cli.command()
 @click.option("--port", type=int, default=5000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on (0.0.0.0: the whole network).")
 @tracking_option
 @artifact_option
-def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
-    """Serve the MLflow UI for the store on 127.0.0.1."""
+def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Serve the MLflow UI for the store (127.0.0.1 unless --host says otherwise)."""
     import os
 
     from agent.knowledge.mlflow_store import DEFAULT_ARTIFACT_ROOT, check_reachable, resolve_tracking_uri
@@ -374,8 +375,16 @@ def ui(port: int, tracking_uri: str | None, artifact_root: str | None) -> None:
     if uri.startswith(("http://", "https://")):
         raise TuneAgentError(f"{uri} is already a tracking server: open it in a browser")
     root = artifact_root or DEFAULT_ARTIFACT_ROOT
-    args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", "127.0.0.1", "--port", str(port)]
-    click.echo(f"MLflow UI on http://127.0.0.1:{port} (Ctrl-C stops it)")
+    args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", host, "--port", str(port)]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    click.echo(f"MLflow UI on http://{shown}:{port} (Ctrl-C stops it)")
+    from agent.knowledge.mlflow_store import store_exists
+
+    if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
+        studies = _kb(tracking_uri, artifact_root).list_studies()
+        for job in sorted({s.job for s in studies}):
+            click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list; "
+                       "Model training view, columns best_objective and the Dataset column)")
     os.execv(sys.executable, args)
 
 
