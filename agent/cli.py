@@ -155,6 +155,22 @@ def _preparing(what: str) -> Iterator[None]:
         yield
 
 
+def talks(what: str) -> Any:
+    """A command that shows a transient status line on a terminal at once while it loads (see
+    :func:`_preparing`); its own output prints above it."""
+    import functools
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with _preparing(what):
+                return fn(*args, **kwargs)
+
+        return run
+
+    return wrap
+
+
 def _check_workers(workers: int) -> None:
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
@@ -177,6 +193,7 @@ def start(workers: int, ray_address: str | None, **kwargs: Any) -> None:
 
 @cli.command()
 @study_options
+@talks("preparing the study")
 def create(**kwargs: Any) -> None:
     """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
     from agent.tuning.service import prepare_study
@@ -240,6 +257,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
 @click.argument("study_name")
 @tracking_option
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: ask always prints JSON.")
+@talks("asking the study's sampler")
 def ask(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
     """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}.
 
@@ -258,6 +276,7 @@ def ask(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
 @click.option("--value", type=float, default=None, help="The objective the trial reached.")
 @click.option("--failed", default=None, help="Mark the trial failed with this reason.")
 @tracking_option
+@talks("telling the study")
 def tell(study_name: str, trial: int, value: float | None, failed: str | None, tracking_uri: str | None) -> None:
     """Close trial TRIAL (numbered from 1, as `ask` printed it) with its objective value (or --failed REASON)."""
     from agent.tuning.service import open_study
@@ -278,6 +297,7 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: best always prints JSON.")
 @click.option("--register", "register_as", default=None, metavar="NAME",
               help="Retrain the best configuration once and register it in MLflow's model registry as NAME.")
+@talks("reading the study")
 def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None) -> None:
     """Print the best configuration of a study as JSON (and register its model with --register)."""
     from agent.tuning.service import load_study_data, open_study
@@ -301,6 +321,7 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
 @click.argument("study_name")
 @click.option("--out", default=None, help="Folder for report.html and its figures [default: report-STUDY].")
 @tracking_option
+@talks("writing the report")
 def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
     """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
     failures) as HTML, and log it with its figures on the study run (report/)."""
@@ -317,6 +338,7 @@ def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
 @cli.command()
 @tracking_option
 @json_option
+@talks("reading the store")
 def history(tracking_uri: str | None, as_json: bool) -> None:
     """List studies and the datasets they ran on."""
     from agent.tuning.history import history_rows, render_history
@@ -330,6 +352,7 @@ def history(tracking_uri: str | None, as_json: bool) -> None:
 @artifact_option
 @click.option("--models-dir", default="models", show_default=True)
 @json_option
+@talks("checking the installation")
 def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, as_json: bool) -> None:
     """Check the store, the history, the meta-models, versions and threads; exit 1 if something is broken."""
     from pathlib import Path
@@ -555,6 +578,7 @@ meta.add_command(evaluate_cmd, "evaluate")
 @click.option("--seed", type=int, default=0, show_default=True)
 @tracking_option
 @json_option
+@talks("loading the dataset and the history")
 def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None,
               as_json: bool) -> None:
     """Print the nearest historical datasets, their distances and best configurations."""

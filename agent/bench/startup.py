@@ -57,6 +57,7 @@ def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: fl
 def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp") -> dict[str, Any]:
     exe = str(Path(sys.executable).with_name("tune-agent"))
     rows: dict[str, list[dict[str, Any]]] = {"terminal": [], "pipe": []}
+    others: dict[str, list[float | None]] = {}
     for i in range(repeats):
         for mode in ("terminal", "pipe"):
             with tempfile.TemporaryDirectory() as tmp:
@@ -64,6 +65,11 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
                         "none", "--study-name", f"startup-{i}", "--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}",
                         "--artifact-root", str(Path(tmp) / "art")]
                 rows[mode].append(_timed_run(args, Path(tmp), mode == "terminal", b"trial 1/"))
+                if mode == "terminal":  # other commands on the store the study left
+                    store = ["--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}"]
+                    for command in (["history", *store], ["best", f"startup-{i}", *store]):
+                        run = _timed_run([exe, *command], Path(tmp), True, b"\n")
+                        others.setdefault(command[0], []).append(run["first_output_s"])
     summary = {}
     for mode, runs in rows.items():
         firsts = sorted(r["first_output_s"] for r in runs if r["first_output_s"] is not None)
@@ -72,6 +78,9 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
                          "median_first_trial_s": round(trials[len(trials) // 2], 3) if trials else None,
                          "progress_display": all(r["progress_display"] for r in runs),
                          "all_exit_0": all(r["exit"] == 0 for r in runs)}
+    for command, firsts in others.items():
+        done = sorted(f for f in firsts if f is not None)
+        summary[f"terminal: {command}"] = {"median_first_output_s": round(done[len(done) // 2], 3) if done else None}
     return {"command": f"tune-agent start --dataset {dataset} --job {job} --trials 2 --epochs 2 --warm-start none",
             "repeats": repeats, "summary": summary,
             "runs": {m: [{k: v for k, v in r.items() if k != "tail"} for r in runs] for m, runs in rows.items()},

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 TOY = Path(__file__).resolve().parent / "fixtures" / "yahpo_toy"
 
 
+@pytest.mark.slow  # a benchmark run: `pytest -m slow` (keeps the default run under 10 minutes)
 def test_benchmark_runs_on_a_conditional_two_fidelity_scenario(cli, tmp_path: Path) -> None:
     res = cli("bench", "lcbench", "--scenario", str(TOY), "--target", "cost", "--minimize", "--fidelity", "repl=5",
               "--tasks", "2", "--seeds", "1", "--budget", "9", "--workers", "1", "--methods", "random,tpe,gp,rgpe,hts",

@@ -77,6 +77,7 @@ def test_kernel_choice() -> None:
         resolve_kernel("rbf", plain)
 
 
+@pytest.mark.slow  # a benchmark run: `pytest -m slow` (keeps the default run under 10 minutes)
 def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> None:
     """Tiny version of paper 002's Table 1: two BO studies of mlp-arch on iris, six models, 3 folds."""
     import json
