@@ -39,6 +39,10 @@ METHODS: dict[str, dict[str, Any]] = {
     "portfolio": {"warm_start": "none", "surrogate": "portfolio_gp"},
     "rgpe": {"warm_start": "none", "surrogate": "rgpe"},
     "default": {"warm_start": "auto", "surrogate": "auto"},
+    # With the extractor `dvc repro` would have trained on a history without the target's source:
+    "learned": {"warm_start": "learned", "surrogate": "gp", "prior_mean": "constant", "models": "fold"},
+    "learned+prior_mean": {"warm_start": "learned", "surrogate": "gp", "prior_mean": "neighbours", "models": "fold"},
+    "default+learned": {"warm_start": "auto", "surrogate": "auto", "models": "fold"},
 }
 REPORT_AT = (1, 3, 5, 10)
 
@@ -99,9 +103,10 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
     # every history reader leaves out by fingerprint, so later methods do not see earlier ones.
     kb = _history_without(source)
     for method in methods:
-        options = METHODS[method]
+        options = {k: v for k, v in METHODS[method].items() if k != "models"}
+        method_models = str(fold_models_dir(Path(models_dir), source)) if METHODS[method].get("models") == "fold" else models_dir
         req = StudyConfig(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
-                          epochs=config.epochs, seed=seed, study_name=f"e2e-{method}-{seed}", models_dir=models_dir,
+                          epochs=config.epochs, seed=seed, study_name=f"e2e-{method}-{seed}", models_dir=method_models,
                           **options)
         start = time.perf_counter()
         study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb, fits=_WORKER["fits"])
@@ -112,13 +117,48 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
     return {"target": target["name"], "seed": seed, "methods": out}
 
 
+def fold_models_dir(root: Path, source: str) -> Path:
+    """Where the extractor trained without ``source`` lives (``root/fold-<source>``)."""
+    return root / ("fold-" + "".join(c if c.isalnum() else "_" for c in source))
+
+
+def train_fold_extractors(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
+                          meta_features: dict[str, Any], root: Path, normalisation: str = "rank",
+                          progress: Callable[[str], None] = print) -> None:
+    """For each held-out ``source``, the meta-feature extractor the pipeline would train on the
+    history without it (:func:`agent.meta.pipeline.train_without_source`), saved where the learned
+    methods' studies read their models (:func:`fold_models_dir`); kept across resumed runs."""
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.history import load_history
+    from agent.knowledge.starter import write_entries
+    from agent.meta.neighbours import EXTRACTOR_FILE
+    from agent.meta.pipeline import train_without_source
+
+    missing = [s for s in sources if not (fold_models_dir(root, s) / EXTRACTOR_FILE).exists()]
+    if not missing:
+        return
+    kb = open_knowledge_base("memory:")
+    write_entries(kb, entries, space, "the evaluation's history")
+    history = load_history(kb, job=job)
+    for i, source in enumerate(missing, 1):
+        start = time.perf_counter()
+        extractor = train_without_source(history, meta_features, source, normalisation)
+        folder = fold_models_dir(root, source)
+        folder.mkdir(parents=True, exist_ok=True)
+        extractor.save(folder / EXTRACTOR_FILE)
+        progress(f"extractor without {source} ({i}/{len(missing)}, {time.perf_counter() - start:.0f} s)")
+
+
 def _run_job(args: tuple) -> dict[str, Any]:
     return _run(*args)
 
 
 def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
-            progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Runs (or resumes) every (target, seed) and returns the report."""
+            progress: Callable[[str], None] = print, meta_features: dict[str, Any] | None = None,
+            normalisation: str = "rank") -> dict[str, Any]:
+    """Runs (or resumes) every (target, seed) and returns the report. ``models_dir`` holds no
+    meta-models (the methods that do not name ``models`` run as on a store before ``dvc repro``);
+    the learned methods read per-source extractors trained under it with ``meta_features``."""
     from agent.jobs import load_job
     from agent.knowledge.starter import read_studies
 
@@ -145,6 +185,9 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
             missing = tuple(m for m in config.methods if (t["name"], seed, m) not in done)
             if missing:
                 jobs.append((t, seed, missing, config, str(models_dir)))
+    if any(METHODS[m].get("models") == "fold" for m in config.methods):
+        train_fold_extractors(entries, space, config.job, [t["summary"]["source"] for t in targets],
+                              dict(meta_features or {}), models_dir, normalisation, progress)
     progress(f"{len(targets)} targets x {config.seeds} seeds x {len(config.methods)} methods; "
              f"{len(targets) * config.seeds - len(jobs)} (target, seed) pairs already in {journal}")
     journal.parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +237,9 @@ def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done
         "protocol": ("leave-one-source-out end to end: real tune-agent studies (product sampler, Lightning "
                      f"training, {config.epochs} epochs) of job {config.job} on {len(targets)} held-out R-package "
                      f"tables, {config.seeds} seeds, {config.trials} trials; every dataset of the target's R package "
-                     "removed from the history; no per-fold meta-models (auto = handcrafted + rgpe); regret over "
+                     "removed from the history; methods without a meta-model run as before `dvc repro` (auto = handcrafted + "
+                     "rgpe), the learned ones with the extractor trained on the history without the target's source; "
+                     "regret over "
                      "the target's 64-configuration bootstrap table joined with all values found; paired Wilcoxon "
                      "signed-rank test against cold over (target, seed)"),
         "history_datasets": len(entries), "history_sources": len({e["summary"].get("source") for e in entries}),

@@ -1,15 +1,13 @@
-"""The `evaluate` stage: leave-one-dataset-out warm-start evaluation on the knowledge base.
+"""Helpers of the `evaluate` stage: leave-one-source-out warm-start evaluation on the knowledge base.
 
-For each held-out dataset, BO is replayed over its evaluated configurations (a lookup table, see
-:mod:`agent.meta.replay`) from each initialisation: ``learned`` (k nearest by learned
-meta-features), ``handcrafted``, ``random``, ``lhs`` and ``sobol`` (points snapped to the nearest
-evaluated configuration), ``learned+prior`` (with the neighbours' prior mean) and each extra wing
-(``learned:<aggregator>``), with EI and UCB.
-
-No leakage: the meta-feature extractor used for a held-out dataset is trained by k-fold over
-datasets, on the folds that do not contain it, from target distances among those datasets only;
-its neighbours' trials are history, its own trials never reach its warm start. The objective is
-the validation error (1 - val accuracy), as in paper 003.
+Every bootstrap dataset was evaluated at one shared set of configurations, so the history is one
+table (:func:`build_table`). For each held-out target, BO is replayed over its row of that table
+(the candidates) by the product's own sampler (:mod:`agent.tuning.replay`) from each method's
+initial configurations. Folds hold whole sources (:func:`source_folds`): when a dataset is the
+target, no dataset of its R package or built-in source is history, and the learned extractor that
+places it was trained without its fold. Neighbours are taken as the product takes them: nearest
+first, one per source before a second from any (:func:`distinct_first`). The objective is the
+validation error (1 - val accuracy), as in paper 003.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from agent.knowledge.history import HistoricalDataset
-from agent.meta.replay import normalised_regret, snap_to_table
+from agent.meta.replay import snap_to_table
 
 REPORT_AT = (1, 3, 5, 10, 20)
 
@@ -48,30 +46,57 @@ def build_table(datasets: Sequence[HistoricalDataset], space: Any) -> Table:
     return Table(U, E, shared)
 
 
-def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    ids = np.arange(n) % max(min(folds, n), 2)
-    rng.shuffle(ids)
-    return ids
+def source_folds(sources: Sequence[str], folds: int, seed: int) -> np.ndarray:
+    """Fold id per dataset with every dataset of one source in the same fold (leave-source-out).
+
+    Sources are shuffled by ``seed`` and dealt, largest first, to the fold holding fewest datasets,
+    so folds are balanced in datasets while no source is split across them.
+    """
+    names = sorted(set(sources))
+    np.random.default_rng(seed).shuffle(names)
+    count = {s: sum(1 for x in sources if x == s) for s in names}
+    load = np.zeros(max(min(folds, len(names)), 2))
+    of: dict[str, int] = {}
+    for s in sorted(names, key=lambda s: -count[s]):  # stable sort: equal counts keep the shuffled order
+        of[s] = int(np.argmin(load))
+        load[of[s]] += count[s]
+    return np.array([of[s] for s in sources])
 
 
-def neighbour_inits(vectors: np.ndarray, E: np.ndarray, target: int, k: int, standardise: bool) -> tuple[list[int], list[int]]:
-    """(neighbour dataset indices, their best configurations as table rows, distinct)."""
-    from agent.meta.neighbours import nearest
-
-    others = [i for i in range(len(vectors)) if i != target]
-    found = nearest(vectors[target], vectors[others], k, standardise)
-    neigh = [others[n.index] for n in found]
+def best_rows(E: np.ndarray, datasets: Sequence[int], k: int) -> list[int]:
+    """Each dataset's best table row in turn (rows distinct), up to ``k`` rows."""
     rows: list[int] = []
-    for j in neigh:
+    for j in datasets:
         for r in np.argsort(np.nan_to_num(E[j], nan=np.inf), kind="stable"):
             if int(r) not in rows:
                 rows.append(int(r))
                 break
-    return neigh, rows
+        if len(rows) == k:
+            break
+    return rows
+
+
+def table_regrets(E: np.ndarray) -> np.ndarray:
+    """Each row's errors as regrets in [0, 1] over that row's range (a missing value: 1)."""
+    lo, hi = np.nanmin(E, axis=1, keepdims=True), np.nanmax(E, axis=1, keepdims=True)
+    return np.nan_to_num((E - lo) / np.where(hi > lo, hi - lo, 1.0), nan=1.0)
+
+
+def rank_correlation(features: np.ndarray, targets: np.ndarray, t: int, history: Sequence[int]) -> float:
+    """Spearman correlation, over the ``history`` datasets, between their meta-feature distance to
+    dataset ``t`` (row ``t`` of ``features``) and their target distance to it (paper 003 eq. 2): 1
+    means the meta-features order the history exactly as the response surfaces do."""
+    from scipy.stats import spearmanr
+
+    h = list(history)
+    if len(h) < 3:
+        return float("nan")
+    rho = spearmanr(features[t, h], targets[t, h]).statistic
+    return float(rho) if np.isfinite(rho) else 0.0
 
 
 def design_inits(method: str, k: int, U: np.ndarray, seed: int) -> list[int]:
+    """``k`` table rows from a space-filling design (``sobol``, ``lhs``) snapped to the table, or random rows."""
     from agent.design import initial_design
 
     if method == "random":
@@ -79,65 +104,36 @@ def design_inits(method: str, k: int, U: np.ndarray, seed: int) -> list[int]:
     return snap_to_table(initial_design(method, k, U.shape[1], seed), U)
 
 
-def plan_runs(t: int, vectors: Mapping[str, tuple[np.ndarray, bool]], E: np.ndarray, U: np.ndarray,
-              k: int, seeds: int, acquisitions: Sequence[str]) -> list[tuple[str, list[int], str, list[int] | None]]:
-    runs = []
-    for method, (vec, standardise) in vectors.items():
-        neigh, rows = neighbour_inits(vec, E, t, k, standardise)
-        for acq in acquisitions:
-            runs.append((f"{method}/{acq}", rows, acq, None))
-        if method == "learned":
-            runs.append((f"learned+prior/{acquisitions[0]}", rows, acquisitions[0], neigh))
-    for method in ("random", "lhs", "sobol"):
-        for s in range(seeds):
-            init = design_inits(method, k, U, seed=1000 * t + s)
-            for acq in acquisitions:
-                runs.append((f"{method}/{acq}#{s}", init, acq, None))
-    return runs
+def summarise(per_target: Sequence[Mapping[str, np.ndarray]], baseline: str = "cold") -> dict[str, dict[str, float]]:
+    """Mean regret@t per method over targets (each target's curves already averaged over seeds) and
+    the paired Wilcoxon signed-rank p-value of each method against ``baseline`` at each t."""
+    from scipy.stats import wilcoxon
 
-
-def summarise(curves_by_dataset: list[dict[str, list[float]]], primary_acq: str) -> dict[str, dict[str, float]]:
-    """Mean regret@t and average rank@5 per method (seed repeats averaged first)."""
-    per: list[dict[str, np.ndarray]] = []
-    for curves in curves_by_dataset:
-        merged: dict[str, list[np.ndarray]] = {}
-        for name, c in curves.items():
-            merged.setdefault(name.split("#")[0], []).append(np.asarray(c))
-        per.append({m: np.mean(v, axis=0) for m, v in merged.items()})
-    methods = sorted(per[0])
+    methods = list(per_target[0])
     out: dict[str, dict[str, float]] = {}
-    from scipy.stats import rankdata
-
-    ranks = np.array([rankdata([p[m][min(4, len(p[m]) - 1)] for m in methods]) for p in per])
-    for j, m in enumerate(methods):
-        label = m.replace(f"/{primary_acq}", "")
-        out[label] = {f"regret@{r}": float(np.mean([p[m][min(r, len(p[m])) - 1] for p in per])) for r in REPORT_AT}
-        out[label]["rank@5"] = float(ranks[:, j].mean())
+    for m in methods:
+        A = np.array([c[m] for c in per_target])
+        row: dict[str, float] = {}
+        for t in REPORT_AT:
+            if t > A.shape[1]:
+                continue
+            row[f"regret@{t}"] = round(float(A[:, t - 1].mean()), 4)
+            if m != baseline and baseline in per_target[0]:
+                diff = A[:, t - 1] - np.array([c[baseline][t - 1] for c in per_target])
+                p = float(wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
+                row[f"p_vs_{baseline}@{t}"] = float(f"{p:.3g}")
+        out[m] = row
     return out
 
 
-def neighbour_precision(vectors: np.ndarray, sources: Sequence[str], k: int, standardise: bool) -> float:
-    from agent.meta.neighbours import nearest
-
-    hits = []
-    for t in range(len(vectors)):
-        others = [i for i in range(len(vectors)) if i != t]
-        found = nearest(vectors[t], vectors[others], k, standardise)
-        hits.append(np.mean([sources[others[n.index]] == sources[t] for n in found]))
-    return float(np.mean(hits))
-
-
-def write_outputs(report: Mapping[str, Any], curves: list[dict[str, list[float]]], metrics_path: Path, plots_dir: Path, budget: int) -> None:
+def write_outputs(report: Mapping[str, Any], mean_curves: Mapping[str, np.ndarray], metrics_path: Path,
+                  plots_dir: Path) -> None:
+    """``metrics/warmstart.json``, the regret curves as a DVC plot (``regret.csv``) and ``regret.png``."""
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     plots_dir.mkdir(parents=True, exist_ok=True)
-    methods = report["methods"]
     rows = ["trial,method,regret"]
-    mean_curves: dict[str, np.ndarray] = {}
-    for label in methods:
-        keys = [n for n in curves[0] if n.split("#")[0].replace("/ei", "") == label]
-        arr = np.mean([[c[n] for n in keys] for c in curves], axis=(0, 1))
-        mean_curves[label] = arr
+    for label, arr in mean_curves.items():
         rows += [f"{i + 1},{label},{v:.6f}" for i, v in enumerate(arr)]
     (plots_dir / "regret.csv").write_text("\n".join(rows) + "\n")
     import matplotlib
@@ -146,12 +142,12 @@ def write_outputs(report: Mapping[str, Any], curves: list[dict[str, list[float]]
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, arr in sorted(mean_curves.items()):
-        ax.plot(np.arange(1, len(arr) + 1), arr, label=label, lw=2 if label.startswith("learned") else 1)
+    for label, arr in mean_curves.items():
+        ax.plot(np.arange(1, len(arr) + 1), arr, label=label, lw=2 if label in ("learned", "cold") else 1)
     ax.set_xlabel("trials")
     ax.set_ylabel("mean normalised regret")
     ax.set_yscale("symlog", linthresh=0.01)
-    ax.set_title(f"Warm start, leave-one-dataset-out ({report['datasets']} datasets)")
+    ax.set_title(f"Warm start, leave-one-source-out replay ({report['datasets']} datasets, {report['sources']} sources)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(plots_dir / "regret.png", dpi=110)

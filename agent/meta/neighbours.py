@@ -89,6 +89,19 @@ def nearest(query: np.ndarray, vectors: np.ndarray, k: int, standardise: bool) -
     return [Neighbour(int(i), float(d[i])) for i in order]
 
 
+def distinct_first(order: Sequence[int], sources: Sequence[str]) -> list[int]:
+    """``order`` (nearest first) rearranged: the nearest dataset of each source first, then the rest
+    in their order. Five class subsets of one source are one piece of evidence, not five: the
+    product's warm start and its evaluation pick neighbours in this order."""
+    seen: set[str] = set()
+    first: list[int] = []
+    rest: list[int] = []
+    for i in order:
+        (rest if sources[i] in seen else first).append(int(i))
+        seen.add(sources[i])
+    return first + rest
+
+
 def pairwise_distances(vectors: np.ndarray, standardise: bool) -> np.ndarray:
     """Euclidean distances between all rows (`n x n`), columns z-scored first if asked."""
     M = np.asarray(vectors, dtype=float)

@@ -101,6 +101,23 @@ def stage_train(kb: Any, p: Mapping[str, Any], models: Path, metrics: Path, plot
     return summary
 
 
+def train_without_source(datasets: list[HistoricalDataset], p: Mapping[str, Any], source: str,
+                         normalisation: str = "rank") -> Any:
+    """An extractor trained as the pipeline trains one, on every dataset not from ``source``, with
+    target distances among those datasets only: what ``dvc repro`` would build from a history that
+    never held that source (the end-to-end evaluation's per-target meta-model)."""
+    from agent.meta.distance import target_distance_matrix
+    from agent.meta.evaluate import build_table
+    from agent.meta.extractor_train import train_extractor
+
+    kept = [h for h in datasets if h.source != source]
+    E = build_table(kept, history_space(kept)).E
+    D = target_distance_matrix(E, how=normalisation)
+    D = np.where(np.isfinite(D), D, np.nanmax(D[np.isfinite(D)]) if np.isfinite(D).any() else 1.0)
+    extractor, _ = train_extractor(_samples(kept), D, _extractor_config(p), threads=2)
+    return extractor
+
+
 def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[str, Any], aggregator: str,
                  folds: np.ndarray) -> dict[int, np.ndarray]:
     """Per fold, every dataset's learned meta-features from an extractor trained without that fold.
@@ -118,19 +135,6 @@ def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[st
                                        _extractor_config(p, aggregator), threads=2)
         out[int(f)] = extractor.embed_many(samples)
     return out
-
-
-def neighbour_precision_folds(per_fold: dict[int, np.ndarray], folds: np.ndarray, sources: list[str], k: int) -> float:
-    """Share of each dataset's k nearest (by its fold's extractor) that come from its own source."""
-    from agent.meta.neighbours import nearest
-
-    hits = []
-    for t in range(len(sources)):
-        view = per_fold[int(folds[t])]
-        others = [i for i in range(len(sources)) if i != t]
-        found = nearest(view[t], view[others], k, False)
-        hits.append(np.mean([sources[others[n.index]] == sources[t] for n in found]))
-    return float(np.mean(hits))
 
 
 def normalisation_report(E: np.ndarray, sources: list[str], k: int) -> dict[str, dict[str, float]]:

@@ -29,7 +29,8 @@ import numpy as np
 from agent.config import PRIOR_MEANS, WARM_METHODS  # noqa: F401 - re-exported for callers
 from agent.errors import TuneAgentError
 from agent.knowledge.history import HistoricalDataset, load_history, surface_data, with_evaluations_loaded
-from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest, pairwise_distances, vectors_for
+from agent.meta.neighbours import (HandcraftedFeaturizer, LearnedFeaturizer, distinct_first, nearest, pairwise_distances,
+                                   vectors_for)
 
 # A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
 # any historical dataset has to its nearest other-source neighbour is "far from everything".
@@ -164,20 +165,15 @@ def plan_warm_start(
     studies = {s.study_id: s for s in listed}
     neighbours: list[NeighbourInfo] = []
     # Distinct sources first, then the nearest of the rest while fewer than k were found.
-    by_source: set[str] = set()
-    for distinct in (True, False):
-        for n in found:
-            if len(neighbours) == k:
-                break
-            h = history[n.index]
-            if any(x.key == h.key for x in neighbours) or (distinct and h.source in by_source):
-                continue
-            h = history[n.index] = with_evaluations_loaded(kb, h, studies)
-            best = h.best()
-            if best is not None:
-                config = dict(best.config) if match is None else job.space.decode(job.space.translate(best.config, match))
-                neighbours.append(NeighbourInfo(h.name, h.key, n.distance, config, best.value))
-                by_source.add(h.source)
+    distance = {n.index: n.distance for n in found}
+    for i in distinct_first([n.index for n in found], [h.source for h in history]):
+        if len(neighbours) == k:
+            break
+        h = history[i] = with_evaluations_loaded(kb, history[i], studies)
+        best = h.best()
+        if best is not None:
+            config = dict(best.config) if match is None else job.space.decode(job.space.translate(best.config, match))
+            neighbours.append(NeighbourInfo(h.name, h.key, distance[i], config, best.value))
     neighbours.sort(key=lambda x: x.distance)
     far = near is not None and near.far
     prior = prior_mean or ("neighbours" if neighbours and not far else "constant")
