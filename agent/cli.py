@@ -559,10 +559,11 @@ def evaluate_cmd(params_file: str) -> None:
 
     params = load_params(Path(params_file))
     report = stage_evaluate(params.get("evaluate", {}), params.get("meta_features", {}),
-                            Path("metrics/warmstart.json"), Path("plots"))
+                            Path("metrics/warmstart.json"), Path("plots"), choice_dir=Path("models"))
     click.echo(json.dumps({"datasets": report["datasets"], "sources": report["sources"],
                            "rank_correlation": {m: report["rank_correlation"][m]["mean"] for m in ("handcrafted", "learned")},
-                           "regret@5": {m: v.get("regret@5") for m, v in report["methods"].items()}}))
+                           "regret@5": {m: v.get("regret@5") for m, v in report["methods"].items()},
+                           "auto": report["auto_choice"]["method"]}))
 
 
 meta.add_command(evaluate_cmd, "evaluate")

@@ -19,7 +19,10 @@ Protocol (issue 13, item 5, first part):
 * regret after each trial is normalised by the range of the target's table; the report gives
   regret@1/3/5/10, the paired Wilcoxon p-value against cold at each, and, for learned and
   hand-crafted meta-features, the Spearman rank correlation between meta-feature distance and
-  target distance (paper 003 eq. 2) from each target to its history.
+  target distance (paper 003 eq. 2) from each target to its history;
+* the verdict decides ``--warm-start auto``: the learned extractor only where it is at least as good
+  as hand-crafted meta-features at trials 1, 3 and 5 and in rank correlation
+  (:func:`choose_meta_features`, written to ``models/warm_start.json``).
 
 The stage is resumable: each target's curves are appended to a journal under ``data/evaluate/``
 (kept by DVC between runs, keyed by the settings and the exported history) as soon as they are
@@ -59,11 +62,18 @@ def portfolio_rows(E: np.ndarray, history: Sequence[int], k: int) -> list[int]:
     return greedy_portfolio(table_regrets(E[list(history)]), k)
 
 
-def _handcrafted(datasets: list[Any]) -> np.ndarray:
+def _handcrafted_one(h: Any) -> np.ndarray:
     from agent.meta.neighbours import HandcraftedFeaturizer
 
-    f = HandcraftedFeaturizer()
-    return np.vstack([f.vector(h.sample[0], h.sample[1], h.kind, h.num_classes, h.summary) for h in datasets])
+    return HandcraftedFeaturizer().vector(h.sample[0], h.sample[1], h.kind, h.num_classes, h.summary)
+
+
+def _handcrafted(datasets: list[Any], workers: int = 1) -> np.ndarray:
+    """Hand-crafted meta-features of every dataset's sample, over ``workers`` processes."""
+    if workers <= 1:
+        return np.vstack([_handcrafted_one(h) for h in datasets])
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return np.vstack(list(pool.map(_handcrafted_one, datasets, chunksize=8)))
 
 
 def _cached(path: Path, make: Callable[[], Any]) -> Any:
@@ -116,7 +126,7 @@ def _read_journal(path: Path, key: str) -> dict[str, dict[str, Any]]:
 
 def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, plots: Path,
                    export: Path = EXPORT_DIR, distances: Path = DISTANCES_FILE, journal: Path = EVALUATE_DIR,
-                   progress: Callable[[str], None] = _stderr) -> dict[str, Any]:
+                   progress: Callable[[str], None] = _stderr, choice_dir: Path | None = None) -> dict[str, Any]:
     from agent.meta.evaluate import design_inits, rank_correlation, source_folds, summarise, write_outputs
     from agent.meta.neighbours import pairwise_distances
     from agent.tuning.replay import replay_dataset
@@ -141,7 +151,8 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
     wings = [default] + [w for w in p.get("wings", []) if w != default]
     key = _settings_key(p, mf, [h.key for h in datasets], table.keys)
     journal.mkdir(parents=True, exist_ok=True)
-    hand = _cached(journal / f"handcrafted-{key}.npz", lambda: {"v": _handcrafted(datasets)})["v"]
+    workers = max(1, int(p.get("workers", 2)))
+    hand = _cached(journal / f"handcrafted-{key}.npz", lambda: {"v": _handcrafted(datasets, workers)})["v"]
     learned: dict[str, dict[int, np.ndarray]] = {}
     for w in wings:
         progress(f"evaluate: training the {w} extractor on {int(folds.max()) + 1} source folds")
@@ -177,7 +188,7 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
     if done:
         progress(f"evaluate: {len(done)} of {len(tasks)} targets already in {journal_file}; replaying {len(todo)}")
     replay_start = time.perf_counter()
-    with open(journal_file, "a") as out, ProcessPoolExecutor(max_workers=max(1, int(p.get("workers", 2)))) as pool:
+    with open(journal_file, "a") as out, ProcessPoolExecutor(max_workers=workers) as pool:
         pending = {pool.submit(replay_dataset, task): task["name"] for task in todo}
         finished = 0
         while pending:
@@ -217,9 +228,29 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
         "normalisation": normalisation_report(table.E, sources, k),
         "seconds": round(time.perf_counter() - start, 1),
     }
+    report["auto_choice"] = choose_meta_features(report)
     mean_curves = {m: np.mean([c[m] for c in per_target], axis=0) for m in per_target[0]}
     write_outputs(report, mean_curves, metrics, plots)
+    if choice_dir is not None:
+        from agent.tuning.warmstart import CHOICE_FILE
+
+        choice_dir.mkdir(parents=True, exist_ok=True)
+        (choice_dir / CHOICE_FILE).write_text(json.dumps(report["auto_choice"], indent=1) + "\n")
     return report
+
+
+def choose_meta_features(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``--warm-start auto`` uses after this evaluation: the learned extractor only where it is
+    at least as good as hand-crafted meta-features at trials 1, 3 and 5 and in rank correlation."""
+    m = report["methods"]
+    at = [t for t in (1, 3, 5) if f"regret@{t}" in m["learned"]]
+    rc = report["rank_correlation"]
+    better = all(m["learned"][f"regret@{t}"] <= m["handcrafted"][f"regret@{t}"] for t in at) and \
+        rc["learned"]["mean"] >= rc["handcrafted"]["mean"]
+    figures = ", ".join(f"@{t} {m['learned'][f'regret@{t}']:.3g} vs {m['handcrafted'][f'regret@{t}']:.3g}" for t in at)
+    why = (f"{'learned' if better else 'hand-crafted'} meta-features (the evaluation of this history: learned vs "
+           f"hand-crafted regret {figures}, rank correlation {rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g})")
+    return {"method": "learned" if better else "handcrafted", "why": why}
 
 
 def _rank_summary(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

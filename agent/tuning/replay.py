@@ -29,11 +29,14 @@ _FITS = SourceFits()
 
 
 def replay_order(space: SearchSpace, errors: np.ndarray, U: np.ndarray, init: Sequence[int], budget: int,
-                 acq: str = "ei", prior: Mapping[str, np.ndarray] | None = None, seed: int = 0) -> list[int]:
+                 acq: str = "ei", prior: Mapping[str, np.ndarray] | None = None, seed: int = 0,
+                 stop_at_best: bool = False) -> list[int]:
     """Rows of the table in the order a study would evaluate them (errors minimised).
 
     ``prior`` maps neighbour names to their error rows on the same table: the GP's prior mean is
-    then their surfaces (paper 000, Algorithm 3), as ``--prior-mean neighbours`` does.
+    then their surfaces (paper 000, Algorithm 3), as ``--prior-mean neighbours`` does. With
+    ``stop_at_best`` the replay ends once the table's best row was evaluated: the best-so-far curve
+    (what the evaluation reports) cannot change after that, so the BO steps would be wasted.
     """
     U = space.snap(np.asarray(U))
     rows = {point_key(u): i for i, u in enumerate(U)}
@@ -58,6 +61,8 @@ def replay_order(space: SearchSpace, errors: np.ndarray, U: np.ndarray, init: Se
         trials.append(TrialRecord(str(number), number, TRIAL_OK if ok else TRIAL_FAILED, s.config,
                                   value if ok else None, s.origin))
         order.append(row)
+        if stop_at_best and ok and value <= np.nanmin(errors):
+            break
     return order
 
 
@@ -73,7 +78,8 @@ def replay_dataset(task: Mapping[str, Any]) -> dict[str, list[float]]:
         same = (tuple(init), acq, tuple(prior or ()))
         if same not in seen:
             neighbours = {str(j): E[j] for j in prior} if prior else None
-            order = replay_order(space, E[t], U, init, budget, acq, neighbours, seed=t)
-            seen[same] = normalised_regret(E[t], order).tolist()
+            order = replay_order(space, E[t], U, init, budget, acq, neighbours, seed=t, stop_at_best=True)
+            curve = normalised_regret(E[t], order).tolist()
+            seen[same] = curve + [curve[-1]] * (min(budget, len(U)) - len(curve))  # 0 from the best row on
         curves[name] = seen[same]
     return curves

@@ -116,8 +116,24 @@ def nearness(query: np.ndarray, vectors: np.ndarray, sources: list[str], standar
     return Nearness(float(D[-1, :-1].min()), float(np.median(own)), float(max(own)))
 
 
+# Written by the evaluate stage: which meta-features `--warm-start auto` uses on this history.
+CHOICE_FILE = "warm_start.json"
+
+
+def evaluated_choice(models_dir: Path) -> dict[str, Any] | None:
+    """The evaluate stage's verdict in ``models_dir`` (``{"method": ..., "why": ...}``), if any."""
+    path = Path(models_dir) / CHOICE_FILE
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _featurizer(requested: str, models_dir: Path) -> tuple[Any, str]:
     if requested in ("auto", "learned"):
+        choice = evaluated_choice(models_dir) if requested == "auto" else None
+        if choice is not None and choice.get("method") == "handcrafted":
+            return HandcraftedFeaturizer(), f"auto: {choice.get('why', 'the evaluation chose hand-crafted meta-features')}"
         learned = LearnedFeaturizer.load(models_dir)
         if learned is not None:
             return learned, ""

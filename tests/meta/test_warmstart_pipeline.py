@@ -83,6 +83,7 @@ def test_bootstrap_shares_one_configuration_set(built) -> None:
 def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
     store, repo = built
     for path in ("models/metafeature_extractor.pt", "models/metafeature_index.json", "data/distances.json", "models/tnp.pt",
+                 "models/warm_start.json",
                  "metrics/warmstart.json", "metrics/train_metafeatures.json", "plots/regret.csv", "plots/regret.png"):
         assert (repo / path).exists(), path
     report = json.loads((repo / "metrics/warmstart.json").read_text())
@@ -157,6 +158,24 @@ def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
     assert res.code == 0, res.err
     assert "learned meta-features" in res.out
     assert kb.trials(kb.find_study("warm-learned"))[0].origin.startswith("warm:learned:")
+
+
+def test_auto_uses_the_meta_features_the_evaluation_chose(built, cli, tmp_path) -> None:
+    store, repo = built
+    choice = json.loads((repo / "models/warm_start.json").read_text())
+    assert choice["method"] in ("learned", "handcrafted") and "rank correlation" in choice["why"]
+    models = tmp_path / "models"
+    shutil.copytree(repo / "models", models)
+    base = ["start", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--trials", "1", "--epochs", "1",
+            "--tracking-uri", store.uri, "--artifact-root", store.artifacts, "--models-dir", str(models),
+            "--warm-start", "auto"]
+    kb = store.kb()
+    for method in ("handcrafted", "learned"):
+        (models / "warm_start.json").write_text(json.dumps({"method": method, "why": f"{method} won here"}))
+        res = cli(*base, "--study-name", f"auto-{method}")
+        assert res.code == 0, res.err
+        assert kb.trials(kb.find_study(f"auto-{method}"))[0].origin.startswith(f"warm:{method}:")
+        assert (f"auto: {method} won here" in res.out) == (method == "handcrafted"), res.out
 
 
 def test_fallbacks_say_so_in_one_line(built, cli, tmp_path) -> None:
