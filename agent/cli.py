@@ -106,7 +106,7 @@ def study_options(fn: Any) -> Any:
         click.option("--seed", type=int, default=StudyConfig.default("seed"), show_default=True),
         click.option("--val-fraction", type=float, default=StudyConfig.default("val_fraction"), show_default=True, help="Share of data held out for validation (stratified, seeded)."),
         click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),
-        click.option("--warm-start", type=click.Choice(WARM_METHODS), default=StudyConfig.default("warm_start"), show_default=True, help="Meta-features used to find similar historical datasets (auto: learned if trained, else hand-crafted)."),
+        click.option("--warm-start", type=click.Choice(WARM_METHODS), default=StudyConfig.default("warm_start"), show_default=True, help="Meta-features used to find similar historical datasets (auto: the ones the last `dvc repro` evaluation found better; hand-crafted before)."),
         click.option("--k", type=int, default=StudyConfig.default("k"), show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
         click.option("--prior-mean", type=click.Choice(PRIOR_MEANS), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
         click.option("--models-dir", default=StudyConfig.default("models_dir"), show_default=True, help="Where `dvc repro` put the meta-models."),
@@ -116,6 +116,8 @@ def study_options(fn: Any) -> Any:
         click.option("--pruner", type=click.Choice(PRUNERS), default=StudyConfig.default("pruner"), show_default=True,
                      help="Stop trials early on the per-epoch metric: median (below the median of earlier trials at that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top third goes on)."),
         click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) or hts (paper 001: a learned map of a similar dataset's best configurations)."),
+        click.option("--source", default=None, metavar="STUDY",
+                     help="With --sampler hts: the historical study whose dataset is the source [default: the warm start's nearest neighbour]."),
         tracking_option,
         artifact_option,
     ]

@@ -56,6 +56,7 @@ class StudySettings:
     sampler: str = "bo"
     models_dir: str = "models"
     pruner: str = "none"
+    source: str | None = None  # --sampler hts: the historical study whose dataset is the source
 
     def __post_init__(self) -> None:
         check_positive("--trials", self.trials)
@@ -135,6 +136,7 @@ class StudyConfig:
     sampler: str = "bo"
     kernel: str = "auto"
     pruner: str = "none"
+    source: str | None = None
 
     def check(self) -> None:
         """The options that need no job, dataset or store; one line per problem, exit 2. (The
@@ -154,6 +156,8 @@ class StudyConfig:
             raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
         if self.n_init is not None and self.n_init < 1:
             raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
+        if self.source is not None and self.sampler != "hts":
+            raise TuneAgentError(f"--source names the source study of --sampler hts; this study's sampler is {self.sampler}")
 
 
     @classmethod

@@ -116,6 +116,18 @@ def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exc
     return source_tasks(history, space, match) if match is not None else []
 
 
+def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
+    """The source key of study ``name`` (``--source``); one line when it is not usable history."""
+    study = kb.find_study(name)
+    if study is None:
+        raise StudyError(f"--source: no study named {name!r} in {kb.tracking_uri} (tune-agent history lists them)")
+    key = f"{study.fingerprint}/{study.job}/{study.space_signature}"
+    if key not in keys:
+        raise StudyError(f"--source: study {name!r} is not usable history for this study (another job or search "
+                         "space, too few finished trials, or this study's own dataset)")
+    return key
+
+
 def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: Any, requested: str,
                  exclude_fingerprint: str, fits: SourceFits | None = None,
                  recorded: SurrogatePlan | None = None) -> Planned:
@@ -134,9 +146,13 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
         if not sources:
             raise StudyError(f"--sampler hts needs history for job {settings.job_name} with this search space")
         keys = {s.key for s in sources}
-        preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
+        if settings.source is not None:
+            preferred, why = _named_source(kb, settings.source, keys), f"--source {settings.source}"
+        else:
+            preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
+            why = "nearest neighbour"
         note = (f"sampler: hts (paper 001) from {len(sources)} candidate sources"
-                + (f", source {next(s.name for s in sources if s.key == preferred)} (nearest neighbour)" if preferred
+                + (f", source {next(s.name for s in sources if s.key == preferred)} ({why})" if preferred
                    else ", source chosen after the initial design"))
         return Planned(SurrogatePlan("hts", requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
                        sources=tuple(sources), preferred=preferred)
@@ -283,7 +299,7 @@ def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> 
         random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label, drop=tuple(req.drop),
         warm_start=req.warm_start, k=req.k, prior_mean=warm.prior_mean, surrogate=req.surrogate,
         sampler=req.sampler, models_dir=req.models_dir, kernel=resolve_kernel(req.kernel, job.space),
-        pruner=req.pruner,
+        pruner=req.pruner, source=req.source,
     )
 
 

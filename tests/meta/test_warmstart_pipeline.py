@@ -178,6 +178,22 @@ def test_auto_uses_the_meta_features_the_evaluation_chose(built, cli, tmp_path) 
         assert (f"auto: {method} won here" in res.out) == (method == "handcrafted"), res.out
 
 
+def test_hts_takes_the_source_study_it_is_told(built, cli) -> None:
+    store, _ = built
+    source = next(s for s in store.kb().list_studies() if s.name.startswith("bootstrap-") and s.dataset == "iris")
+    base = ["start", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--trials", "1", "--epochs", "1",
+            "--tracking-uri", store.uri, "--artifact-root", store.artifacts, "--sampler", "hts"]
+    res = cli(*base, "--source", source.name, "--study-name", "hts-told")
+    assert res.code == 0, res.err
+    assert f"source iris (--source {source.name})" in res.out
+    settings = store.kb().find_study("hts-told").settings
+    assert settings["source"] == source.name  # a resume plans the same source
+    bad = cli(*base, "--source", "no-such-study", "--study-name", "hts-bad")
+    assert bad.code == 2 and "--source: no study named 'no-such-study'" in bad.err and store.kb().find_study("hts-bad") is None
+    wrong = cli(*base[:-2], "--source", source.name)
+    assert wrong.code == 2 and "--source names the source study of --sampler hts" in wrong.err
+
+
 def test_fallbacks_say_so_in_one_line(built, cli, tmp_path) -> None:
     store, _ = built
     base = ["start", "--dataset", "iris?fraction=0.5&seed=7", "--job", "mlp", "--trials", "1", "--epochs", "1",
