@@ -247,9 +247,11 @@ def choose_meta_features(report: Mapping[str, Any]) -> dict[str, Any]:
     rc = report["rank_correlation"]
     better = all(m["learned"][f"regret@{t}"] <= m["handcrafted"][f"regret@{t}"] for t in at) and \
         rc["learned"]["mean"] >= rc["handcrafted"]["mean"]
-    figures = ", ".join(f"@{t} {m['learned'][f'regret@{t}']:.3g} vs {m['handcrafted'][f'regret@{t}']:.3g}" for t in at)
-    why = (f"{'learned' if better else 'hand-crafted'} meta-features (the evaluation of this history: learned vs "
-           f"hand-crafted regret {figures}, rank correlation {rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g})")
+    at_str = "/".join(str(t) for t in at)
+    learned = "/".join(f"{m['learned'][f'regret@{t}']:.2g}" for t in at)
+    hand = "/".join(f"{m['handcrafted'][f'regret@{t}']:.2g}" for t in at)
+    why = (f"learned vs hand-crafted on this history: regret@{at_str} {learned} vs {hand}, rank correlation "
+           f"{rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g}")
     return {"method": "learned" if better else "handcrafted", "why": why}
 
 

@@ -133,7 +133,7 @@ def _featurizer(requested: str, models_dir: Path) -> tuple[Any, str]:
     if requested in ("auto", "learned"):
         choice = evaluated_choice(models_dir) if requested == "auto" else None
         if choice is not None and choice.get("method") == "handcrafted":
-            return HandcraftedFeaturizer(), f"auto: {choice.get('why', 'the evaluation chose hand-crafted meta-features')}"
+            return HandcraftedFeaturizer(), f"auto chose them: {choice.get('why', 'the evaluation of this history')}"
         learned = LearnedFeaturizer.load(models_dir)
         if learned is not None:
             return learned, ""

@@ -175,7 +175,7 @@ def test_auto_uses_the_meta_features_the_evaluation_chose(built, cli, tmp_path) 
         res = cli(*base, "--study-name", f"auto-{method}")
         assert res.code == 0, res.err
         assert kb.trials(kb.find_study(f"auto-{method}"))[0].origin.startswith(f"warm:{method}:")
-        assert (f"auto: {method} won here" in res.out) == (method == "handcrafted"), res.out
+        assert (f"auto chose them: {method} won here" in res.out) == (method == "handcrafted"), res.out
 
 
 def test_hts_takes_the_source_study_it_is_told(built, cli) -> None:
