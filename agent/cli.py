@@ -920,6 +920,45 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
     click.echo(f"wrote {path}")
 
 
+@bench.command("hts")
+@click.option("--job", "job_name", default="mlp", show_default=True)
+@click.option("--pair", "pairs", nargs=2, multiple=True, metavar="SOURCE TARGET",
+              help="Dataset specs of a source and a target, each bootstrapped in the store (repeat) "
+                   "[default: digits mnist-5k, mnist-5k mnist1d and two tabular pairs of the starter].")
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--trials", type=int, default=20, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--n-init", type=int, default=None, help="m of paper 001's Algorithm 1 (LHS points before the first map), "
+              "and cold BO's initial design [default: the product's].")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/hts_pairs[_mM].json; journal in OUT/data/bench-runs/.")
+@tracking_option
+def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, trials: int, epochs: int, workers: int,
+              n_init: int | None, out: str, tracking_uri: str | None) -> None:
+    """HTS (paper 001) against cold BO on real job pairs: the evaluation ratio to reach cold's result."""
+    from pathlib import Path
+
+    from agent.bench.hts_pairs import PAIRS, HtsPairsConfig, run_hts_pairs
+    from agent.config import check_positive
+
+    for option, value in (("--seeds", seeds), ("--trials", trials), ("--epochs", epochs), ("--workers", workers)):
+        check_positive(option, value)
+    if n_init is not None:
+        check_positive("--n-init", n_init)
+    config = HtsPairsConfig(job_name, tuple(pairs) or PAIRS, seeds, trials, epochs, workers, n_init)
+    suffix = "" if n_init is None else f"_m{n_init}"
+    journal = Path(out) / "data" / "bench-runs" / f"hts_pairs-{job_name}-{trials}x{epochs}{suffix}.jsonl"
+    report = run_hts_pairs(_kb(tracking_uri), config, journal, progress=click.echo)
+    path = Path(out) / "metrics" / f"hts_pairs{suffix}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    for key, row in report["pairs"].items():
+        shown = "not reached" if row["ratio"] is None else f"{row['ratio']}x"
+        click.echo(f"{key}: cold {row['cold_final']} at trial {row['cold_trials']}, hts reaches it at "
+                   f"{row['hts_trials'] or '-'} ({shown}; {row['seeds_reached']}/{seeds} seeds)")
+    click.echo(f"wrote {path}")
+
+
 @bench.command("scale")
 @click.option("--scenario", "folder", default=None, help="A YAHPO scenario folder [default: lcbench].")
 @click.option("--task", default="3945", show_default=True)

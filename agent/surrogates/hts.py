@@ -18,6 +18,7 @@ Everything here is a pure function of the evaluations and a seed; the sampler ar
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,9 @@ def rbf_surrogate(U: np.ndarray, y: np.ndarray) -> Any:
     keys, inverse = np.unique(np.round(U, 9), axis=0, return_inverse=True)
     means = np.bincount(inverse.ravel(), weights=y) / np.bincount(inverse.ravel())
     degree = 1 if len(keys) > U.shape[1] + 1 else 0
-    return RBFInterpolator(keys, means, kernel="cubic", degree=degree, smoothing=1e-8)
+    with warnings.catch_warnings():  # too few nodes for the linear tail yet (the first rounds): a constant one, knowingly
+        warnings.filterwarnings("ignore", message=".*degree.*should not be below", category=UserWarning)
+        return RBFInterpolator(keys, means, kernel="cubic", degree=degree, smoothing=1e-8)
 
 
 def rank_matched_pairs(source: Any, target: Any, d: int, seed: int, n: int = RANK_SAMPLES) -> tuple[np.ndarray, np.ndarray]:

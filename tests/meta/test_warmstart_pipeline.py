@@ -271,3 +271,26 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     again = cli(*args)  # everything is in the journal now
     assert again.code == 0 and "2 (target, seed) pairs already in" in again.out
     assert cli("bench", "warmstart", "--tracking-uri", store.uri, "--methods", "portfolio").code == 2
+
+
+def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> None:
+    """`bench hts`: real cold and HTS studies on the target, the source alone as history, a journal."""
+    store, _ = built
+    args = ("bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "wine", "--seeds", "1", "--trials", "4",
+            "--n-init", "2", "--epochs", "1", "--workers", "1", "--out", str(tmp_path))
+    res = cli(*args)
+    assert res.code == 0, res.err
+    report = json.loads((tmp_path / "metrics" / "hts_pairs_m2.json").read_text())
+    pair = report["pairs"]["iris -> wine"]
+    assert pair["source_study"].startswith("bootstrap-mlp-iris")
+    cold, hts = (np.array(pair["mean_curves"][m]) for m in ("cold", "hts"))
+    assert len(cold) == len(hts) == 4 and np.all(np.diff(cold) <= 0) and np.all(np.diff(hts) <= 0)
+    assert pair["cold_final"] == pytest.approx(cold[-1], abs=1e-5)
+    assert pair["ratio"] is None or pair["ratio"] == pytest.approx(pair["cold_trials"] / pair["hts_trials"], abs=0.01)
+    journal = [json.loads(line) for line in next((tmp_path / "data" / "bench-runs").glob("hts_pairs-*.jsonl")).read_text().splitlines()]
+    origins = next(r["result"]["origins"] for r in journal if r["method"] == "hts")
+    assert origins[:2] == ["init:lhs", "init:lhs"] and origins[2].startswith("hts:iris"), origins  # mapped from the source
+    again = cli(*args)
+    assert again.code == 0 and "1 (pair, seed) already in" in again.out
+    missing = cli("bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "no-such-dataset", "--out", str(tmp_path))
+    assert missing.code == 2 and "no bootstrap study of no-such-dataset" in missing.err
