@@ -909,8 +909,7 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
     # methods' per-source extractors in fold-* folders under it, kept for a resumed run.
     models = journal.parent / f"warmstart_e2e-{job_name}-models"
     models.mkdir(parents=True, exist_ok=True)
-    report = run_e2e(_kb(tracking_uri), config, journal, models, progress=click.echo,
-                     meta_features=params.get("meta_features", {}),
+    report = run_e2e(_kb(tracking_uri), config, journal, models, progress=click.echo, params=params,
                      normalisation=params.get("distances", {}).get("normalisation", "rank"))
     path = Path(out) / "metrics" / "warmstart_e2e.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,12 @@ METHODS: dict[str, dict[str, Any]] = {
     "learned": {"warm_start": "learned", "surrogate": "gp", "prior_mean": "constant", "models": "fold"},
     "learned+prior_mean": {"warm_start": "learned", "surrogate": "gp", "prior_mean": "neighbours", "models": "fold"},
     "default+learned": {"warm_start": "auto", "surrogate": "auto", "models": "fold"},
+    # With the TNP `dvc repro` would have meta-trained on a history without the target's source:
+    "tnp": {"warm_start": "none", "surrogate": "tnp", "models": "fold"},
 }
+# What each method's fold folder must hold (the learned extractor, the meta-trained TNP).
+FOLD_MODELS: dict[str, tuple[str, ...]] = {"learned": ("extractor",), "learned+prior_mean": ("extractor",),
+                                           "default+learned": ("extractor",), "tnp": ("tnp",)}
 REPORT_AT = (1, 3, 5, 10)
 
 
@@ -122,31 +127,46 @@ def fold_models_dir(root: Path, source: str) -> Path:
     return root / ("fold-" + "".join(c if c.isalnum() else "_" for c in source))
 
 
-def train_fold_extractors(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
-                          meta_features: dict[str, Any], root: Path, normalisation: str = "rank",
-                          progress: Callable[[str], None] = print) -> None:
-    """For each held-out ``source``, the meta-feature extractor the pipeline would train on the
-    history without it (:func:`agent.meta.pipeline.train_without_source`), saved where the learned
-    methods' studies read their models (:func:`fold_models_dir`); kept across resumed runs."""
+def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
+                      kinds: Sequence[str], params: dict[str, Any], root: Path, normalisation: str = "rank",
+                      progress: Callable[[str], None] = print) -> None:
+    """For each held-out ``source``, the meta-models the pipeline would build from the history
+    without it, saved where the fold methods' studies read them (:func:`fold_models_dir`): the
+    meta-feature extractor (``extractor``: :func:`agent.meta.pipeline.train_without_source` with
+    ``params["meta_features"]``) and the TNP (``tnp``: :func:`agent.tuning.metamodels.train_tnp`
+    with ``params["transfer"]``). Kept across resumed runs."""
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.history import load_history
     from agent.knowledge.starter import write_entries
     from agent.meta.neighbours import EXTRACTOR_FILE
-    from agent.meta.pipeline import train_without_source
+    from agent.surrogates.specs import TNP_FILE
 
-    missing = [s for s in sources if not (fold_models_dir(root, s) / EXTRACTOR_FILE).exists()]
-    if not missing:
+    files = {"extractor": EXTRACTOR_FILE, "tnp": TNP_FILE}
+    todo = [(s, k) for s in sources for k in kinds if not (fold_models_dir(root, s) / files[k]).exists()]
+    if not todo:
         return
     kb = open_knowledge_base("memory:")
     write_entries(kb, entries, space, "the evaluation's history")
     history = load_history(kb, job=job)
-    for i, source in enumerate(missing, 1):
+    for i, (source, kind) in enumerate(todo, 1):
         start = time.perf_counter()
-        extractor = train_without_source(history, meta_features, source, normalisation)
         folder = fold_models_dir(root, source)
         folder.mkdir(parents=True, exist_ok=True)
-        extractor.save(folder / EXTRACTOR_FILE)
-        progress(f"extractor without {source} ({i}/{len(missing)}, {time.perf_counter() - start:.0f} s)")
+        if kind == "extractor":
+            from agent.meta.pipeline import train_without_source
+
+            train_without_source(history, dict(params.get("meta_features") or {}), source, normalisation).save(
+                folder / EXTRACTOR_FILE)
+        else:
+            from agent.jobs import load_job
+            from agent.surrogates.contract import source_tasks
+            from agent.tuning.metamodels import tnp_settings, train_tnp
+
+            job_space = load_job(job).space
+            kept = [h for h in history if h.source != source and h.space_signature == job_space.signature()]
+            train_tnp(source_tasks(kept, job_space), job, job_space.signature(), folder,
+                      tnp_settings(params.get("transfer")))
+        progress(f"{kind} without {source} ({i}/{len(todo)}, {time.perf_counter() - start:.0f} s)")
 
 
 def _run_job(args: tuple) -> dict[str, Any]:
@@ -154,11 +174,12 @@ def _run_job(args: tuple) -> dict[str, Any]:
 
 
 def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
-            progress: Callable[[str], None] = print, meta_features: dict[str, Any] | None = None,
+            progress: Callable[[str], None] = print, params: dict[str, Any] | None = None,
             normalisation: str = "rank") -> dict[str, Any]:
     """Runs (or resumes) every (target, seed) and returns the report. ``models_dir`` holds no
     meta-models (the methods that do not name ``models`` run as on a store before ``dvc repro``);
-    the learned methods read per-source extractors trained under it with ``meta_features``."""
+    the fold methods read per-source meta-models trained under it with ``params`` (``params.yaml``:
+    ``meta_features`` for the extractor, ``transfer`` for the TNP)."""
     from agent.jobs import load_job
     from agent.knowledge.starter import read_studies
 
@@ -185,9 +206,10 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
             missing = tuple(m for m in config.methods if (t["name"], seed, m) not in done)
             if missing:
                 jobs.append((t, seed, missing, config, str(models_dir)))
-    if any(METHODS[m].get("models") == "fold" for m in config.methods):
-        train_fold_extractors(entries, space, config.job, [t["summary"]["source"] for t in targets],
-                              dict(meta_features or {}), models_dir, normalisation, progress)
+    kinds = sorted({k for m in config.methods for k in FOLD_MODELS.get(m, ())})
+    if kinds:
+        train_fold_models(entries, space, config.job, [t["summary"]["source"] for t in targets], kinds,
+                          dict(params or {}), models_dir, normalisation, progress)
     progress(f"{len(targets)} targets x {config.seeds} seeds x {len(config.methods)} methods; "
              f"{len(targets) * config.seeds - len(jobs)} (target, seed) pairs already in {journal}")
     journal.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +260,8 @@ def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done
                      f"training, {config.epochs} epochs) of job {config.job} on {len(targets)} held-out R-package "
                      f"tables, {config.seeds} seeds, {config.trials} trials; every dataset of the target's R package "
                      "removed from the history; methods without a meta-model run as before `dvc repro` (auto = handcrafted + "
-                     "rgpe), the learned ones with the extractor trained on the history without the target's source; "
+                     "rgpe), the learned ones and tnp with the extractor / TNP trained on the history without the "
+                     "target's source; "
                      "regret over "
                      "the target's 64-configuration bootstrap table joined with all values found; paired Wilcoxon "
                      "signed-rank test against cold over (target, seed)"),
