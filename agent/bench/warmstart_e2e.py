@@ -139,7 +139,7 @@ def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]]
     from agent.knowledge.history import load_history
     from agent.knowledge.starter import write_entries
     from agent.meta.neighbours import EXTRACTOR_FILE
-    from agent.surrogates.specs import TNP_FILE
+    from agent.tuning.metamodels import TNP_FILE
 
     files = {"extractor": EXTRACTOR_FILE, "tnp": TNP_FILE}
     todo = [(s, k) for s in sources for k in kinds if not (fold_models_dir(root, s) / files[k]).exists()]
@@ -158,14 +158,9 @@ def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]]
             train_without_source(history, dict(params.get("meta_features") or {}), source, normalisation).save(
                 folder / EXTRACTOR_FILE)
         else:
-            from agent.jobs import load_job
-            from agent.surrogates.contract import source_tasks
-            from agent.tuning.metamodels import tnp_settings, train_tnp
+            from agent.tuning.metamodels import train_tnp_without_source
 
-            job_space = load_job(job).space
-            kept = [h for h in history if h.source != source and h.space_signature == job_space.signature()]
-            train_tnp(source_tasks(kept, job_space), job, job_space.signature(), folder,
-                      tnp_settings(params.get("transfer")))
+            train_tnp_without_source(history, job, source, folder, params.get("transfer"))
         progress(f"{kind} without {source} ({i}/{len(todo)}, {time.perf_counter() - start:.0f} s)")
 
 

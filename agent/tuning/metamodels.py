@@ -59,6 +59,17 @@ def train_tnp(sources: Sequence[SourceTask], job_name: str, space_signature: str
             "final_loss": float(np.mean([h["loss"] for h in history[-5:]])) if history else float("nan")}
 
 
+def train_tnp_without_source(history: Sequence[Any], job_name: str, held_out: str, models_dir: Path,
+                             params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The TNP meta-trained on ``history`` less every study of source ``held_out`` (a
+    leave-one-source-out fold of the evaluation), saved under ``models_dir``."""
+    from agent.jobs import load_job
+
+    space = load_job(job_name).space
+    kept = [h for h in history if h.source != held_out and h.space_signature == space.signature()]
+    return train_tnp(source_tasks(kept, space), job_name, space.signature(), models_dir, tnp_settings(params))
+
+
 def tnp_trained(models_dir: Path) -> bool:
     return (models_dir / TNP_FILE).exists() and (models_dir / TNP_META).exists()
 

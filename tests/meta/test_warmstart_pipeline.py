@@ -254,12 +254,12 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     """`bench warmstart`: real studies on held-out sources, regret, Wilcoxon p-values, a journal."""
     store, _ = built
     args = ("bench", "warmstart", "--tracking-uri", store.uri, "--targets", "2", "--seeds", "1", "--trials", "3",
-            "--epochs", "1", "--workers", "1", "--methods", "cold,portfolio,default,learned,tnp", "--out", str(tmp_path))
+            "--epochs", "1", "--workers", "1", "--methods", "cold,default,learned,tnp", "--out", str(tmp_path))
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "warmstart_e2e.json").read_text())
     assert report["history_sources"] == 3 and len(report["targets"]) == 2
-    assert set(report["methods"]) == {"cold", "portfolio", "default", "learned", "tnp"}
+    assert set(report["methods"]) == {"cold", "default", "learned", "tnp"}
     # the learned method's extractor and the TNP were trained per held-out source, without that source
     root = tmp_path / "data" / "bench-runs" / "warmstart_e2e-mlp-models"
     assert len(sorted(root.glob("fold-*/metafeature_extractor.pt"))) == 2 and "extractor without" in res.out

@@ -60,6 +60,7 @@ def test_posterior_and_logei(planted) -> None:
     assert x.shape == (1, D) and ((x >= 0) & (x <= 1)).all()
 
 
+@pytest.mark.slow  # a speed target: measured as a benchmark (-m slow), not in the default run
 def test_latency_33_sources() -> None:
     rng = np.random.default_rng(1)
     d = 4

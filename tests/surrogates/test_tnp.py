@@ -95,6 +95,7 @@ def test_save_load_and_initial_configs(trained, tmp_path: Path) -> None:
     assert torch.allclose(a[0], b[0]) and torch.allclose(a[1], b[1])
 
 
+@pytest.mark.slow  # a speed target: measured as a benchmark (-m slow), not in the default run
 def test_latency_33_sources() -> None:
     rng = np.random.default_rng(1)
     d = 4
