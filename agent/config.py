@@ -15,7 +15,8 @@ from agent.errors import TuneAgentError
 # layer above (surrogates, tuning, bench, cli) reads the same tuples.
 INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
-SAMPLERS = ("bo", "random", "tpe", "hts")
+SAMPLERS = ("bo", "random", "tpe", "hts", "hts-anchored")
+HTS_SAMPLERS = ("hts", "hts-anchored")  # paper 001, and ours with the map anchored at the identity
 PRUNERS = ("none", "median", "asha")  # early stopping of trials on the per-epoch metric (agent/tuning/pruning.py)
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
@@ -156,7 +157,7 @@ class StudyConfig:
             raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
         if self.n_init is not None and self.n_init < 1:
             raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
-        if self.source is not None and self.sampler != "hts":
+        if self.source is not None and self.sampler not in HTS_SAMPLERS:
             raise TuneAgentError(f"--source names the source study of --sampler hts; this study's sampler is {self.sampler}")
 
 

@@ -40,7 +40,7 @@ from agent.errors import TuneAgentError
 
 QUICK_TASKS, QUICK_SEEDS = 4, 2
 TNP_FOLDS = 5
-SAMPLER_METHODS = ("random", "tpe", "hts")
+SAMPLER_METHODS = ("random", "tpe", "hts", "hts-anchored")
 
 
 def method_names() -> tuple[str, ...]:

@@ -12,6 +12,15 @@ well, mapped through ``g``, performs comparably well on the target:
    ``i``-th best point of the first to the ``i``-th best of the second (rank matching); the ``r``
    best source configurations, mapped through ``g``, are the next ``r`` target evaluations.
 
+``hts-anchored`` (ours, not the paper's) answers the failure measured on real training
+(README, "HTS"): with a few chance-level target trials ``S_T`` is nearly flat, the rank matching
+is noise and ``g`` sends every source configuration to the middle of the cube. Here ``g`` is a
+residual map ``x + h(x)`` (``h`` starts at zero) trained on the rank-matched pairs with weight
+``1 - a`` and on the identity with weight ``a``, where ``a = 1 - max(0, rho)`` and ``rho`` is the
+leave-one-out Spearman correlation of ``S_T`` on the target's trials: while the target surrogate
+cannot predict a held-out trial, the source's best configurations are tried as they are; as it
+learns to, the paper's map takes over.
+
 Everything here is a pure function of the evaluations and a seed; the sampler around it
 (:class:`agent.tuning.sampler.HtsSampler`) decides slots and keeps no state the trials do not hold.
 """
@@ -60,21 +69,53 @@ def rank_matched_pairs(source: Any, target: Any, d: int, seed: int, n: int = RAN
     return A[np.argsort(-source(A), kind="stable")], B[np.argsort(-target(B), kind="stable")]
 
 
-def train_map(inputs: np.ndarray, outputs: np.ndarray, seed: int, steps: int = TRAIN_STEPS) -> Any:
+class _ResidualMap:
+    """``g(x) = clip(x + h(x), 0, 1)``: the identity until ``h`` learns otherwise."""
+
+    def __init__(self, h: Any) -> None:
+        self.h = h
+
+    def __call__(self, x: Any) -> Any:
+        return (x + self.h(x)).clamp(0.0, 1.0)
+
+    def parameters(self) -> Any:
+        return self.h.parameters()
+
+    def eval(self) -> "_ResidualMap":
+        self.h.eval()
+        return self
+
+
+def train_map(inputs: np.ndarray, outputs: np.ndarray, seed: int, steps: int = TRAIN_STEPS,
+              anchor: float | None = None) -> Any:
     """The transfer function ``g``: one hidden layer of ``20 d`` sigmoid units, sigmoid outputs,
-    trained with Adam on the mean squared distance between ``g(input)`` and its rank-matched output."""
+    trained with Adam on the mean squared distance between ``g(input)`` and its rank-matched output.
+
+    With ``anchor`` (in [0, 1]; ``hts-anchored``) ``g`` is the residual map :class:`_ResidualMap`
+    with the same hidden layer, and the loss adds ``anchor`` times the distance of ``g(input)``
+    from ``input`` to ``1 - anchor`` times the rank-matching term."""
     import torch
 
     torch.manual_seed(seed)
     d = inputs.shape[1]
-    net = torch.nn.Sequential(torch.nn.Linear(d, HIDDEN_PER_DIM * d), torch.nn.Sigmoid(),
-                              torch.nn.Linear(HIDDEN_PER_DIM * d, d), torch.nn.Sigmoid()).double()
+    if anchor is None:
+        net: Any = torch.nn.Sequential(torch.nn.Linear(d, HIDDEN_PER_DIM * d), torch.nn.Sigmoid(),
+                                       torch.nn.Linear(HIDDEN_PER_DIM * d, d), torch.nn.Sigmoid()).double()
+    else:
+        last = torch.nn.Linear(HIDDEN_PER_DIM * d, d)
+        torch.nn.init.zeros_(last.weight)
+        torch.nn.init.zeros_(last.bias)
+        net = _ResidualMap(torch.nn.Sequential(torch.nn.Linear(d, HIDDEN_PER_DIM * d), torch.nn.Sigmoid(), last).double())
     X, Y = torch.as_tensor(inputs, dtype=torch.double), torch.as_tensor(outputs, dtype=torch.double)
     opt = torch.optim.Adam(net.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(seed)
+    a = 0.0 if anchor is None else float(anchor)
     for _ in range(steps):
         idx = torch.randint(0, len(X), (512,), generator=gen)
-        loss = ((net(X[idx]) - Y[idx]) ** 2).sum(-1).mean()
+        out = net(X[idx])
+        loss = (1.0 - a) * ((out - Y[idx]) ** 2).sum(-1).mean()
+        if a > 0.0:
+            loss = loss + a * ((out - X[idx]) ** 2).sum(-1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -82,10 +123,30 @@ def train_map(inputs: np.ndarray, outputs: np.ndarray, seed: int, steps: int = T
     return net
 
 
+def loo_spearman(U: np.ndarray, y: np.ndarray) -> float:
+    """How well the target surrogate predicts a trial it has not seen: the Spearman correlation
+    between each finite trial's value and the RBF fitted to all the others (0 when undefined)."""
+    from scipy.stats import spearmanr
+
+    ok = np.isfinite(y)
+    U, y = np.asarray(U, dtype=float)[ok], np.asarray(y, dtype=float)[ok]
+    if len(y) < 4 or np.ptp(y) == 0:
+        return 0.0
+    pred = np.array([rbf_surrogate(np.delete(U, i, 0), np.delete(y, i))(U[i:i + 1])[0] for i in range(len(y))])
+    rho = spearmanr(pred, y).statistic
+    return float(rho) if np.isfinite(rho) else 0.0
+
+
+def anchor_weight(target_U: np.ndarray, target_y: np.ndarray) -> float:
+    """``hts-anchored``'s weight on the identity: ``1 - max(0, rho)`` (:func:`loo_spearman`)."""
+    return 1.0 - max(0.0, loo_spearman(target_U, target_y))
+
+
 def hts_round(source_U: np.ndarray, source_y: np.ndarray, target_U: np.ndarray, target_y: np.ndarray,
-              seed: int) -> np.ndarray:
+              seed: int, anchored: bool = False) -> np.ndarray:
     """One round of Algorithm 1 (steps 5-8): the source configurations, best first, mapped through a
-    freshly trained ``g``. Values are maximised (the sampler passes signed values)."""
+    freshly trained ``g``. Values are maximised (the sampler passes signed values). ``anchored``:
+    the ``hts-anchored`` map (module docstring)."""
     import torch
 
     from agent.surrogates.gp import torch_threads
@@ -96,7 +157,8 @@ def hts_round(source_U: np.ndarray, source_y: np.ndarray, target_U: np.ndarray, 
     d = source_U.shape[1]
     with torch_threads(1):
         inputs, outputs = rank_matched_pairs(S_S, S_T, d, seed)
-        g = train_map(inputs, outputs, seed)
+        anchor = anchor_weight(target_U[ok_t], target_y[ok_t]) if anchored else None
+        g = train_map(inputs, outputs, seed, anchor=anchor)
         order = np.argsort(-np.where(ok_s, source_y, -np.inf), kind="stable")
         with torch.no_grad():
             return g(torch.as_tensor(source_U[order], dtype=torch.double)).numpy()

@@ -290,16 +290,18 @@ class HtsSampler:
     the round began, so the slots of a round are fixed once it starts, whatever runs in parallel
     and whenever the study resumes. The source is ``preferred`` (the warm start's nearest
     neighbour) when the history holds it, otherwise the source whose surrogate ranks the ``m``
-    initial results most like they came out (Spearman correlation), chosen once.
+    initial results most like they came out (Spearman correlation), chosen once. ``anchored``:
+    the ``hts-anchored`` map (ours: the identity until the target surrogate predicts held-out trials).
     """
 
     def __init__(self, space: SearchSpace, settings: StudySettings, sources: Sequence[Any],
-                 preferred: str | None = None, r: int = HTS_ROUND) -> None:
+                 preferred: str | None = None, r: int = HTS_ROUND, anchored: bool = False) -> None:
         from agent.surrogates.hts import lhs
 
         if not sources:
             raise ValueError("HTS needs a source: history for this job and space")
         self.space, self.settings, self.sources, self.r = space, settings, list(sources), r
+        self.anchored, self.kind = anchored, "hts-anchored" if anchored else "hts"
         self.m = settings.n_init
         self.preferred = next((s for s in self.sources if s.key == preferred), None)
         self._design = space.snap(lhs(self.m, space.dim, settings.seed))
@@ -322,14 +324,14 @@ class HtsSampler:
             from agent.surrogates.hts import hts_round
 
             self._rounds[j] = self.space.snap(hts_round(source.U, source.y, U, impute_failures(y),
-                                                        self.settings.seed * 100003 + j))
+                                                        self.settings.seed * 100003 + j, anchored=self.anchored))
         keys = evaluated_keys(self.space, seen)
         fresh = [u for u in self._rounds[j] if point_key(u) not in keys]
         if len(fresh) > 0:
             # the best mapped point not tried yet (earlier slots of the round, running ones included)
-            return Suggestion(self.space.decode(fresh[0]), f"hts:{source.name}")
+            return Suggestion(self.space.decode(fresh[0]), f"{self.kind}:{source.name}")
         rng = np.random.default_rng(self.settings.seed * 100003 + number)
-        return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), "random:hts-exhausted")
+        return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), f"random:{self.kind}-exhausted")
 
     def source(self, U: np.ndarray, y: np.ndarray) -> Any:
         if self._source is None:

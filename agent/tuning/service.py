@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agent.config import StudyConfig, StudySettings
+from agent.config import HTS_SAMPLERS, StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
@@ -66,8 +66,8 @@ class Planned:
 
     def sampler(self, space: Any, settings: StudySettings) -> Sampler:
         """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs)."""
-        if settings.sampler == "hts":
-            return HtsSampler(space, settings, self.sources, self.preferred)
+        if settings.sampler in HTS_SAMPLERS:
+            return HtsSampler(space, settings, self.sources, self.preferred, anchored=settings.sampler == "hts-anchored")
         if self.surrogate is None:
             return (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
         return BoSampler(space, settings, self.surrogate, self.plan.initial)
@@ -139,22 +139,23 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     from agent.surrogates import registry
 
     models_dir = Path(settings.models_dir)
-    if settings.sampler == "hts":
+    if settings.sampler in HTS_SAMPLERS:
         sources = _history_sources(kb, settings, space, exclude_fingerprint)
         if recorded is not None:
             sources = _recorded_sources(sources, recorded)
         if not sources:
-            raise StudyError(f"--sampler hts needs history for job {settings.job_name} with this search space")
+            raise StudyError(f"--sampler {settings.sampler} needs history for job {settings.job_name} with this search space")
         keys = {s.key for s in sources}
         if settings.source is not None:
             preferred, why = _named_source(kb, settings.source, keys), f"--source {settings.source}"
         else:
             preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
             why = "nearest neighbour"
-        note = (f"sampler: hts (paper 001) from {len(sources)} candidate sources"
+        note = (f"sampler: {settings.sampler} (paper 001{'' if settings.sampler == 'hts' else ', map anchored at the identity'}) "
+                f"from {len(sources)} candidate sources"
                 + (f", source {next(s.name for s in sources if s.key == preferred)} ({why})" if preferred
                    else ", source chosen after the initial design"))
-        return Planned(SurrogatePlan("hts", requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
+        return Planned(SurrogatePlan(settings.sampler, requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
                        sources=tuple(sources), preferred=preferred)
     if settings.sampler != "bo":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))

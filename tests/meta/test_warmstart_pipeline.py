@@ -293,6 +293,10 @@ def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> N
     journal = [json.loads(line) for line in next((tmp_path / "data" / "bench-runs").glob("hts_pairs-*.jsonl")).read_text().splitlines()]
     origins = next(r["result"]["origins"] for r in journal if r["method"] == "hts")
     assert origins[:2] == ["init:lhs", "init:lhs"] and origins[2].startswith("hts:iris"), origins  # mapped from the source
+    anchored = next(r["result"]["origins"] for r in journal if r["method"] == "hts-anchored")
+    assert anchored[2].startswith("hts-anchored:iris"), anchored
+    assert set(pair["anchored"]) == {"hts_final", "cold_trials", "hts_trials", "ratio", "seeds_reached"}
+    assert set(pair["mean_curves"]) == {"cold", "hts", "hts-anchored"}
     again = cli(*args)
     assert again.code == 0 and "1 (pair, seed) already in" in again.out
     missing = cli("bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "no-such-dataset", "--out", str(tmp_path))
