@@ -115,7 +115,7 @@ def study_options(fn: Any) -> Any:
                      help="GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; auto picks it for spaces with conditions."),
         click.option("--pruner", type=click.Choice(PRUNERS), default=StudyConfig.default("pruner"), show_default=True,
                      help="Stop trials early on the per-epoch metric: median (below the median of earlier trials at that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top third goes on)."),
-        click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the identity until the target's trials can be predicted)."),
+        click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the identity until the target's trials can be predicted, then BO once a round of mapped points stops improving)."),
         click.option("--source", default=None, metavar="STUDY",
                      help="With --sampler hts or hts-anchored: the historical study whose dataset is the source [default: the warm start's nearest neighbour]."),
         tracking_option,

@@ -291,17 +291,20 @@ class HtsSampler:
     and whenever the study resumes. The source is ``preferred`` (the warm start's nearest
     neighbour) when the history holds it, otherwise the source whose surrogate ranks the ``m``
     initial results most like they came out (Spearman correlation), chosen once. ``anchored``:
-    the ``hts-anchored`` map (ours: the identity until the target surrogate predicts held-out trials).
+    the ``hts-anchored`` map (ours: the identity until the target surrogate predicts held-out trials),
+    and once a whole round has finished without beating the best trial before it, every later slot
+    goes to ``after`` (BO on a plain GP: the mapped ranking is used up and HTS itself never explores).
     """
 
     def __init__(self, space: SearchSpace, settings: StudySettings, sources: Sequence[Any],
-                 preferred: str | None = None, r: int = HTS_ROUND, anchored: bool = False) -> None:
+                 preferred: str | None = None, r: int = HTS_ROUND, anchored: bool = False,
+                 after: "Sampler | None" = None) -> None:
         from agent.surrogates.hts import lhs
 
         if not sources:
             raise ValueError("HTS needs a source: history for this job and space")
         self.space, self.settings, self.sources, self.r = space, settings, list(sources), r
-        self.anchored, self.kind = anchored, "hts-anchored" if anchored else "hts"
+        self.anchored, self.kind, self.after = anchored, "hts-anchored" if anchored else "hts", after
         self.m = settings.n_init
         self.preferred = next((s for s in self.sources if s.key == preferred), None)
         self._design = space.snap(lhs(self.m, space.dim, settings.seed))
@@ -316,6 +319,8 @@ class HtsSampler:
             return Suggestion(self.space.decode(self._design[number]), "init:lhs")
         j = (number - self.m) // self.r  # the round; its slots take its mapped points in order
         start = self.m + j * self.r
+        if self.after is not None and self.handed_over(j, trials):
+            return self.after.suggest(number, trials)
         before = [t for t in trials if t.number < start]
         U, y = encoded(self.space, before, COUNTED_STATES, self.settings.sign)
         source = self.source(U, y)
@@ -332,6 +337,22 @@ class HtsSampler:
             return Suggestion(self.space.decode(fresh[0]), f"{self.kind}:{source.name}")
         rng = np.random.default_rng(self.settings.seed * 100003 + number)
         return Suggestion(self.space.decode(random_unseen(self.space, seen, rng)), f"random:{self.kind}-exhausted")
+
+    def handed_over(self, j: int, trials: Sequence[TrialRecord]) -> bool:
+        """Whether some round before ``j`` finished every slot without beating the best trial
+        numbered before it (a pure function of the trials, so resumes and parallel workers agree)."""
+        by_number = {t.number: t for t in trials if t.state in COUNTED_STATES}
+
+        def best(upto: int) -> float:
+            vals = [self.settings.sign * t.value for n, t in by_number.items()
+                    if n < upto and t.state == TRIAL_OK and t.value is not None]
+            return max(vals, default=-np.inf)
+
+        for k in range(j):
+            lo, hi = self.m + k * self.r, self.m + (k + 1) * self.r
+            if all(n in by_number for n in range(lo, hi)) and not best(hi) > best(lo):
+                return True
+        return False
 
     def source(self, U: np.ndarray, y: np.ndarray) -> Any:
         if self._source is None:

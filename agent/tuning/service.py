@@ -57,7 +57,8 @@ class SurrogatePlan:
 
 @dataclass(frozen=True)
 class Planned:
-    """A study's plan and the surrogate prepared for it (None for the random and tpe samplers)."""
+    """A study's plan and the surrogate prepared for it (None for the random and tpe samplers and
+    paper 001's hts; hts-anchored's is the plain GP it hands over to)."""
 
     plan: SurrogatePlan
     surrogate: Surrogate | None = None
@@ -67,7 +68,9 @@ class Planned:
     def sampler(self, space: Any, settings: StudySettings) -> Sampler:
         """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs)."""
         if settings.sampler in HTS_SAMPLERS:
-            return HtsSampler(space, settings, self.sources, self.preferred, anchored=settings.sampler == "hts-anchored")
+            after = BoSampler(space, settings, self.surrogate) if self.surrogate is not None else None
+            return HtsSampler(space, settings, self.sources, self.preferred, anchored=settings.sampler == "hts-anchored",
+                              after=after)
         if self.surrogate is None:
             return (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
         return BoSampler(space, settings, self.surrogate, self.plan.initial)
@@ -155,8 +158,13 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
                 f"from {len(sources)} candidate sources"
                 + (f", source {next(s.name for s in sources if s.key == preferred)} ({why})" if preferred
                    else ", source chosen after the initial design"))
+        after = None
+        if settings.sampler == "hts-anchored":  # BO on a plain GP of the target's trials once the mapping stalls
+            plain = SurrogateInputs(space, (), models_dir, settings.seed, settings.k, "constant", (), SourceFits(),
+                                    settings.kernel)
+            after = registry.prepare(registry.resolve("gp", plain), plain)
         return Planned(SurrogatePlan(settings.sampler, requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
-                       sources=tuple(sources), preferred=preferred)
+                       after, sources=tuple(sources), preferred=preferred)
     if settings.sampler != "bo":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
