@@ -410,6 +410,7 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
         for job in sorted({s.job for s in studies}):
             click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list; "
                        "Model training view, columns best_objective and the Dataset column)")
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no GenAI job runner for a history browser
     os.execv(sys.executable, args)
 
 
@@ -885,9 +886,12 @@ def _arc_table(job: Any, job_name: str, dataset: str, studies: int, trials: int,
 @click.option("--methods", default=",".join(["cold", "handcrafted", "handcrafted+prior_mean", "portfolio", "rgpe", "default"]),
               show_default=True)
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/warmstart_e2e.json; journal in OUT/data/bench-runs/.")
+@click.option("--params", "params_file", default="params.yaml", show_default=True,
+              help="Pipeline settings for the per-fold meta-models (meta_features, transfer, distances); "
+                   "the defaults when the default file is absent.")
 @tracking_option
 def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs: int, workers: int, methods: str, out: str,
-                    tracking_uri: str | None) -> None:
+                    params_file: str, tracking_uri: str | None) -> None:
     """End to end, leave-one-source-out: real studies on held-out tables with the bootstrap as history."""
     from pathlib import Path
 
@@ -904,7 +908,12 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
         raise TuneAgentError(f"--methods must include cold and name only {', '.join(METHODS)}; got {methods!r}")
     config = E2EConfig(job_name, targets, seeds, trials, epochs, workers, chosen)
     journal = Path(out) / "data" / "bench-runs" / f"warmstart_e2e-{job_name}-{trials}x{epochs}.jsonl"
-    params = load_params(Path("params.yaml")) if Path("params.yaml").exists() else {}
+    if Path(params_file).is_file():
+        params = load_params(Path(params_file))
+    elif params_file != "params.yaml":
+        raise TuneAgentError(f"--params {params_file}: no such file")
+    else:
+        params = {}
     # No meta-model at the top (the methods that use none run as before `dvc repro`); the learned
     # methods' per-source extractors in fold-* folders under it, kept for a resumed run.
     models = journal.parent / f"warmstart_e2e-{job_name}-models"

@@ -127,7 +127,8 @@ def test_a_new_store_killed_while_mlflow_builds_its_tables_is_not_broken(tmp_pat
     db = tmp_path / "mlflow.db"
     code = ("from pathlib import Path; from agent.knowledge.mlflow_store import create_sqlite_store; "
             f"create_sqlite_store(Path({str(db)!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    # the migrations themselves (no schema template to copy), as on a first run
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "TUNE_AGENT_STORE_TEMPLATE": "0"})
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob(".mlflow.db.creating-*")):
         time.sleep(0.01)
@@ -142,3 +143,35 @@ def test_a_new_store_killed_while_mlflow_builds_its_tables_is_not_broken(tmp_pat
     kb = open_knowledge_base(f"sqlite:///{db}", str(tmp_path / "artifacts"))
     kb.open()  # the next command creates the store afresh
     assert kb.list_studies() == [] and db.exists()
+
+
+def test_a_new_store_is_a_copy_of_the_schema_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The migrations run once per MLflow version (into the user's cache); every new store after
+    that is a copy with the schema MLflow would have built and a Default experiment of its own."""
+    import sqlite3
+
+    from agent.knowledge.mlflow_store import create_sqlite_store, schema_template
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    template = schema_template()
+    assert template is not None and template.parent == tmp_path / "cache" / "tune-agent" and template.exists()
+    copied, migrated = tmp_path / "copied.db", tmp_path / "migrated.db"
+    create_sqlite_store(copied)
+    monkeypatch.setenv("TUNE_AGENT_STORE_TEMPLATE", "0")
+    assert schema_template() is None
+    create_sqlite_store(migrated)
+
+    def schema(db: Path) -> tuple[set, list]:
+        with sqlite3.connect(db) as c:
+            tables = set(c.execute("SELECT type, name, tbl_name FROM sqlite_master"))
+            default = c.execute("SELECT experiment_id, name, artifact_location FROM experiments").fetchall()
+        return tables, default
+
+    assert schema(copied) == schema(migrated)  # same tables and indexes, same Default experiment
+    assert schema(copied)[1] == [(0, "Default", str(tmp_path / "mlruns" / "0"))]
+    from agent.knowledge import open_knowledge_base
+
+    kb = open_knowledge_base(f"sqlite:///{copied}", str(tmp_path / "artifacts"))
+    kb.open()
+    assert kb.list_studies() == []

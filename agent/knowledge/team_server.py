@@ -117,6 +117,9 @@ class TeamServer:
 
     def mlflow_env(self) -> dict[str, str]:
         env = dict(os.environ)
+        # MLflow 3's server also starts a GenAI job runner and its huey consumers (eight processes
+        # that import MLflow and poll); a tracking store for training runs needs none of them
+        env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
         if self.auth:
             auth = self.data_dir / "auth"
             auth.mkdir(parents=True, exist_ok=True)

@@ -253,8 +253,11 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
 def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tmp_path) -> None:
     """`bench warmstart`: real studies on held-out sources, regret, Wilcoxon p-values, a journal."""
     store, _ = built
+    params = tmp_path / "params.yaml"  # the fold meta-models' training kept short: their quality is not tested here
+    params.write_text("meta_features: {steps: 20, pairs_per_step: 4}\ntransfer: {meta_steps: 20}\n")
     args = ("bench", "warmstart", "--tracking-uri", store.uri, "--targets", "2", "--seeds", "1", "--trials", "3",
-            "--epochs", "1", "--workers", "1", "--methods", "cold,default,learned,tnp", "--out", str(tmp_path))
+            "--epochs", "1", "--workers", "1", "--methods", "cold,default,learned,tnp", "--out", str(tmp_path),
+            "--params", str(params))
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "warmstart_e2e.json").read_text())
@@ -274,6 +277,8 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     again = cli(*args)  # everything is in the journal now
     assert again.code == 0 and "2 (target, seed) pairs already in" in again.out
     assert cli("bench", "warmstart", "--tracking-uri", store.uri, "--methods", "portfolio").code == 2
+    missing = cli("bench", "warmstart", "--tracking-uri", store.uri, "--params", str(tmp_path / "nope.yaml"))
+    assert missing.code == 2 and "no such file" in missing.err
 
 
 def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> None:
