@@ -864,13 +864,14 @@ def _arc_table(job: Any, job_name: str, dataset: str, studies: int, trials: int,
     table = nmse_table(job.space, U, errors, folds=folds)
     better = [scale for scale in ("original", "log") if table["arc_gp"][scale][0] < table["gp"][scale][0]]
     for m in MODELS:
+        paper = f"   (paper {PAPER[m][0]} / {PAPER[m][1]})" if m in PAPER else "   (ours)"
         click.echo(f"{m:16s} original {table[m]['original'][0]:.3f} +- {table[m]['original'][1]:.3f}   "
-                   f"log {table[m]['log'][0]:.3f} +- {table[m]['log'][1]:.3f}   (paper {PAPER[m][0]} / {PAPER[m][1]})")
+                   f"log {table[m]['log'][0]:.3f} +- {table[m]['log'][1]:.3f}{paper}")
     return {
         "protocol": f"{len(names)} BO studies of {job_name} on {dataset} ({trials} trials, {epochs} epoch(s), seeds "
                     f"0..{studies - 1}; plain-GP BO), {len(errors)} finished trials; validation error 1 - val_acc; "
                     f"{folds}-fold NMSE (MSE / fold variance), mean and standard error",
-        "models": table, "paper_table_1": {m: {"original": PAPER[m][0], "log": PAPER[m][1]} for m in MODELS},
+        "models": table, "paper_table_1": {m: {"original": PAPER[m][0], "log": PAPER[m][1]} for m in MODELS if m in PAPER},
         "claim_holds": bool(better), "arc_beats_gp_on": better,
         "seconds": {"studies": round(collected, 1), "table": round(time.perf_counter() - start - collected, 1)},
     }

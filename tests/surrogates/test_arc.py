@@ -87,7 +87,7 @@ def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> No
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "arc.json").read_text())
-    assert set(report["models"]) == {"separate_linear", "separate_gp", "separate_arc_gp", "linear", "gp", "arc_gp"}
+    assert set(report["models"]) == {"separate_linear", "separate_gp", "separate_arc_gp", "linear", "gp", "arc_gp", "arc_gp_mode"}
     assert all(np.isfinite(v["original"][0]) and np.isfinite(v["log"][0]) for v in report["models"].values())
     assert report["paper_table_1"]["arc_gp"] == {"original": 0.421, "log": 0.335}
     assert "16 finished trials" in report["protocol"]
