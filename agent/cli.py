@@ -410,8 +410,9 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
         for job in sorted({s.job for s in studies}):
             click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list; "
                        "Model training view, columns best_objective and the Dataset column)")
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")  # no GenAI job runner for a history browser
-    os.execv(sys.executable, args)
+    from agent.knowledge.team_server import without_job_runner
+
+    os.execve(sys.executable, args, without_job_runner(dict(os.environ)))
 
 
 @cli.command()

@@ -68,6 +68,8 @@ def create_sqlite_store(path: Path) -> None:
     where the migrations take 1.5-4 s), with MLflow's ``Default`` experiment stamped as a fresh
     store would have it; otherwise every migration runs here.
     """
+    if path.exists():  # the usual case: no template lookup (nor a first template build) for a store that is there
+        return
     template = schema_template()
     if template is None:
         _build_atomically(path, _migrate)

@@ -34,6 +34,14 @@ ADMIN = "admin"
 PG_SEARCH = ("/usr/lib/postgresql",)  # Debian keeps the server binaries (initdb, pg_ctl) here
 
 
+def without_job_runner(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for an ``mlflow server``/``ui`` process without MLflow 3's GenAI job runner and its huey
+    consumers (eight processes that import MLflow and poll; a store of training runs uses none),
+    unless the variable is already set."""
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    return env
+
+
 @dataclass(frozen=True)
 class TeamServer:
     data_dir: Path
@@ -116,10 +124,7 @@ class TeamServer:
         return cmd
 
     def mlflow_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        # MLflow 3's server also starts a GenAI job runner and its huey consumers (eight processes
-        # that import MLflow and poll); a tracking store for training runs needs none of them
-        env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+        env = without_job_runner(dict(os.environ))
         if self.auth:
             auth = self.data_dir / "auth"
             auth.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,9 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> 
         # trains, or "... unreachable, retrying (1/7) ..." at the next store call
         seen = _wait_for(err, "unreachable", 30)
         assert seen <= 10, f"first notice after {seen:.1f} s"
+        # stay down until a store call has had to retry: a server that restarts quickly (about 7 s)
+        # could otherwise be back before the trial ends, and the retry path would go untested
+        _wait_for(err, "retrying (1/7)", 90)
         server = _server(tmp_path, port)  # same store, same port
         assert agent.wait(timeout=240) == 0, "".join(err)[-2000:]
     finally:
