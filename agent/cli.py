@@ -136,7 +136,9 @@ def _lazy_kb(req: Any) -> Any:
 
 
 def execution_options(fn: Any) -> Any:
-    """Where trials run: not part of a study, so a resume may choose differently."""
+    """Where trials run and for how long: not part of a study, so a resume may choose differently."""
+    fn = click.option("--timeout", type=float, default=None,
+                      help="Seconds: start no trial after this long (running ones finish); the study stays resumable.")(fn)
     fn = click.option("--ray-address", default=None,
                       help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).")(fn)
     return click.option("--workers", type=int, default=1, show_default=True,
@@ -173,24 +175,26 @@ def talks(what: str) -> Any:
     return wrap
 
 
-def _check_workers(workers: int) -> None:
+def _check_workers(workers: int, timeout: float | None = None) -> None:
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
+    if timeout is not None and not timeout > 0:
+        raise click.BadParameter(f"must be positive seconds, got {timeout}", param_hint="--timeout")
 
 
 @cli.command()
 @study_options
 @execution_options
-def start(workers: int, ray_address: str | None, **kwargs: Any) -> None:
+def start(workers: int, ray_address: str | None, timeout: float | None, **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    _check_workers(workers)
+    _check_workers(workers, timeout)
     req = _request(kwargs)
     with _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address)
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout)
 
 
 @cli.command()
@@ -206,7 +210,7 @@ def create(**kwargs: Any) -> None:
 
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int = 1,
-         ray_address: str | None = None) -> None:
+         ray_address: str | None = None, timeout: float | None = None) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
@@ -215,7 +219,11 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
         executor = make_executor(study, job, dataset, split, workers, ray_address)
         if workers > 1 or ray_address:
             reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}")
-        run_study(study, job, dataset, split, reporter, executor=executor)
+        timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=timeout)
+        if timing.timed_out:
+            done = study.settings.trials - study.remaining()
+            click.echo(f"--timeout {timeout:g} s reached after {done} of {study.settings.trials} trials; "
+                       f"continue with: tune-agent resume {study.name}", err=True)
     except KeyboardInterrupt:
         click.echo(f"interrupted; continue with: tune-agent resume {study.name}", err=True)
         sys.exit(130)
@@ -234,9 +242,9 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
 @artifact_option
 @execution_options
 def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
-           workers: int, ray_address: str | None) -> None:
+           workers: int, ray_address: str | None, timeout: float | None) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    _check_workers(workers)
+    _check_workers(workers, timeout)
     with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import check_resume_matches, load_study_data, open_study
@@ -252,7 +260,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
         study.set_status("finished")
         reporter.line(f"study {study_name} already has all {study.settings.trials} trials")
         return
-    _run(study, job_obj, data, split, reporter, workers, ray_address)
+    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout)
 
 
 @cli.command()
@@ -778,8 +786,11 @@ def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) ->
 @click.option("--epochs", type=int, default=9, show_default=True)
 @click.option("--pruners", default="none,asha,median", show_default=True, help="Compared in this order; the first sets the target.")
 @click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--same-time/--same-trials", default=True, show_default=True,
+              help="The other pruners get the first's wall time as --timeout (and 3x its trials), or its trial count.")
 @click.option("--out", default="metrics/pruning.json", show_default=True)
-def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, out: str) -> None:
+def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, same_time: bool,
+                  out: str) -> None:
     """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
     from pathlib import Path
 
@@ -792,7 +803,7 @@ def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str
     unknown = [p for p in chosen if p not in PRUNERS]
     if not chosen or unknown:
         raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS)}, got {pruners!r}")
-    config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen)
+    config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen, same_time=same_time)
     report = run_pruning_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=2))
 

@@ -56,6 +56,7 @@ BAD_JOB = "class NoSpace:\n    name = 'nospace'\n    metric = 'val_loss'\n    mo
         ("negative --random-every", ["--random-every", "-1"], "--random-every"),
         ("zero --n-init", ["--n-init", "0"], "--n-init"),
         ("unknown acquisition", ["--acq", "pi"], "pi"),
+        ("zero --timeout", ["--timeout", "0"], "--timeout"),
     ],
 )
 def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,23 @@ def test_python_api_ask_tell(store) -> None:
         study.tell(trial, value=(trial.config["lr"] - 0.01) ** 2)
     assert seen == ["init:lhs", "init:lhs", "bo:logei", "bo:logei"]
     assert study.best().value == min((t.config["lr"] - 0.01) ** 2 for t in study.trials())
+
+
+def test_timeout_stops_starting_trials_and_the_study_resumes_to_its_budget(store, cli) -> None:
+    """``--timeout`` (as Optuna's ``optimize(timeout=)``): the trial running at the deadline
+    finishes, no other starts, the study is left resumable, and ``resume`` completes the budget."""
+    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "3", "--epochs", "1",
+              "--study-name", "t1", "--timeout", "0.01", *store.args)
+    assert res.code == 0, res.err
+    found = re.search(r"--timeout 0.01 s reached after (\d) of 3 trials; continue with: tune-agent resume t1", res.err)
+    assert found and int(found.group(1)) < 3, res.err  # an iris trial takes longer than 0.01 s
+    from agent.knowledge import open_knowledge_base
+
+    kb = open_knowledge_base(store.uri, store.artifacts)
+    study = kb.find_study("t1")
+    assert study.status == "interrupted" and len(kb.trials(study)) == int(found.group(1))
+    res = cli("resume", "t1", *store.args)
+    assert res.code == 0, res.err
+    trials = kb.trials(kb.find_study("t1"))
+    assert sorted(t.number for t in trials) == [0, 1, 2] and all(t.state == TRIAL_OK for t in trials)
+    assert kb.find_study("t1").status == "finished"

@@ -5,6 +5,11 @@ MLflow store, through the product's loop (`tune-agent start --pruner P`). The un
 validation value is the target; for every pruner the figure is the wall time until its best so far
 first reached that target (or "not reached"), as a ratio to the time the unpruned study took to
 find it, measured in the same invocation.
+
+With ``same_time`` (the default) the other pruners get what a user would give them: the first
+pruner's wall time as a ``timeout`` and ``SAME_TIME_TRIALS``x its trials, so the time pruning saves
+goes into more configurations; with the same trial count (``same_time=False``) a pruned study just
+ends sooner with fewer configurations finished.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any, Callable
 
 from agent.tuning.progress import SilentReporter
 
+SAME_TIME_TRIALS = 3
+
 
 @dataclass(frozen=True)
 class PruningBenchConfig:
@@ -28,6 +35,7 @@ class PruningBenchConfig:
     seed: int = 0
     seeds: int = 1
     pruners: tuple[str, ...] = ("none", "asha", "median")
+    same_time: bool = True
 
 
 class TimelineReporter(SilentReporter):
@@ -64,9 +72,12 @@ def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
                          "median_ratio_where_reached": round(float(np.median(reached)), 3) if reached else None,
                          "mean_wall_seconds": round(float(np.mean([s["runs"][name]["wall_seconds"] for s in seeds])), 1),
                          "mean_best": float(np.mean([s["runs"][name]["best"] for s in seeds]))}
+    budget = (f"the others get {first!r}'s wall time as --timeout and {SAME_TIME_TRIALS}x its trials"
+              if config.same_time else "every pruner the same trials")
     report = {"config": asdict(config), "summary": summary, "seeds": seeds,
-              "protocol": f"per seed one cold-GP study per pruner; target: the best {first!r} reached; seconds from "
-                          f"study start until the best so far reached it, ratio to {first!r}'s time to find it"}
+              "protocol": f"per seed one cold-GP study per pruner ({config.trials} trials for {first!r}; {budget}); "
+                          f"target: the best {first!r} reached; seconds from study start until the best so far "
+                          f"reached it, ratio to {first!r}'s time to find it"}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
@@ -81,22 +92,27 @@ def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], No
 
     runs: dict[str, dict[str, Any]] = {}
     sign = 1.0
+    timeout = None
     for pruner in config.pruners:
+        trials_budget = config.trials if timeout is None else config.trials * SAME_TIME_TRIALS
         with tempfile.TemporaryDirectory(prefix="tune-agent-pruning-") as tmp:
-            req = StudyConfig(dataset=config.dataset, job=config.job, trials=config.trials, epochs=config.epochs,
+            req = StudyConfig(dataset=config.dataset, job=config.job, trials=trials_budget, epochs=config.epochs,
                               seed=seed, warm_start="none", surrogate="gp", pruner=pruner,
                               study_name=f"pruning-{pruner}", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
                               artifact_root=str(Path(tmp) / "art"))
             study, job, data, split = prepare_study(req, echo=lambda _: None)
             sign = study.settings.sign
             reporter = TimelineReporter()
-            timing = run_study(study, job, data, split, reporter, trace_plot=False)
+            timing = run_study(study, job, data, split, reporter, trace_plot=False, timeout=timeout)
             trials = study.trials()
             best = study.best(trials)
+        if config.same_time and timeout is None:
+            timeout = timing.wall_seconds
         runs[pruner] = {"wall_seconds": round(timing.wall_seconds, 1), "best": None if best is None else best.value,
-                        "pruned_trials": sum(t.state == TRIAL_PRUNED for t in trials), "timeline": reporter.points}
+                        "trials": len(trials), "pruned_trials": sum(t.state == TRIAL_PRUNED for t in trials),
+                        "timeline": reporter.points}
         progress(f"seed {seed} pruner {pruner}: {timing.wall_seconds:.0f} s, best {runs[pruner]['best']}, "
-                 f"{runs[pruner]['pruned_trials']} pruned")
+                 f"{len(trials)} trials, {runs[pruner]['pruned_trials']} pruned")
     first = config.pruners[0]
     target = runs[first]["best"]
     base_time = time_to_reach(runs[first]["timeline"], target, sign) if target is not None else None

@@ -77,23 +77,57 @@ def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: i
     return UpperConfidenceBound(model, beta=ucb_beta(iteration, dim))
 
 
+def structural_fixings(space: SearchSpace) -> list[dict[int, float]] | None:
+    """The space's structures, each as the cube coordinates it fixes, or None when there are too
+    many to enumerate (more than ``MAX_ENUMERATED_CATEGORIES``) or none at all.
+
+    A structure is one value for every categorical and every parent of a condition (``num_layers``
+    of ``mlp-arch``), at the centre of that value's slice of the unit interval, with every dimension
+    the values make inactive fixed at its encoding (``INACTIVE``), as a trial's point has it. The
+    acquisition is then maximised per structure over the active continuous dimensions only: the arc
+    kernel's activity mask is constant there (across a parent's bin edge it jumps, and a line search
+    over the jump fails), and a plain GP never sees an inactive coordinate away from where every
+    trial has it.
+    """
+    from agent.space import INACTIVE, Categorical, Int
+
+    parents = {p.condition.parent for p in space.params if p.condition is not None}
+    dims = [i for i, p in enumerate(space.params) if isinstance(p, Categorical) or p.name in parents]
+    if not dims:
+        return None
+    values: list[list[float]] = []
+    for i in dims:
+        param = space.params[i]
+        if isinstance(param, Categorical):
+            values.append([param.to_unit(c) for c in param.choices])
+        elif isinstance(param, Int) and param.high - param.low < MAX_ENUMERATED_CATEGORIES:
+            values.append([param.to_unit(k) for k in range(param.low, param.high + 1)])
+        else:  # a float parent or a wide integer: too many structures to try one by one
+            return None
+    if math.prod(len(v) for v in values) > MAX_ENUMERATED_CATEGORIES:
+        return None
+    fixings: dict[tuple[tuple[int, float], ...], dict[int, float]] = {}
+    for combo in itertools.product(*values):
+        u = np.full(space.dim, INACTIVE)
+        u[dims] = combo
+        active = space.active_mask(u)[0]
+        fixed = {i: float(u[i]) for i in dims if active[i]}
+        fixed.update({i: INACTIVE for i in range(space.dim) if not active[i]})
+        fixings.setdefault(tuple(sorted(fixed.items())), fixed)  # nested conditions repeat structures
+    return list(fixings.values())
+
+
 def optimize_on_space(acqf: Any, space: SearchSpace, seed: int, budget: AcqBudget = AcqBudget()) -> np.ndarray:
-    """Maximises ``acqf`` over the cube (`d`); categoricals are enumerated when there are few combos."""
+    """Maximises ``acqf`` over the cube (`d`), per structure (:func:`structural_fixings`) when the
+    space's categoricals and condition parents have few combinations, else over the whole cube."""
     import torch
     from botorch.optim import optimize_acqf, optimize_acqf_mixed
 
     d = space.dim
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
     options = {"seed": seed, "maxiter": budget.maxiter}
-    cat_dims = space.categorical_dims()
-    combos = list(
-        itertools.product(*[range(len(space.params[i].choices)) for i in cat_dims])  # type: ignore[union-attr]
-    )
-    if cat_dims and len(combos) <= MAX_ENUMERATED_CATEGORIES:
-        fixed = [
-            {i: (k + 0.5) / len(space.params[i].choices) for i, k in zip(cat_dims, combo)}  # type: ignore[union-attr]
-            for combo in combos
-        ]
+    fixed = structural_fixings(space)
+    if fixed:
         x, _ = optimize_acqf_mixed(
             acqf, bounds, q=1, num_restarts=budget.num_restarts, raw_samples=max(budget.raw_samples // 2, 16),
             fixed_features_list=fixed, options=options,

@@ -40,6 +40,7 @@ class StudyTiming:
     fit_seconds: float = 0.0
     ask_seconds: list[float] = field(default_factory=list)
     workers: int = 1
+    timed_out: bool = False  # ``timeout`` stopped the run before the trial budget was spent
 
     @property
     def overhead(self) -> float:
@@ -219,8 +220,12 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
 
 
 def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
-              trace_plot: bool = True, executor: Any = None) -> StudyTiming:
+              trace_plot: bool = True, executor: Any = None, timeout: float | None = None) -> StudyTiming:
     """Asks, trains and tells until the budget is spent; returns where the time went.
+
+    ``timeout`` (seconds of this call, as Optuna's ``optimize(timeout=...)``): no trial starts
+    after it, the running ones finish, and a study with trials left ends ``interrupted`` (resumable)
+    with ``timed_out`` set on the returned timing.
 
     ``executor`` (:mod:`agent.tuning.workers`) runs the trials: by default one at a time in this
     process; a parallel one keeps ``capacity`` trials running, each asked with the others pending.
@@ -240,7 +245,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     running: dict[int, TrialRecord] = {}
     try:
         while True:
-            while len(running) < executor.capacity and study.remaining(trials) - len(running) > 0:
+            while (len(running) < executor.capacity and study.remaining(trials) - len(running) > 0
+                   and not (timeout is not None and time.perf_counter() - wall_start >= timeout)):
                 ask_start = time.perf_counter()
                 trial = study.ask()
                 timing.ask_seconds.append(time.perf_counter() - ask_start)
@@ -278,7 +284,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     finally:
         executor.close()
     timing.wall_seconds = time.perf_counter() - wall_start
-    study.set_status("finished")
+    timing.timed_out = study.remaining(trials) > 0
+    study.set_status("interrupted" if timing.timed_out else "finished")
     if trace_plot:
         log_trace_plot(study, trials)
     reporter.end(study, study.best(trials), timing)

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from agent.errors import TuneAgentError
-from agent.space import Categorical, Float, Int, SearchSpace
+from agent.space import INACTIVE, Categorical, Condition, Float, Int, SearchSpace
 from agent.config import INIT_METHODS, StudySettings
 from agent.surrogates.gp import impute_failures
 from agent.surrogates.gp import ucb_beta
 from agent.design import initial_design
+from agent.tuning.bo import build_acquisition, optimize_on_space, structural_fixings
 from agent.tuning.study import cold_sampler
 
 
@@ -161,3 +162,47 @@ def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
     history.append(TrialRecord("6", 6, TRIAL_OK, {"x": 0.9, "z": 0.1}, 0.0, FALLBACK_ORIGIN))
     assert sampler.suggest(7, history).origin == "bo:logei"  # back to the transfer model
     assert sampler.suggest(7, history[:5]).origin == "bo:logei"  # four steps: not stalled yet
+
+
+def _layered_space() -> SearchSpace:
+    deep = lambda k: Condition("layers", tuple(range(k, 4)))  # noqa: E731
+    return SearchSpace([Float("lr", 0.0, 1.0), Int("layers", 1, 3),
+                        Float("w1", 0.0, 1.0), Float("w2", 0.0, 1.0, condition=deep(2)),
+                        Float("w3", 0.0, 1.0, condition=deep(3))])
+
+
+def test_structures_fix_the_parent_and_every_inactive_dimension() -> None:
+    space = _layered_space()
+    fixings = structural_fixings(space)
+    assert fixings == [{1: Int("layers", 1, 3).to_unit(1), 3: INACTIVE, 4: INACTIVE},
+                       {1: Int("layers", 1, 3).to_unit(2), 4: INACTIVE},
+                       {1: Int("layers", 1, 3).to_unit(3)}]
+    assert structural_fixings(SearchSpace([Float("x", 0.0, 1.0), Int("k", 0, 10)])) is None
+    cats = structural_fixings(SearchSpace([Float("x", 0.0, 1.0), Categorical("c", ("a", "b"))]))
+    assert cats == [{1: 0.25}, {1: 0.75}]
+    wide = SearchSpace([Int("n", 1, 100), Float("x", 0.0, 1.0, condition=Condition("n", (1,)))])
+    assert structural_fixings(wide) is None  # 100 structures: the whole cube at once instead
+
+
+@pytest.mark.parametrize("kernel", ["arc", "plain"])
+def test_a_conditional_space_is_searched_per_structure(kernel: str) -> None:
+    """The acquisition's maximiser (a real GP, arc or plain kernel) sits in one structure: its
+    parent at a value's centre and its inactive dimensions where trials have them; and it finds the
+    depth where the trials were good."""
+    import torch
+
+    space = _layered_space()
+    rng = np.random.default_rng(0)
+    U = space.snap(rng.random((14, space.dim)))
+    configs = [space.decode(u) for u in U]
+    y = np.array([-(c["layers"] != 2) - (c["w1"] - 0.3) ** 2 for c in configs])  # depth 2 is best
+    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=20,
+                             n_init=1, seed=0, kernel=kernel)
+    sampler = cold_sampler(space, settings)
+    X = torch.as_tensor(U, dtype=torch.double)
+    Y = torch.as_tensor(y, dtype=torch.double).reshape(-1, 1)
+    model = sampler.surrogate.step_model(X, Y, {}).model
+    x = optimize_on_space(build_acquisition(model, Y, "logei", 1, space.dim), space, seed=0)
+    assert any(all(x[i] == v for i, v in fixed.items()) for fixed in structural_fixings(space))
+    assert space.decode(x)["layers"] == 2

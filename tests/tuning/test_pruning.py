@@ -63,3 +63,21 @@ def test_an_asha_study_prunes_and_keeps_pruned_trials_out_of_the_best(store, cli
     assert all("curve_3" in t.extra for t in finished)
     assert study.best_value == min(t.value for t in finished)
     assert "pruned by asha" in res.out
+
+
+def test_the_pruning_bench_gives_pruners_the_unpruned_study_s_time() -> None:
+    """bench pruning (same-time protocol) on real studies: the unpruned study sets the target and
+    the time; ASHA gets that time as a timeout and 3x the trials, and its ratio is measured."""
+    from agent.bench.pruning import SAME_TIME_TRIALS, PruningBenchConfig, run_pruning_bench
+
+    config = PruningBenchConfig(job="mlp", dataset="iris", trials=3, epochs=3, pruners=("none", "asha"))
+    report = run_pruning_bench(config)
+    (seed,) = report["seeds"]
+    none, asha = seed["runs"]["none"], seed["runs"]["asha"]
+    assert none["trials"] == 3 and seed["target"] == none["best"]
+    assert none["ratio_to_none"] == 1.0
+    # no trial starts after the unpruned study's wall time: at most one more trial's worth of time
+    assert 1 <= asha["trials"] <= 3 * SAME_TIME_TRIALS
+    assert asha["timeline"][-1][0] <= none["wall_seconds"] + max(t[0] for t in none["timeline"])
+    assert "timeout" in report["protocol"]
+    assert report["summary"]["asha"]["reached_target"] in ("0/1", "1/1")
