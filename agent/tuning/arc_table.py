@@ -181,4 +181,7 @@ def kernel_bo_comparison(kb: KnowledgeBase, space: SearchSpace, prefix: str, ker
         n = min(len(c) for c in curves[k])
         A = np.array([c[:n] for c in curves[k]])
         out[k] = {f"best_error@{t}": round(float(A[:, t - 1].mean()), 4) for t in sorted({*at, n}) if t <= n}
+        # each seed's own curve at its last trial when shorter (a failed trial leaves fewer finished ones)
+        out[k]["per_seed"] = {f"best_error@{t}": [round(float(c[min(t, len(c)) - 1]), 4) for c in curves[k]]
+                              for t in at}
     return out
