@@ -22,7 +22,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -61,6 +62,19 @@ def _write_study(kb: Any, entry: dict[str, Any], space: list[dict[str, Any]], na
         written += 1
     kb.update_study(record, "finished")
     return written
+
+
+@contextmanager
+def _study_cache(value: str) -> Iterator[None]:
+    before = os.environ.get("TUNE_AGENT_STUDY_CACHE")
+    os.environ["TUNE_AGENT_STUDY_CACHE"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TUNE_AGENT_STUDY_CACHE", None)
+        else:
+            os.environ["TUNE_AGENT_STUDY_CACHE"] = before
 
 
 def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset: str = "wine", job: str = "mlp",
@@ -131,15 +145,22 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
         raw_start = time.perf_counter()
         everything = list(kb._search("tags.`tune_agent.kind` = 'trial'"))  # noqa: SLF001 - the raw comparison
         raw = time.perf_counter() - raw_start
-        lookup = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
-        say(f"warm-start lookup over {len(everything)} trial runs: {lookup['median']['warm_start_s']} s median "
-            f"(raw search_runs over all of them: {raw:.2f} s)")
+        # The same lookup without the study cache first (every study run searched, as before the
+        # cache), then with it (its first call fills the cache, the median is over later calls)
+        with _study_cache("0"):
+            uncached = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
+        with _study_cache("1"):
+            lookup = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
+        lookup["without_study_cache"] = {"first_call": uncached["first_call"], "median": uncached["median"]}
+        say(f"warm-start lookup over {len(everything)} trial runs: {lookup['median']['warm_start_s']} s median with the "
+            f"study cache, {uncached['median']['warm_start_s']} s without (raw search_runs over all of them: {raw:.2f} s)")
         return {"server": "tune-agent server (mlflow server, PostgreSQL backend, proxied artifacts)",
                 "logging": logging_,
                 "lookup": {"history_trial_runs": len(everything), "raw_search_runs_s": round(raw, 2), **lookup},
                 "protocol": "writers are threads, one MLflow client each, logging the starter history's studies "
                             "with one run per trial as a study does; the lookup is the product's warm start "
-                            "(bench neighbours --tracking-uri) over that store, median of repeats"}
+                            "(bench neighbours --tracking-uri) over that store, median of repeats, without the "
+                            "study cache (TUNE_AGENT_STUDY_CACHE=0) and then with it"}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

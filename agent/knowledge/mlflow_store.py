@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from agent.errors import StoreError
-from agent.knowledge import layout
+from agent.knowledge import layout, study_cache
 from agent.knowledge.base import (
     IMPORT_ORIGIN,
     TRIAL_KILLED,
@@ -444,9 +444,68 @@ class MlflowKnowledgeBase(KnowledgeBase):
         return self._to_study(runs[-1]) if runs else None
 
     def list_studies(self) -> list[StudyRecord]:
+        """Every study, oldest first. Ended studies come from :mod:`agent.knowledge.study_cache`
+        where an experiment's version tag still matches the cache and every study that was running
+        when it was saved still runs; running studies are always read fresh."""
         if not store_exists(self.tracking_uri):
             return []
-        return [self._to_study(r) for r in self._search(f"tags.`{T}kind` = 'study'")]
+        exps = [e for e in self._call(self._client.search_experiments, max_results=1000) if e.name.startswith("tune-agent/")]
+        ids = [e.experiment_id for e in exps]
+        flt = f"tags.`{T}kind` = 'study'"
+        if not ids:
+            return []
+        if not study_cache.enabled():
+            return [self._to_study(r) for r in self._search(flt, ids)]
+        key = self._store_key()
+        # Versions are read (above) before any search: a write that lands after this point
+        # leaves a version that differs from the one saved below.
+        running = {r.info.run_id: _cache_row(r) for r in self._search(flt + " and attributes.status = 'RUNNING'", ids)}
+        rows: dict[str, dict[str, Any]] = {}
+        stale = []
+        versions: dict[str, str | None] = {}
+        for e in exps:
+            version = versions[e.experiment_id] = e.tags.get(study_cache.VERSION_TAG) or self._first_version(e.experiment_id)
+            cached = study_cache.load(key, e.experiment_id, e.creation_time, version) if version else None
+            if cached is None or not set(cached["running"]) <= set(running):
+                stale.append(e)
+            else:
+                rows.update((r["run_id"], r) for r in cached["ended"])
+        if stale:
+            ended: dict[str, list[dict[str, Any]]] = {e.experiment_id: [] for e in stale}
+            for r in self._search(flt + " and attributes.status != 'RUNNING'", list(ended)):
+                ended[r.info.experiment_id].append(_cache_row(r))
+            for e in stale:
+                rows.update((r["run_id"], r) for r in ended[e.experiment_id])
+                version = versions[e.experiment_id]
+                if version:
+                    study_cache.save(key, e.experiment_id, e.creation_time, version, {
+                        "ended": ended[e.experiment_id],
+                        "running": [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id]})
+        rows.update(running)  # a resumed study: its fresh record wins over the cached one
+        ordered = sorted(rows.values(), key=lambda r: (r["start_time"], r["run_id"]))
+        return [layout.study_record(r["run_id"], r["start_time"], r["tags"], r["params"], r["run_name"]) for r in ordered]
+
+    def _store_key(self) -> str:
+        path = _sqlite_path(self.tracking_uri)
+        return f"sqlite:{path.resolve()}" if path is not None else self.tracking_uri
+
+    def _first_version(self, experiment_id: str) -> str | None:
+        """A version for an experiment that has none (a store written before the cache): setting
+        a new one before searching is always safe, it can only make other caches stale. None
+        where this user may not tag the experiment (the listing is then not cached)."""
+        try:
+            return self._studies_changed(experiment_id)
+        except StoreError:
+            return None
+
+    def _studies_changed(self, experiment_id: str) -> str:
+        """A new version tag on the experiment, after a write that ended a study or changed an
+        ended one (:mod:`agent.knowledge.study_cache`)."""
+        import uuid
+
+        version = uuid.uuid4().hex
+        self._call(self._client.set_experiment_tag, experiment_id, study_cache.VERSION_TAG, version)
+        return version
 
     def update_study(
         self,
@@ -476,7 +535,10 @@ class MlflowKnowledgeBase(KnowledgeBase):
             self._call(self._client.set_terminated, study.study_id, run_status)
         else:
             self._call(self._client.update_run, study.study_id, status="RUNNING")
-        return self._to_study(self._call(self._client.get_run, study.study_id))
+        run = self._call(self._client.get_run, study.study_id)
+        if run_status:
+            self._studies_changed(run.info.experiment_id)
+        return self._to_study(run)
 
     def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
                        name: str, tags: Mapping[str, str]) -> str:
@@ -519,6 +581,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         batch = [RunTag(T + k, v) for k, v in values.items()]
         for i in range(0, len(batch), 100):  # MLflow takes at most 100 tags per batch
             self._call(self._client.log_batch, study.study_id, tags=batch[i:i + 100])
+        self._studies_changed(self._experiment_of(study))
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
         """The study's current tune_agent.* tags (fresh from the store)."""
@@ -731,6 +794,13 @@ class MlflowKnowledgeBase(KnowledgeBase):
         if study.study_id not in cache:
             cache[study.study_id] = self._call(self._client.get_run, study.study_id).info.experiment_id
         return cache[study.study_id]
+
+
+def _cache_row(run: Any) -> dict[str, Any]:
+    """What a study record is made from, as plain data (:mod:`agent.knowledge.study_cache`)."""
+    return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "start_time": run.info.start_time or 0,
+            "run_name": run.info.run_name, "params": dict(run.data.params),
+            "tags": {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}}
 
 
 def _short(value: Any) -> str:

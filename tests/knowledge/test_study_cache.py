@@ -1,0 +1,94 @@
+"""The cache of ended studies behind ``list_studies`` (agent.knowledge.study_cache), on a real
+sqlite MLflow store: what two agents and an outside writer see stays what the store holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+
+def _settings(name: str) -> dict[str, object]:
+    return {"job_name": "cachejob", "dataset_name": name, "fingerprint": name * 4, "space_signature": "s",
+            "mode": "min", "metric": "loss", "seed": 0}
+
+
+def _view(kb: MlflowKnowledgeBase) -> list[tuple[str, str, float | None, str | None]]:
+    return [(s.name, s.status, s.best_value, s.tags.get("note")) for s in kb.list_studies()]
+
+
+def _searches(kb: MlflowKnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    search = kb._search  # noqa: SLF001 - counts the store queries a listing makes
+
+    def counting(flt: str, ids: list[str] | None = None):  # noqa: ANN202
+        seen.append(flt)
+        return search(flt, ids)
+
+    monkeypatch.setattr(kb, "_search", counting)
+    return seen
+
+
+def test_ended_studies_are_cached_and_every_change_is_seen(store, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a, b = store.kb(), store.kb()  # two agents on one store
+    done = a.create_study("done", _settings("d"), [], {"kind": "tabular"}, None, "")
+    a.update_study(done, "finished", 0.5, {"x": 1})
+    live = a.create_study("live", _settings("l"), [], {"kind": "tabular"}, None, "")
+    expected = [("done", "finished", 0.5, None), ("live", "created", None, None)]
+    assert _view(a) == expected
+    assert list((tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"))
+
+    seen = _searches(b, monkeypatch)
+    assert _view(b) == expected
+    assert not any("!= 'RUNNING'" in f for f in seen), seen  # the ended study came from the cache
+
+    a.set_study_tags(done, {"note": "retagged"})  # an ended study changed: b sees it
+    a.update_study(live, "running", 0.25, {"x": 2})  # a running study's best: read fresh every time
+    assert _view(b) == [("done", "finished", 0.5, "retagged"), ("live", "running", 0.25, None)]
+
+    # A writer that knows nothing of the cache ends the running study: the cache had seen it
+    # running, so it is stale and the study is listed as ended.
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store.uri)
+    client.set_tag(live.study_id, "tune_agent.status", "finished")
+    client.set_terminated(live.study_id, "FINISHED")
+    assert _view(b) == [("done", "finished", 0.5, "retagged"), ("live", "finished", 0.25, None)]
+
+    a.update_study(done, "running")  # resumed: the fresh record wins over the cached one
+    assert _view(b)[0] == ("done", "running", 0.5, "retagged")
+    a.update_study(done, "finished", 0.125, {"x": 3})
+    assert _view(b)[0] == ("done", "finished", 0.125, "retagged")
+
+
+def test_the_cache_can_be_turned_off_and_a_foreign_file_is_ignored(store, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("TUNE_AGENT_STUDY_CACHE", "0")
+    kb = store.kb()
+    s = kb.create_study("one", _settings("o"), [], {}, None, "")
+    kb.update_study(s, "finished", 1.0, {})
+    assert _view(kb) == [("one", "finished", 1.0, None)]
+    assert not (tmp_path / "cache" / "tune-agent" / "studies").exists()
+    monkeypatch.setenv("TUNE_AGENT_STUDY_CACHE", "1")
+    assert _view(kb) == [("one", "finished", 1.0, None)]
+    for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"):
+        path.write_text("{not json")
+    assert _view(kb) == [("one", "finished", 1.0, None)]  # unreadable: searched again
+
+
+def test_a_store_written_before_the_cache_gets_a_version_on_first_listing(store, tmp_path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kb = store.kb()
+    s = kb.create_study("old", _settings("o"), [], {}, None, "")
+    kb.update_study(s, "finished", 2.0, {})
+    client = MlflowClient(store.uri)
+    exp = client.get_experiment_by_name("tune-agent/cachejob")
+    client.delete_experiment_tag(exp.experiment_id, "tune_agent.studies_version")  # as an older agent left it
+    assert _view(kb) == [("old", "finished", 2.0, None)]
+    assert client.get_experiment(exp.experiment_id).tags.get("tune_agent.studies_version")
+    seen = _searches(kb, monkeypatch)
+    assert _view(kb) == [("old", "finished", 2.0, None)]
+    assert not any("!= 'RUNNING'" in f for f in seen), seen
