@@ -1065,6 +1065,9 @@ def main(argv: list[str] | None = None) -> None:
 
     # Library deprecation notices (torch.jit inside BoTorch/GPyTorch) are not the user's business.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
+    # BoTorch retries a failed acquisition line search from new starting points and says so in a
+    # five-line RuntimeWarning; the retry is its business, the study's lines say what was proposed.
+    warnings.filterwarnings("ignore", message=r"Optimization failed", category=RuntimeWarning, module=r"botorch\..*")
     try:
         cli.main(args=argv, prog_name="tune-agent", standalone_mode=False)
     except TuneAgentError as exc:
