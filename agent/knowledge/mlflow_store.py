@@ -112,7 +112,7 @@ def schema_template() -> Path | None:
         return None
     from importlib.metadata import version
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tune-agent"
+    cache = study_cache.user_cache_dir()
     template = cache / f"mlflow-{version('mlflow')}-empty.db"
     try:
         if not template.exists():
@@ -320,9 +320,12 @@ class MlflowKnowledgeBase(KnowledgeBase):
     def _remote(self) -> bool:
         return urlparse(self.tracking_uri).scheme in ("http", "https")
 
+    def _tune_experiments(self) -> list[Any]:
+        """tune-agent's experiments (``tune-agent/<job>``), with their tags."""
+        return [e for e in self._call(self._client.search_experiments, max_results=1000) if e.name.startswith("tune-agent/")]
+
     def _experiment_ids(self) -> list[str]:
-        exps = self._call(self._client.search_experiments, max_results=1000)
-        return [e.experiment_id for e in exps if e.name.startswith("tune-agent/")]
+        return [e.experiment_id for e in self._tune_experiments()]
 
     def _search(self, filter_string: str, experiment_ids: list[str] | None = None) -> Iterator[Any]:
         ids = experiment_ids if experiment_ids is not None else self._experiment_ids()
@@ -449,7 +452,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         when it was saved still runs; running studies are always read fresh."""
         if not store_exists(self.tracking_uri):
             return []
-        exps = [e for e in self._call(self._client.search_experiments, max_results=1000) if e.name.startswith("tune-agent/")]
+        exps = self._tune_experiments()
         ids = [e.experiment_id for e in exps]
         flt = f"tags.`{T}kind` = 'study'"
         if not ids:

@@ -36,8 +36,13 @@ def enabled() -> bool:
     return os.environ.get("TUNE_AGENT_STUDY_CACHE", "1") != "0"
 
 
+def user_cache_dir() -> Path:
+    """tune-agent's per-user cache: ``$XDG_CACHE_HOME/tune-agent`` (``~/.cache/tune-agent``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tune-agent"
+
+
 def _folder() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tune-agent" / "studies"
+    return user_cache_dir() / "studies"
 
 
 def _path(store_key: str, experiment_id: str, created: int) -> Path:
