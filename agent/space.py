@@ -265,9 +265,6 @@ class SearchSpace:
     def has_conditions(self) -> bool:
         return any(p.condition is not None for p in self.params)
 
-    def categorical_dims(self) -> list[int]:
-        return [i for i, p in enumerate(self.params) if isinstance(p, Categorical)]
-
     # -- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> list[dict[str, Any]]:
         out = []

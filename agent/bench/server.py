@@ -22,8 +22,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+from unittest import mock
 
 import numpy as np
 
@@ -62,19 +62,6 @@ def _write_study(kb: Any, entry: dict[str, Any], space: list[dict[str, Any]], na
         written += 1
     kb.update_study(record, "finished")
     return written
-
-
-@contextmanager
-def _study_cache(value: str) -> Iterator[None]:
-    before = os.environ.get("TUNE_AGENT_STUDY_CACHE")
-    os.environ["TUNE_AGENT_STUDY_CACHE"] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TUNE_AGENT_STUDY_CACHE", None)
-        else:
-            os.environ["TUNE_AGENT_STUDY_CACHE"] = before
 
 
 def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset: str = "wine", job: str = "mlp",
@@ -147,9 +134,9 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
         raw = time.perf_counter() - raw_start
         # The same lookup without the study cache first (every study run searched, as before the
         # cache), then with it (its first call fills the cache, the median is over later calls)
-        with _study_cache("0"):
+        with mock.patch.dict(os.environ, {"TUNE_AGENT_STUDY_CACHE": "0"}):
             uncached = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
-        with _study_cache("1"):
+        with mock.patch.dict(os.environ, {"TUNE_AGENT_STUDY_CACHE": "1"}):
             lookup = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
         lookup["without_study_cache"] = {"first_call": uncached["first_call"], "median": uncached["median"]}
         say(f"warm-start lookup over {len(everything)} trial runs: {lookup['median']['warm_start_s']} s median with the "
