@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import click
 
-from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PRIOR_MEANS, PRUNERS, SAMPLERS, WARM_METHODS, StudyConfig
+from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, PRUNERS, SAMPLERS, WARM_METHODS, StudyConfig
 from agent.errors import TuneAgentError
 
 tracking_option = click.option(
@@ -115,6 +115,8 @@ def study_options(fn: Any) -> Any:
                      help="GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; auto picks it for spaces with conditions."),
         click.option("--pruner", type=click.Choice(PRUNERS), default=StudyConfig.default("pruner"), show_default=True,
                      help="Stop trials early on the per-epoch metric: median (below the median of earlier trials at that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top third goes on)."),
+        click.option("--pending", type=click.Choice(PENDING), default=StudyConfig.default("pending"), show_default=True,
+                     help="With --workers > 1, how running trials enter a BO step: joint (qLogEI over them as pending points; auto for the GP family), believer (the model assumes its own mean there), liar (the worst score there; auto for the TNP, whose posterior is independent per point and always uses it). `bench lcbench --batch 4 --pending P` measures them."),
         click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyConfig.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the identity until the target's trials can be predicted, then BO once a round of mapped points stops improving)."),
         click.option("--source", default=None, metavar="STUDY",
                      help="With --sampler hts or hts-anchored: the historical study whose dataset is the source [default: the warm start's nearest neighbour]."),
@@ -670,9 +672,12 @@ def _fidelity(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--batch", type=int, default=1, show_default=True,
               help="Trials in flight per study, as `start --workers N` runs them (simulated equal-speed workers); "
                    "writes OUT/metrics/<scenario>_batchN.json.")
+@click.option("--pending", type=click.Choice(PENDING), default="auto", show_default=True,
+              help="With --batch: how running trials enter a BO step (start --pending); "
+                   "a choice other than auto writes OUT/metrics/<scenario>_batchN_<pending>.json.")
 def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
                   folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
-                  fresh: bool, batch: int) -> None:
+                  fresh: bool, batch: int, pending: str) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from pathlib import Path
 
@@ -686,7 +691,7 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
     report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
                                     target=target, maximize=maximize, fidelity=_fidelity(fidelity), quick=quick,
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
-                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch)
+                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending)
     click.echo(json.dumps(report, indent=2))
 
 

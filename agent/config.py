@@ -17,6 +17,11 @@ INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
 SAMPLERS = ("bo", "random", "tpe", "hts", "hts-anchored")
 HTS_SAMPLERS = ("hts", "hts-anchored")  # paper 001, and ours with the map anchored at the identity
+# How running trials (parallel workers) enter a BO step (agent/tuning/sampler.py): auto (what the
+# surrogate declares: joint for the GP family, liar for the TNP), joint (qLogEI/qUCB over the
+# running points as X_pending), believer (the model conditioned on its own mean there) or liar
+# (the running points as observations at the worst score). Measured in `bench lcbench --batch`.
+PENDING = ("auto", "joint", "believer", "liar")
 PRUNERS = ("none", "median", "asha")  # early stopping of trials on the per-epoch metric (agent/tuning/pruning.py)
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
@@ -57,6 +62,7 @@ class StudySettings:
     sampler: str = "bo"
     models_dir: str = "models"
     pruner: str = "none"
+    pending: str = "auto"
     source: str | None = None  # --sampler hts: the historical study whose dataset is the source
 
     def __post_init__(self) -> None:
@@ -80,6 +86,8 @@ class StudySettings:
             raise TuneAgentError(f"--k must be at least 1, got {self.k}")
         if self.pruner not in PRUNERS:
             raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
+        if self.pending not in PENDING:
+            raise TuneAgentError(f"--pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
         if not 0.0 < self.val_fraction < 1.0:
             raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
 
@@ -137,6 +145,7 @@ class StudyConfig:
     sampler: str = "bo"
     kernel: str = "auto"
     pruner: str = "none"
+    pending: str = "auto"
     source: str | None = None
 
     def check(self) -> None:

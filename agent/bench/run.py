@@ -14,15 +14,17 @@ from agent.bench.transfer import BenchConfig, check_methods, run_benchmark
 
 PROTOCOL = ("YAHPO Gym scenario, leave-one-task-out, {history} random history configs per source task imported into "
             "an in-memory knowledge base, each run a product study (tune-agent start --job yahpo:...), budget {budget}, "
-            "{batch} trial(s) in flight, regret normalised by {reference} random configs")
+            "{batch} trial(s) in flight{pending}, regret normalised by {reference} random configs")
 
 
 def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None = None, target: str | None = None,
                            maximize: bool | None = None, fidelity: Mapping[str, float] | None = None,
                            quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
                            workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
-                           fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1) -> dict[str, Any]:
-    """Runs the benchmark and writes ``out/metrics/<scenario>[_control].json`` and the plots.
+                           fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1,
+                           pending: str = "auto") -> dict[str, Any]:
+    """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending]].json``
+    and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline.
 
     Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
     the next call with the same protocol; ``fresh`` deletes the journal first.
@@ -35,6 +37,7 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     mode = None if maximize is None else ("max" if maximize else "min")
     config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
                          budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir, batch=batch,
+                         pending=pending if batch > 1 else "auto",
                          report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget))
     job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
@@ -46,13 +49,16 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     result = run_benchmark(methods, config, progress=progress, journal=journal)
     sequential = None
     if batch > 1:  # the same runs one trial at a time (from the journal when already there)
-        sequential = run_benchmark(methods, replace(config, batch=1), progress=progress, journal=journal)
-    name += "" if batch == 1 else f"_batch{batch}"
+        sequential = run_benchmark(methods, replace(config, batch=1, pending="auto"), progress=progress, journal=journal)
+    variant = "" if batch == 1 else f"batch{batch}" + ("" if config.pending == "auto" else f"_{config.pending}")
+    name += f"_{variant}" if variant else ""
     metrics = out / "metrics" / f"{name}.json"
-    plots = out / "plots" / ("" if control == "none" else control) / ("" if batch == 1 else f"batch{batch}")
+    plots = out / "plots" / ("" if control == "none" else control) / variant
     write_report(result, metrics, plots)
     report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
+              **({"pending": config.pending} if batch > 1 else {}),
               "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
+                                          pending="" if batch == 1 else f" (pending points: {config.pending})",
                                           reference=config.reference_size)}
     if sequential is not None:
         report["versus_sequential"] = versus_sequential(result, sequential)

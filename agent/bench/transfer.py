@@ -76,6 +76,7 @@ class BenchConfig:
     control: str = "none"  # "shuffled": each source's responses permuted (negative-transfer control)
     cache_dir: str = "data/bench-cache"
     batch: int = 1  # trials in flight per study (parallel workers, simulated; see agent.tuning.workers)
+    pending: str = "auto"  # how those running trials enter a BO step (agent.config.PENDING)
 
     @property
     def job_spec(self) -> str:
@@ -166,10 +167,10 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
 # -- one run -------------------------------------------------------------------------------------
 def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget: int,
                models_dir: str = "models", fits: Any = None,
-               batch: int = 1) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
+               batch: int = 1, pending: str = "auto") -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
     """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
-    [--workers batch]`` runs it: the product's study loop, with ``batch`` trials in flight
-    (:class:`agent.tuning.workers.QueuedExecutor`).
+    [--workers batch --pending pending]`` runs it: the product's study loop, with ``batch`` trials
+    in flight (:class:`agent.tuning.workers.QueuedExecutor`).
 
     Returns the configurations in trial order, the objective values (maximised) and the seconds
     each ``ask`` took.
@@ -184,7 +185,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     sampler = method if method in SAMPLER_METHODS else "bo"
     surrogate = "gp" if method in SAMPLER_METHODS else method
     req = StudyConfig(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
-                       warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir)
+                       warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir, pending=pending)
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False,
                        executor=make_executor(study, job, data, None, batch))
@@ -235,7 +236,7 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
         kb = history_store(job, histories, sources)
         models_dir = job_args.fold_dir if method == "tnp" and job_args.fold_dir else "models"
         _, y, seconds = run_method(config.job_spec, job_args.task, method, kb, job_args.seed, config.budget,
-                                   models_dir, fits, config.batch)
+                                   models_dir, fits, config.batch, config.pending)
         out["methods"][method] = {"regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
                                   "seconds": seconds}
     return out
@@ -247,7 +248,8 @@ def protocol_key(config: BenchConfig, method: str) -> str:
     from agent.tuning.service import surrogate_revision
 
     fields = {k: v for k, v in asdict(config).items()
-              if k not in ("tasks", "seeds", "workers", "quick", "cache_dir") and not (k == "batch" and v == 1)}
+              if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")
+              and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")}
     fields["scenario"] = Path(config.scenario).name
     revision = surrogate_revision(method)
     blob = json.dumps({"method": method, "engine": "study", **fields, **({"revision": revision} if revision > 1 else {})},

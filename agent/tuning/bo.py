@@ -77,6 +77,20 @@ def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: i
     return UpperConfidenceBound(model, beta=ucb_beta(iteration, dim))
 
 
+def believed(model: Any, X_pending: Any) -> Any:
+    """``model`` conditioned on the running points (`p x d`) as if each had returned the model's
+    own posterior mean there (the Kriging believer, Ginsbourger et al. 2010), its hyperparameters
+    kept: the mean is unchanged and the variance at and near a running point shrinks as if it had
+    been observed, so an acquisition on the result prefers what the running trials leave uncertain.
+    Raises ``NotImplementedError`` for a model BoTorch cannot condition (an ensemble such as RGPE).
+    """
+    import torch
+
+    with torch.no_grad():
+        mean = model.posterior(X_pending).mean
+    return model.condition_on_observations(X_pending, mean)
+
+
 def structural_fixings(space: SearchSpace) -> list[dict[int, float]] | None:
     """The space's structures, each as the cube coordinates it fixes, or None when there are too
     many to enumerate (more than ``MAX_ENUMERATED_CATEGORIES``) or none at all.

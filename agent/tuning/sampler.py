@@ -19,7 +19,7 @@ also hold (caches aside), so a study resumed in another process continues where 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -28,7 +28,7 @@ from agent.config import StudySettings
 from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TRIAL_RUNNING, TrialRecord
 from agent.space import Float, Int, SearchSpace
 from agent.surrogates.contract import Surrogate
-from agent.tuning.bo import (build_acquisition, evaluated_keys, interleaved_random, optimize_on_space, point_key,
+from agent.tuning.bo import (believed, build_acquisition, evaluated_keys, interleaved_random, optimize_on_space, point_key,
                              random_unseen)
 from agent.design import initial_design
 
@@ -143,13 +143,23 @@ class BoSampler:
             train_X = torch.as_tensor(U, dtype=torch.double)
             train_Y = torch.as_tensor(normal_scores(y), dtype=torch.double).reshape(-1, 1)
             model_X, model_Y, X_pending = train_X, train_Y, None
-            if pending is not None and surrogate.pending == "liar":
+            how = pending_strategy(self.settings.pending, surrogate)
+            if pending is not None and how == "liar":
                 liars = torch.full((len(pending), 1), float(train_Y.min()), dtype=torch.double)
                 model_X = torch.cat([train_X, torch.as_tensor(pending, dtype=torch.double)])
                 model_Y = torch.cat([train_Y, liars])
-            elif pending is not None:
+            elif pending is not None and how == "joint":
                 X_pending = torch.as_tensor(pending, dtype=torch.double)
-            step = surrogate.step_model(model_X, model_Y, self._state.setdefault(state_key, {}))
+            state = self._state.setdefault(state_key, {})
+            step = surrogate.step_model(model_X, model_Y, state)
+            if pending is not None and how == "believer":
+                P = torch.as_tensor(pending, dtype=torch.double)
+                try:
+                    step = replace(step, model=believed(step.model, P))
+                except NotImplementedError:  # an ensemble (RGPE) or a neural process: refitted on the belief
+                    with torch.no_grad():
+                        belief = step.model.posterior(P).mean.reshape(-1, 1)
+                    step = surrogate.step_model(torch.cat([train_X, P]), torch.cat([train_Y, belief]), state)
             if step.source_weight <= 0:
                 fallback = self.cold_start_point(seen)
                 if fallback is not None:
@@ -193,6 +203,17 @@ class BoSampler:
         keys = evaluated_keys(self.space, seen)
         design = self.space.snap(initial_design(self.settings.init, COLD_DESIGN, self.space.dim, self.settings.seed))
         return next((u for u in design if point_key(u) not in keys), None)
+
+
+def pending_strategy(setting: str, surrogate: Surrogate) -> str:
+    """How running trials enter a BO step of ``surrogate`` under the study's ``pending`` setting
+    (:data:`agent.config.PENDING`): the surrogate's own declaration for ``auto``, and for ``joint``
+    on a surrogate whose posterior is independent per point (the TNP: ``X_pending`` would not see
+    nearness there). ``believer`` and ``liar`` suit every surrogate: both join the running points
+    to the data, at the model's mean or at the worst score."""
+    if setting == "auto" or (setting == "joint" and surrogate.pending != "joint"):
+        return surrogate.pending
+    return setting
 
 
 def stalled(trials: Sequence[TrialRecord], sign: float, steps: int = STALL_STEPS) -> bool:

@@ -308,7 +308,7 @@ def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> 
         random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label, drop=tuple(req.drop),
         warm_start=req.warm_start, k=req.k, prior_mean=warm.prior_mean, surrogate=req.surrogate,
         sampler=req.sampler, models_dir=req.models_dir, kernel=resolve_kernel(req.kernel, job.space),
-        pruner=req.pruner, source=req.source,
+        pruner=req.pruner, pending=req.pending, source=req.source,
     )
 
 

@@ -24,10 +24,10 @@ TOY = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "yahpo_toy"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _sampler(space: SearchSpace, surrogate: GpSurrogate | None = None) -> BoSampler:
+def _sampler(space: SearchSpace, surrogate: GpSurrogate | None = None, pending: str = "auto") -> BoSampler:
     settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
                              space_signature=space.signature(), metric="m", mode="max", trials=20, n_init=1,
-                             random_every=0, seed=0)
+                             random_every=0, seed=0, pending=pending)
     return BoSampler(space, settings, surrogate or GpSurrogate(SurrogateInputs(space, seed=0)))
 
 
@@ -72,8 +72,89 @@ def test_a_liar_surrogate_sees_running_trials_as_worst_observations() -> None:
     assert last == pytest.approx(float(normal_scores(y).min()))
 
 
-def test_queued_workers_fill_every_slot_once(store) -> None:  # noqa: ANN001
-    """Four trials in flight on the toy benchmark job: every slot told once, none left running."""
+def test_the_believer_keeps_the_mean_and_shrinks_the_variance_at_running_points() -> None:
+    """Kriging believer (``--pending believer``): the model conditioned on its own mean at a running
+    point predicts the same mean there with far less variance, its hyperparameters untouched."""
+    import torch
+
+    from agent.surrogates.gp import fit_gp
+    from agent.tuning.bo import believed
+
+    space, U, y = _bowl()
+    model = fit_gp(torch.as_tensor(U), torch.as_tensor(y).reshape(-1, 1))
+    P = torch.tensor([[0.6, 0.6], [0.1, 0.9]], dtype=torch.double)
+    belief = believed(model, P)
+    with torch.no_grad():
+        before, after = model.posterior(P), belief.posterior(P)
+    torch.testing.assert_close(after.mean, before.mean)
+    assert (after.variance < 0.2 * before.variance).all()
+    torch.testing.assert_close(belief.covar_module.lengthscale, model.covar_module.lengthscale)
+
+
+def test_a_believer_step_pushes_the_next_proposal_away() -> None:
+    space, U, y = _bowl()
+    first, _ = _sampler(space).propose(U, y, U, 1, 7, np.random.default_rng(7))
+    second, origin = _sampler(space, pending="believer").propose(U, y, U, 1, 7, np.random.default_rng(7),
+                                                                 pending=first[None, :])
+    assert origin == "bo:logei"
+    assert np.linalg.norm(second - first) > 0.05
+
+
+def test_a_model_botorch_cannot_condition_is_refitted_on_its_belief() -> None:
+    """RGPE's ensemble has no ``condition_on_observations``: the believer joins the running points
+    to the data at the first model's mean and builds the model again."""
+    import torch
+
+    space, U, y = _bowl()
+    seen: list[tuple[int, np.ndarray]] = []
+    first_mean: list[np.ndarray] = []
+    pending = np.array([[0.6, 0.6], [0.1, 0.9]])
+
+    class Unconditionable(GpSurrogate):
+        def step_model(self, train_X, train_Y, state):  # noqa: ANN001, ANN201
+            seen.append((len(train_X), train_Y[len(U):].numpy().reshape(-1)))
+            step = super().step_model(train_X, train_Y, state)
+
+            def refuse(*_: object, **__: object) -> None:
+                raise NotImplementedError("no conditioning")
+
+            object.__setattr__(step.model, "condition_on_observations", refuse)
+            if not first_mean:
+                with torch.no_grad():
+                    first_mean.append(step.model.posterior(torch.as_tensor(pending)).mean.numpy().reshape(-1))
+            return step
+
+    sampler = _sampler(space, Unconditionable(SurrogateInputs(space, seed=0)), pending="believer")
+    sampler.propose(U, y, np.vstack([U, pending]), 1, 3, np.random.default_rng(3), pending=pending)
+    assert [n for n, _ in seen] == [len(U), len(U) + len(pending)]
+    np.testing.assert_allclose(seen[1][1], first_mean[0])
+
+
+@pytest.mark.parametrize(("setting", "declared", "used"), [
+    ("auto", "joint", "joint"), ("auto", "liar", "liar"), ("believer", "joint", "believer"),
+    ("liar", "joint", "liar"), ("joint", "liar", "liar"), ("believer", "liar", "believer"),
+])
+def test_the_pending_setting_applies_where_the_posterior_allows(setting: str, declared: str, used: str) -> None:
+    from agent.tuning.sampler import pending_strategy
+
+    space, _, _ = _bowl()
+    surrogate = GpSurrogate(SurrogateInputs(space, seed=0))
+    surrogate.pending = declared
+    assert pending_strategy(setting, surrogate) == used
+
+
+def test_an_unknown_pending_setting_is_refused() -> None:
+    from agent.errors import TuneAgentError
+
+    with pytest.raises(TuneAgentError, match="--pending must be one of auto, joint, believer, liar"):
+        StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f", space_signature="s",
+                      metric="m", mode="max", trials=2, pending="fantasy")
+
+
+@pytest.mark.parametrize("pending", ["auto", "believer", "liar"])
+def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # noqa: ANN001
+    """Four trials in flight on the toy benchmark job: every slot told once, none left running,
+    whichever way the running trials enter the BO step."""
     from agent.config import StudyConfig
     from agent.knowledge.base import TRIAL_OK
     from agent.tuning.progress import SilentReporter
@@ -82,7 +163,7 @@ def test_queued_workers_fill_every_slot_once(store) -> None:  # noqa: ANN001
     from agent.tuning.workers import QueuedExecutor, make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=12, seed=0, study_name="queued", warm_start="none",
-                      tracking_uri=store.uri, artifact_root=store.artifacts)
+                      tracking_uri=store.uri, artifact_root=store.artifacts, pending=pending)
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     executor = make_executor(study, job, data, None, workers=4)
     assert isinstance(executor, QueuedExecutor) and executor.capacity == 4
