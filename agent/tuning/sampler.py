@@ -243,7 +243,9 @@ class RandomSampler:
 class TpeSampler:
     """Optuna's default ``TPESampler``, rebuilt from the trials at every slot (seeded per slot), so
     it resumes like every sampler here. Log parameters get log distributions; conditional
-    parameters are suggested define-by-run, so they stay conditional."""
+    parameters are suggested define-by-run, so they stay conditional. Running trials (parallel
+    workers) enter as Optuna's RUNNING trials under its ``constant_liar`` (they count as the worst
+    result, so workers spread out); TPE has no joint posterior, so ``--pending`` does not apply."""
 
     def __init__(self, space: SearchSpace, settings: StudySettings) -> None:
         self.space, self.settings = space, settings
@@ -267,11 +269,15 @@ class TpeSampler:
         optuna.logging.set_verbosity(logging.WARNING)
         direction = "maximize" if self.settings.mode == "max" else "minimize"
         study = optuna.create_study(direction=direction,
-                                    sampler=optuna.samplers.TPESampler(seed=self.settings.seed * 100003 + number))
+                                    sampler=optuna.samplers.TPESampler(seed=self.settings.seed * 100003 + number,
+                                                                       constant_liar=True))
         for t in sorted(trials, key=lambda t: t.number):
+            dists = {n: self._distribution(n) for n in t.config}
+            if t.state == TRIAL_RUNNING:
+                study.add_trial(create_trial(params=dict(t.config), distributions=dists, state=TrialState.RUNNING))
+                continue
             if t.state not in COUNTED_STATES:
                 continue
-            dists = {n: self._distribution(n) for n in t.config}
             ok = t.state == TRIAL_OK and t.value is not None
             state = TrialState.COMPLETE if ok else TrialState.PRUNED if t.state == TRIAL_PRUNED else TrialState.FAIL
             study.add_trial(create_trial(params=dict(t.config), distributions=dists,

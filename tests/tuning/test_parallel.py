@@ -262,3 +262,23 @@ def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_clust
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     counted = sorted(t.number for t in kb.trials(kb.find_study("head")) if t.state in COUNTED_STATES)
     assert counted == list(range(8))  # the full budget, no slot twice
+
+
+def test_tpe_sees_running_trials_through_its_constant_liar() -> None:
+    """Optuna's TPE gets the running trials as RUNNING (constant liar): a worker asking while the
+    proposal of the same slot is running is sent elsewhere; without running trials it repeats."""
+    from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
+    from agent.tuning.sampler import TpeSampler
+
+    space, U, y = _bowl()
+    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
+                             space_signature=space.signature(), metric="m", mode="max", trials=40, seed=0,
+                             sampler="tpe")
+    rng = np.random.default_rng(0)
+    trials = [TrialRecord(f"t{i}", i, TRIAL_OK, space.decode(u), float(-((u - 0.6) ** 2).sum()), "random")
+              for i, u in enumerate(rng.random((24, 2)))]
+    sampler = TpeSampler(space, settings)
+    first = sampler.suggest(24, trials).config
+    assert sampler.suggest(24, trials).config == first
+    running = [*trials, TrialRecord("t24", 24, TRIAL_RUNNING, first, None, "tpe")]
+    assert sampler.suggest(24, running).config != first
