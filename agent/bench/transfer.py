@@ -57,6 +57,12 @@ def check_methods(methods: Sequence[str]) -> None:
         raise TuneAgentError(f"unknown method {unknown[0] if unknown else '(none)'!r}; choose from {', '.join(known)}")
 
 
+# Bumped whenever the sampler's handling of running trials changes (batch runs only; sequential
+# runs keep their journal). 2: the initial design continues while fewer than n_init trials have
+# finished; TPE sees running trials.
+PARALLEL_REVISION = 2
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     scenario: str  # folder
@@ -251,6 +257,8 @@ def protocol_key(config: BenchConfig, method: str) -> str:
               if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")
               and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")}
     fields["scenario"] = Path(config.scenario).name
+    if config.batch > 1:  # what a parallel study does with running trials changed with it
+        fields["parallel_revision"] = PARALLEL_REVISION
     revision = surrogate_revision(method)
     blob = json.dumps({"method": method, "engine": "study", **fields, **({"revision": revision} if revision > 1 else {})},
                       sort_keys=True, default=str)
