@@ -220,7 +220,9 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
     try:
         executor = make_executor(study, job, dataset, split, workers, ray_address)
         if workers > 1 or ray_address:
-            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}")
+            from agent.tuning.sampler import pending_note
+
+            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}; {pending_note(study.sampler)}")
         timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=timeout)
         if timing.timed_out:
             done = study.settings.trials - study.remaining()

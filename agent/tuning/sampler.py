@@ -230,6 +230,25 @@ def pending_strategy(setting: str, surrogate: Surrogate) -> str:
     return setting
 
 
+PENDING_WORDS = {
+    "joint": "pending points of the acquisition (qLogEI over X_pending)",
+    "believer": "observations at the model's own mean (Kriging believer)",
+    "liar": "observations at the worst score (constant liar)",
+}
+
+
+def pending_note(sampler: Any) -> str:
+    """How ``sampler`` treats running trials, in words for the user of a parallel study."""
+    if isinstance(sampler, BoSampler):
+        return "running trials enter each BO step as " + PENDING_WORDS[pending_strategy(sampler.settings.pending,
+                                                                                          sampler.surrogate)]
+    if isinstance(sampler, TpeSampler):
+        return "running trials enter TPE as Optuna's RUNNING trials (constant liar)"
+    if isinstance(sampler, HtsSampler):
+        return "an HTS round's slots are fixed when it starts, so running trials do not change them"
+    return "random search draws every slot on its own, whatever runs"
+
+
 def stalled(trials: Sequence[TrialRecord], sign: float, steps: int = STALL_STEPS) -> bool:
     """Whether the next step belongs to the target GP: the transfer model has taken ``steps`` BO
     steps since the best finished trial without beating it, and the last finished trial was not

@@ -214,6 +214,7 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "running 2 trial(s) at once on the Ray cluster at" in run.stdout
+    assert "running trials enter each BO step as pending points of the acquisition" in run.stdout
     assert Path(env["CRASH_MARKER"]).exists()  # a worker really died
     kb = store.kb()
     study = kb.find_study("on-ray")
@@ -308,3 +309,14 @@ def test_a_parallel_study_continues_its_design_until_n_init_trials_have_finished
     assert sampler.suggest(3, early).config == nxt.config  # a resumed study asks the same
     later = [record(0, TRIAL_OK), record(1, TRIAL_OK), record(2, TRIAL_OK), record(3, TRIAL_RUNNING)]
     assert sampler.suggest(4, later).origin == "bo:logei"
+
+
+def test_a_parallel_study_says_how_running_trials_are_used() -> None:
+    from agent.tuning.sampler import RandomSampler, TpeSampler, pending_note
+
+    space, _, _ = _bowl()
+    assert "pending points of the acquisition" in pending_note(_sampler(space))
+    assert "Kriging believer" in pending_note(_sampler(space, pending="believer"))
+    settings = _sampler(space).settings
+    assert "constant liar" in pending_note(TpeSampler(space, settings))
+    assert "random search" in pending_note(RandomSampler(space, settings))
