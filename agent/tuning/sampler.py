@@ -3,8 +3,10 @@
 The contract (:class:`Sampler`): ``suggest(number, trials)`` returns the configuration for trial
 slot ``number`` and its origin, given every trial of the study so far — finished, failed and
 running. Running trials are the pending points of parallel workers: a sampler must not suggest
-one of them again, and the BO sampler conditions its acquisition on them (``X_pending``), so N
-workers spread out instead of piling on one point. A sampler keeps no state that the trials do not
+one of them again, and the BO sampler conditions its step on them (``X_pending``, a believed or a
+lying model: the study's ``pending`` setting, :func:`pending_strategy`), so N workers spread out
+instead of piling on one point; it also waits for ``n_init`` finished trials before its first
+model, continuing the initial design meanwhile. TPE takes them as Optuna's RUNNING trials. A sampler keeps no state that the trials do not
 also hold (caches aside), so a study resumed in another process continues where it stopped.
 
 - :class:`BoSampler`, the product's: the study's initial configurations (warm-start seeds, then the
