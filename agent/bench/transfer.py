@@ -58,8 +58,7 @@ def check_methods(methods: Sequence[str]) -> None:
 
 
 # Bumped whenever the sampler's handling of running trials changes (batch runs only; sequential
-# runs keep their journal). 2: the initial design continues while fewer than n_init trials have
-# finished; TPE sees running trials.
+# runs keep their journal). 2: TPE sees running trials.
 PARALLEL_REVISION = 2
 
 

@@ -5,8 +5,7 @@ slot ``number`` and its origin, given every trial of the study so far — finish
 running. Running trials are the pending points of parallel workers: a sampler must not suggest
 one of them again, and the BO sampler conditions its step on them (``X_pending``, a believed or a
 lying model: the study's ``pending`` setting, :func:`pending_strategy`), so N workers spread out
-instead of piling on one point; it also waits for ``n_init`` finished trials before its first
-model, continuing the initial design meanwhile. TPE takes them as Optuna's RUNNING trials. A sampler keeps no state that the trials do not
+instead of piling on one point. TPE takes them as Optuna's RUNNING trials. A sampler keeps no state that the trials do not
 also hold (caches aside), so a study resumed in another process continues where it stopped.
 
 - :class:`BoSampler`, the product's: the study's initial configurations (warm-start seeds, then the
@@ -112,8 +111,6 @@ class BoSampler:
         seen = np.vstack([U, running])
         if k < len(self._design):
             return Suggestion(self.space.decode(self._restrict(self._design[k], seen)), f"init:{self.settings.init}")
-        if len(running) and len(U) < self.settings.n_init:
-            return Suggestion(self.space.decode(self._design_continued(k, seen)), f"init:{self.settings.init}")
         seed = self.settings.seed * 100003 + number
         rng = np.random.default_rng(seed)
         bo_step = number - self.settings.n_init + 1
@@ -179,18 +176,6 @@ class BoSampler:
             x = optimize_on_space(acqf, self.space, seed, surrogate.budget)
         # An acquisition peak on an evaluated configuration (integer lattice) explores instead.
         return random_unseen(self.space, seen, rng, self.space.snap(x)[0]), f"bo:{self.settings.acq}"
-
-    def _design_continued(self, k: int, seen: np.ndarray) -> np.ndarray:
-        """Slot ``k``'s point of the initial design continued past ``n_init``, for a parallel study
-        whose initial design has not finished yet: a model of fewer than ``n_init`` results with
-        others running is a poor guide, and Ax waits the same way (``min_trials_observed``). Sobol,
-        Halton and random designs continue their own sequence; a Latin hypercube cannot be
-        extended, so it continues with Sobol points."""
-        method = "sobol" if self.settings.init == "lhs" else self.settings.init
-        u = self.space.snap(initial_design(method, k + 1, self.space.dim, self.settings.seed)[k:])[0]
-        if self.candidates is not None:
-            return self._restrict(u, seen)
-        return random_unseen(self.space, seen, np.random.default_rng(self.settings.seed * 100003 + k), u)
 
     def _free(self, seen: np.ndarray) -> np.ndarray:
         """Candidate rows not yet tried (all of them again when every row was)."""

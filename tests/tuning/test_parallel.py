@@ -285,32 +285,6 @@ def test_tpe_sees_running_trials_through_its_constant_liar() -> None:
     assert sampler.suggest(24, running).config != first
 
 
-def test_a_parallel_study_continues_its_design_until_n_init_trials_have_finished() -> None:
-    """With workers still running the design, BO waits for ``n_init`` results (as Ax's
-    ``min_trials_observed``): the next slot takes the design's continuation, a point not yet tried."""
-    from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
-
-    space, U, y = _bowl()
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=20, n_init=3,
-                             random_every=0, seed=0)
-    sampler = BoSampler(space, settings, GpSurrogate(SurrogateInputs(space, seed=0)))
-    design = [sampler.suggest(i, []) for i in range(3)]
-    assert all(s.origin == "init:sobol" for s in design)
-
-    def record(i: int, state: str) -> TrialRecord:
-        config = design[i].config if i < 3 else space.decode(U[i])
-        return TrialRecord(f"t{i}", i, state, config, float(y[i]) if state == TRIAL_OK else None, "x")
-
-    early = [record(0, TRIAL_OK), record(1, TRIAL_RUNNING), record(2, TRIAL_RUNNING)]
-    nxt = sampler.suggest(3, early)
-    assert nxt.origin == "init:sobol"
-    assert nxt.config not in [s.config for s in design]
-    assert sampler.suggest(3, early).config == nxt.config  # a resumed study asks the same
-    later = [record(0, TRIAL_OK), record(1, TRIAL_OK), record(2, TRIAL_OK), record(3, TRIAL_RUNNING)]
-    assert sampler.suggest(4, later).origin == "bo:logei"
-
-
 def test_a_parallel_study_says_how_running_trials_are_used() -> None:
     from agent.tuning.sampler import RandomSampler, TpeSampler, pending_note
 
