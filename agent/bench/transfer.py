@@ -58,7 +58,7 @@ def check_methods(methods: Sequence[str]) -> None:
 
 
 # Bumped whenever the sampler's handling of running trials changes (batch runs only; sequential
-# runs keep their journal). 2: TPE sees running trials.
+# runs keep their journal). 2: --pending applies (believer, liar; TPE's constant liar).
 PARALLEL_REVISION = 2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import socket
 import subprocess
 import sys
@@ -265,16 +266,17 @@ def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_clust
     assert counted == list(range(8))  # the full budget, no slot twice
 
 
-def test_tpe_sees_running_trials_through_its_constant_liar() -> None:
-    """Optuna's TPE gets the running trials as RUNNING (constant liar): a worker asking while the
-    proposal of the same slot is running is sent elsewhere; without running trials it repeats."""
+def test_tpe_sees_running_trials_only_through_its_constant_liar() -> None:
+    """With ``--pending liar`` Optuna's TPE gets the running trials as RUNNING (constant liar): a
+    worker asking while the proposal of the same slot is running is sent elsewhere; by default,
+    and without running trials, the slot's seed decides alone."""
     from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
     from agent.tuning.sampler import TpeSampler
 
     space, U, y = _bowl()
     settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
                              space_signature=space.signature(), metric="m", mode="max", trials=40, seed=0,
-                             sampler="tpe")
+                             sampler="tpe", pending="liar")
     rng = np.random.default_rng(0)
     trials = [TrialRecord(f"t{i}", i, TRIAL_OK, space.decode(u), float(-((u - 0.6) ** 2).sum()), "random")
               for i, u in enumerate(rng.random((24, 2)))]
@@ -283,6 +285,7 @@ def test_tpe_sees_running_trials_through_its_constant_liar() -> None:
     assert sampler.suggest(24, trials).config == first
     running = [*trials, TrialRecord("t24", 24, TRIAL_RUNNING, first, None, "tpe")]
     assert sampler.suggest(24, running).config != first
+    assert TpeSampler(space, replace(settings, pending="auto")).suggest(24, running).config == first
 
 
 def test_a_parallel_study_says_how_running_trials_are_used() -> None:
@@ -292,5 +295,6 @@ def test_a_parallel_study_says_how_running_trials_are_used() -> None:
     assert "pending points of the acquisition" in pending_note(_sampler(space))
     assert "Kriging believer" in pending_note(_sampler(space, pending="believer"))
     settings = _sampler(space).settings
-    assert "constant liar" in pending_note(TpeSampler(space, settings))
+    assert "leaves running trials out" in pending_note(TpeSampler(space, settings))
+    assert "constant liar" in pending_note(TpeSampler(space, replace(settings, pending="liar")))
     assert "random search" in pending_note(RandomSampler(space, settings))
