@@ -5,8 +5,9 @@ slot ``number`` and its origin, given every trial of the study so far — finish
 running. Running trials are the pending points of parallel workers: a sampler must not suggest
 one of them again, and the BO sampler conditions its step on them (``X_pending``, a believed or a
 lying model: the study's ``pending`` setting, :func:`pending_strategy`), so N workers spread out
-instead of piling on one point. TPE takes them (as Optuna's RUNNING trials) only when told. A sampler keeps no state that the trials do not
-also hold (caches aside), so a study resumed in another process continues where it stopped.
+instead of piling on one point; TPE takes them (as Optuna's RUNNING trials) only when told. A
+sampler keeps no state that the trials do not also hold (caches aside), so a study resumed in
+another process continues where it stopped.
 
 - :class:`BoSampler`, the product's: the study's initial configurations (warm-start seeds, then the
   surrogate's own start points such as a portfolio or the TNP's learned configurations), then an
@@ -294,7 +295,7 @@ class TpeSampler:
         direction = "maximize" if self.settings.mode == "max" else "minimize"
         study = optuna.create_study(direction=direction,
                                     sampler=optuna.samplers.TPESampler(seed=self.settings.seed * 100003 + number,
-                                                                       constant_liar=True))
+                                                                       constant_liar=self.settings.pending == "liar"))
         for t in sorted(trials, key=lambda t: t.number):
             dists = {n: self._distribution(n) for n in t.config}
             if t.state == TRIAL_RUNNING and self.settings.pending == "liar":
