@@ -146,16 +146,15 @@ class BoSampler:
             train_Y = torch.as_tensor(normal_scores(y), dtype=torch.double).reshape(-1, 1)
             model_X, model_Y, X_pending = train_X, train_Y, None
             how = pending_strategy(self.settings.pending, surrogate)
-            if pending is not None and how == "liar":
-                liars = torch.full((len(pending), 1), float(train_Y.min()), dtype=torch.double)
-                model_X = torch.cat([train_X, torch.as_tensor(pending, dtype=torch.double)])
-                model_Y = torch.cat([train_Y, liars])
-            elif pending is not None and how == "joint":
-                X_pending = torch.as_tensor(pending, dtype=torch.double)
+            P = None if pending is None else torch.as_tensor(pending, dtype=torch.double)
+            if P is not None and how == "liar":
+                model_X = torch.cat([train_X, P])
+                model_Y = torch.cat([train_Y, torch.full((len(P), 1), float(train_Y.min()), dtype=torch.double)])
+            elif P is not None and how == "joint":
+                X_pending = P
             state = self._state.setdefault(state_key, {})
             step = surrogate.step_model(model_X, model_Y, state)
-            if pending is not None and how == "believer":
-                P = torch.as_tensor(pending, dtype=torch.double)
+            if P is not None and how == "believer":
                 try:
                     step = replace(step, model=believed(step.model, P))
                 except NotImplementedError:  # an ensemble (RGPE) or a neural process: refitted on the belief

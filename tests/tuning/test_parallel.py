@@ -274,9 +274,7 @@ def test_tpe_sees_running_trials_only_through_its_constant_liar() -> None:
     from agent.tuning.sampler import TpeSampler
 
     space, U, y = _bowl()
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=40, seed=0,
-                             sampler="tpe", pending="liar")
+    settings = replace(_sampler(space).settings, trials=40, n_init=5, random_every=4, sampler="tpe", pending="liar")
     rng = np.random.default_rng(0)
     trials = [TrialRecord(f"t{i}", i, TRIAL_OK, space.decode(u), float(-((u - 0.6) ** 2).sum()), "random")
               for i, u in enumerate(rng.random((24, 2)))]
