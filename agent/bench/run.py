@@ -68,7 +68,9 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
 
 def versus_sequential(batched: Mapping[str, Any], sequential: Mapping[str, Any]) -> dict[str, Any]:
     """Per method and reported trial count: mean regret one trial at a time, the batched minus the
-    sequential mean, and the two-sided Wilcoxon signed-rank p-value over the paired (task, seed) runs."""
+    sequential mean with its 95% confidence interval (Student t over the paired (task, seed) runs),
+    and the two-sided Wilcoxon signed-rank p-value over the same pairs."""
+    from scipy.stats import t as student_t
     from scipy.stats import wilcoxon
 
     out: dict[str, Any] = {}
@@ -78,7 +80,12 @@ def versus_sequential(batched: Mapping[str, Any], sequential: Mapping[str, Any])
         for k in batched["config"]["report_at"]:
             diff = b[:, k - 1] - q[:, k - 1]
             p = float(wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
+            mean, ci = float(diff.mean()), None  # one pair has no interval
+            if len(diff) > 1:
+                half = float(student_t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff)))
+                ci = [round(mean - half, 4), round(mean + half, 4)]
             rows[f"@{k}"] = {"sequential": round(float(q[:, k - 1].mean()), 4),
-                             "batched_minus_sequential": round(float(diff.mean()), 4), "wilcoxon_p": float(f"{p:.3g}")}
+                             "batched_minus_sequential": round(mean, 4), "ci95": ci,
+                             "wilcoxon_p": float(f"{p:.3g}")}
         out[method] = rows
     return out

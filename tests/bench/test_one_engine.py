@@ -108,3 +108,24 @@ def test_unknown_method_is_one_line_and_exit_2(cli) -> None:
     res = cli("bench", "lcbench", "--methods", "foo", "--tasks", "1", "--seeds", "1")
     assert res.code == 2
     assert "unknown method 'foo'" in res.err and "Traceback" not in res.err
+
+
+def test_versus_sequential_pairs_runs_and_bounds_the_difference() -> None:
+    from agent.bench.run import versus_sequential
+
+    rng = np.random.default_rng(0)
+    sequential = rng.random((40, 3))
+    batched = sequential + 0.05 + rng.normal(0, 0.01, (40, 3))  # worse by .05 on every run
+    config = {"report_at": [1, 3]}
+    out = versus_sequential({"regret": {"gp": batched.tolist()}, "config": config},
+                            {"regret": {"gp": sequential.tolist()}})
+    row = out["gp"]["@3"]
+    assert row["sequential"] == round(float(sequential[:, 2].mean()), 4)
+    assert 0.045 < row["batched_minus_sequential"] < 0.055
+    low, high = row["ci95"]
+    assert 0.04 < low < row["batched_minus_sequential"] < high < 0.06
+    assert row["wilcoxon_p"] < 1e-6
+    # identical runs: no difference, p 1, an interval of zero width
+    same = versus_sequential({"regret": {"gp": sequential.tolist()}, "config": config},
+                             {"regret": {"gp": sequential.tolist()}})["gp"]["@1"]
+    assert same["batched_minus_sequential"] == 0.0 and same["wilcoxon_p"] == 1.0 and same["ci95"] == [0.0, 0.0]
