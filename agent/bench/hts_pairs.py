@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from agent.bench.fingerprint import run_key
 from agent.errors import TuneAgentError
 
 # digits -> mnist-5k and mnist-5k -> mnist1d as issue 14 names them; two tabular pairs of the
@@ -191,13 +192,16 @@ def run_hts_pairs(kb: Any, config: HtsPairsConfig, journal: Path, progress: Call
     start = time.perf_counter()
     entries = find_entries(read_studies(kb, config.job), config.pairs)
     space = load_job(config.job).space.to_dict()
+    # a run is reused only under the same settings and engine code
+    key = run_key("bench/hts_pairs.py", {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "pairs")})
     done: dict[tuple[str, int, str], dict[str, Any]] = {}
     if journal.exists():
         for line in journal.read_text().splitlines():
             try:
                 row = json.loads(line)
-                done[(row["pair"], int(row["seed"]), row["method"])] = row["result"]
-            except (ValueError, KeyError):
+                if row.get("key") == key:
+                    done[(row["pair"], int(row["seed"]), row["method"])] = row["result"]
+            except (ValueError, KeyError, AttributeError):
                 continue
     jobs = []
     for source, target in config.pairs:
@@ -216,7 +220,7 @@ def run_hts_pairs(kb: Any, config: HtsPairsConfig, journal: Path, progress: Call
             with journal.open("a") as fh:
                 for method, result in res["methods"].items():
                     done[(res["pair"], res["seed"], method)] = result
-                    fh.write(json.dumps({"pair": res["pair"], "seed": res["seed"], "method": method,
+                    fh.write(json.dumps({"key": key, "pair": res["pair"], "seed": res["seed"], "method": method,
                                          "result": result}) + "\n")
             progress(f"[{i}/{len(jobs)}] {res['pair']} seed {res['seed']}: "
                      + ", ".join(f"{m} {np.nanmin(v['values']):.4f}" for m, v in res["methods"].items())

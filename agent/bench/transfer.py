@@ -57,11 +57,6 @@ def check_methods(methods: Sequence[str]) -> None:
         raise TuneAgentError(f"unknown method {unknown[0] if unknown else '(none)'!r}; choose from {', '.join(known)}")
 
 
-# Bumped whenever the sampler's handling of running trials changes (batch runs only; sequential
-# runs keep their journal). 2: --pending applies (believer, liar; TPE's constant liar).
-PARALLEL_REVISION = 2
-
-
 @dataclass(frozen=True)
 class BenchConfig:
     scenario: str  # folder
@@ -248,20 +243,18 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
 
 
 def protocol_key(config: BenchConfig, method: str) -> str:
-    """What makes a run's result reproducible: scenario, protocol settings, control, method and the
-    method's revision in the surrogate registry."""
+    """What makes a run's result reproducible: scenario, protocol settings, control, method, the
+    method's revision in the surrogate registry and the engine's code (:mod:`agent.bench.fingerprint`)."""
+    from agent.bench.fingerprint import run_key
     from agent.tuning.service import surrogate_revision
 
     fields = {k: v for k, v in asdict(config).items()
               if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")
               and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")}
     fields["scenario"] = Path(config.scenario).name
-    if config.batch > 1:  # what a parallel study does with running trials changed with it
-        fields["parallel_revision"] = PARALLEL_REVISION
     revision = surrogate_revision(method)
-    blob = json.dumps({"method": method, "engine": "study", **fields, **({"revision": revision} if revision > 1 else {})},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return run_key("bench/transfer.py", {"method": method, "engine": "study", **fields,
+                                         **({"revision": revision} if revision > 1 else {})})
 
 
 def _load_journal(path: Path | None) -> dict[tuple[str, str, int], dict[str, Any]]:

@@ -25,12 +25,14 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from agent.bench.fingerprint import run_key
 
 METHODS: dict[str, dict[str, Any]] = {
     "cold": {"warm_start": "none", "surrogate": "gp"},
@@ -187,13 +189,20 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
         raise TuneAgentError(f"the store's bootstrap of job {config.job} has {len(targets)} source(s); at least 2 "
                              "are needed: run `tune-agent bootstrap` first")
     space = load_job(config.job).space.to_dict()
+    # A run is reused only under the same settings, meta-model parameters and engine code; the fold
+    # models trained for them live in a folder of that key.
+    key = run_key("bench/warmstart_e2e.py", {
+        "config": {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "methods")},
+        "params": dict(params or {}), "normalisation": normalisation})
+    models_dir = Path(models_dir) / key
     done: dict[tuple[str, int, str], dict[str, Any]] = {}
     if journal.exists():
         for line in journal.read_text().splitlines():
             try:
                 row = json.loads(line)
-                done[(row["target"], int(row["seed"]), row["method"])] = row["result"]
-            except (ValueError, KeyError):
+                if row.get("key") == key:
+                    done[(row["target"], int(row["seed"]), row["method"])] = row["result"]
+            except (ValueError, KeyError, AttributeError):
                 continue
     jobs = []
     for t in targets:
@@ -216,7 +225,7 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
             with journal.open("a") as fh:
                 for method, result in res["methods"].items():
                     done[(res["target"], res["seed"], method)] = result
-                    fh.write(json.dumps({"target": res["target"], "seed": res["seed"], "method": method,
+                    fh.write(json.dumps({"key": key, "target": res["target"], "seed": res["seed"], "method": method,
                                          "result": result}) + "\n")
             elapsed = time.perf_counter() - start
             progress(f"[{i}/{len(jobs)}] {res['target']} seed {res['seed']}: "

@@ -85,7 +85,7 @@ def test_benchmark_run_equals_a_product_study(protocol, product_store, method: s
             assert a[k] == pytest.approx(b[k], rel=1e-9), (method, k, a, b)
 
 
-def test_tiny_benchmark_writes_a_report_named_after_the_scenario(tmp_path: Path) -> None:
+def test_tiny_benchmark_writes_a_report_named_after_the_scenario(tmp_path: Path, monkeypatch) -> None:
     from agent.bench.run import run_transfer_benchmark
 
     report = run_transfer_benchmark(["random", "tpe", "gp", "portfolio_gp"], tmp_path, folder=str(FOLDER), tasks=1,
@@ -102,6 +102,13 @@ def test_tiny_benchmark_writes_a_report_named_after_the_scenario(tmp_path: Path)
                                    cache_dir=str(tmp_path / "cache"))
     assert again["runs_from_journal"] == {"gp": 1}
     assert np.isclose(again["methods"]["gp"]["regret@5"], metrics["methods"]["gp"]["regret@5"])
+    # other engine code: the journalled run is not reused (a stale journal once fed a whole table)
+    from agent.bench import fingerprint
+
+    monkeypatch.setattr(fingerprint, "engine_fingerprint", lambda module: "changed-code")
+    changed = run_transfer_benchmark(["gp"], tmp_path, folder=str(FOLDER), tasks=1, seeds=1, budget=6, workers=1,
+                                     cache_dir=str(tmp_path / "cache"))
+    assert changed["runs_from_journal"] == {"gp": 0}
 
 
 def test_unknown_method_is_one_line_and_exit_2(cli) -> None:

@@ -322,6 +322,28 @@ def test_trial_logger_writes_metrics(kb: KnowledgeBase, job: str) -> None:
     assert dict(done.extra) == {"val_loss": 0.7, "train_loss": 1.0, "final_val_acc": 0.6}
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "server"], indirect=True)
+def test_trial_logger_writes_epoch_metrics_in_batches(kb: KnowledgeBase, job: str) -> None:
+    """The first epoch is written at once (the UI shows a live curve); later ones are gathered into
+    one write a second at most, and training's end writes the rest: every step is in the store."""
+    from mlflow import MlflowClient
+
+    study = new_study(kb, job)
+    trial = kb.start_trial(study, 0, {"lr": 0.1, "layers": 2}, "sobol")
+    logger = kb.trial_logger(study, trial)
+    client, sizes = logger.experiment, []
+    real = client.log_batch
+    client.log_batch = lambda run_id, metrics=(), **kw: (sizes.append(len(metrics)), real(run_id, metrics=metrics, **kw))[1]
+    for step in range(200):
+        logger.log_metrics({"val_loss": 1.0 / (step + 1), "train_loss": 2.0 / (step + 1)}, step=step)
+    assert sizes[0] == 2 and sum(sizes) < 400  # the first epoch alone; the rest still gathered
+    logger.finalize("success")
+    assert sum(sizes) == 400 and len(sizes) <= 3, sizes
+    history = MlflowClient(kb.tracking_uri).get_metric_history(trial.trial_id, "val_loss")
+    assert sorted(m.step for m in history) == list(range(200))
+    assert dict(kb.trials(study)[0].extra)["val_loss"] == pytest.approx(1 / 200)
+
+
 def test_unknown_ids_raise_store_error(kb: KnowledgeBase, job: str) -> None:
     study = new_study(kb, job)
     trial = kb.start_trial(study, 0, {"lr": 0.1}, "sobol")

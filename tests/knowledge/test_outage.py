@@ -150,5 +150,6 @@ def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:
     logger = kb.trial_logger(study, TrialRecord("r", 0, "running", {"lr": 0.1}, None, "init:sobol"))
     for epoch in range(3):
         logger.log_metrics({"val_loss": 1.0 / (epoch + 1)}, epoch)
-    assert [args for _, args in logger._pending] == [({"val_loss": 1.0}, 0), ({"val_loss": 0.5}, 1), ({"val_loss": 1 / 3}, 2)]
+    kept = [(m.key, m.value, m.step) for _, (batch,) in logger._pending for m in batch]
+    assert kept == [("val_loss", 1.0, 0), ("val_loss", 0.5, 1), ("val_loss", 1 / 3, 2)]
     assert capsys.readouterr().err.count("unreachable: keeping this trial's epoch metrics") == 1

@@ -264,9 +264,9 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     assert report["history_sources"] == 3 and len(report["targets"]) == 2
     assert set(report["methods"]) == {"cold", "default", "learned", "tnp"}
     # the learned method's extractor and the TNP were trained per held-out source, without that source
-    root = tmp_path / "data" / "bench-runs" / "warmstart_e2e-mlp-models"
-    assert len(sorted(root.glob("fold-*/metafeature_extractor.pt"))) == 2 and "extractor without" in res.out
-    tnps = sorted(root.glob("fold-*/tnp.json"))
+    root = tmp_path / "data" / "bench-runs" / "warmstart_e2e-mlp-models"  # a folder per settings-and-code key
+    assert len(sorted(root.glob("*/fold-*/metafeature_extractor.pt"))) == 2 and "extractor without" in res.out
+    tnps = sorted(root.glob("*/fold-*/tnp.json"))
     assert len(tnps) == 2 and "tnp without" in res.out
     assert all(json.loads(p.read_text())["sources"] == 4 for p in tnps)  # 6 datasets, 2 of the held-out source
     journal = [json.loads(line) for line in next((tmp_path / "data" / "bench-runs").glob("*.jsonl")).read_text().splitlines()]

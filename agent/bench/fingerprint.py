@@ -1,0 +1,63 @@
+"""The code behind a benchmark's journalled runs, as one short hash.
+
+A benchmark journal reuses a finished run when its key matches; before this, the key named the
+protocol and a hand-bumped revision, and a sampler change that forgot the bump reused stale runs
+(it happened: an lcbench table was assembled from an earlier engine's journal). The key now also
+carries :func:`engine_fingerprint`: a hash of every engine module's syntax tree with docstrings
+dropped, so a change of code re-runs, while comments, docstrings and layout do not.
+
+Left out as presentation, not behaviour: the command line, the benchmarks other than the one
+asking, progress lines, reports and ``doctor``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+PACKAGE = Path(__file__).resolve().parents[1]  # agent/
+PRESENTATION = ("cli.py", "bench", "examples", "tuning/progress.py", "tuning/report.py", "tuning/doctor.py")
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def source_fingerprint(files: Iterable[Path], root: Path) -> str:
+    """sha256 over each file's path (relative to ``root``) and its docstring-free syntax tree."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(f) for f in files):
+        tree = _without_docstrings(ast.parse(path.read_text(), filename=str(path)))
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(ast.dump(tree).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _is_presentation(rel: str) -> bool:
+    return any(rel == p or rel.startswith(p + "/") for p in PRESENTATION)
+
+
+@lru_cache(maxsize=None)
+def engine_fingerprint(bench_module: str) -> str:
+    """The engine's modules plus ``bench_module`` (e.g. ``"bench/transfer.py"``, relative to the package)."""
+    files = [p for p in PACKAGE.rglob("*.py") if not _is_presentation(p.relative_to(PACKAGE).as_posix())]
+    return source_fingerprint([*files, PACKAGE / bench_module], PACKAGE)
+
+
+def run_key(bench_module: str, settings: Mapping[str, Any]) -> str:
+    """A journal key: ``settings`` (what the protocol fixes) and the engine's fingerprint."""
+    blob = json.dumps({**settings, "code": engine_fingerprint(bench_module)}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+__all__ = ("engine_fingerprint", "run_key", "source_fingerprint")

@@ -1,0 +1,48 @@
+"""The benchmark journals' code fingerprint: code changes re-run, docstrings and comments do not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.bench.fingerprint import PACKAGE, engine_fingerprint, run_key, source_fingerprint
+
+MODULE = '''"""A module."""
+
+
+def f(x):
+    """Doubles."""
+    return 2 * x  # twice
+'''
+
+
+def _fingerprint(tmp_path: Path, text: str) -> str:
+    (tmp_path / "m.py").write_text(text)
+    return source_fingerprint([tmp_path / "m.py"], tmp_path)
+
+
+def test_docstrings_comments_and_layout_do_not_count_code_does(tmp_path: Path) -> None:
+    base = _fingerprint(tmp_path, MODULE)
+    reworded = MODULE.replace("A module.", "Another module, reworded.").replace("Doubles.", "x times 2.")
+    relaid = reworded.replace("# twice", "# two times").replace("return 2 * x", "return (2 *\n            x)")
+    assert _fingerprint(tmp_path, relaid) == base
+    assert _fingerprint(tmp_path, MODULE.replace("2 * x", "3 * x")) != base
+    # a function whose only statement was its docstring still parses to something stable
+    assert _fingerprint(tmp_path, 'def g():\n    """Only a docstring."""\n') == _fingerprint(tmp_path, "def g():\n    pass\n")
+
+
+def test_engine_fingerprint_covers_the_sampler_not_the_cli() -> None:
+    from agent.bench import fingerprint
+
+    files = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")]
+    engine = [f for f in files if not fingerprint._is_presentation(f)]
+    assert "tuning/sampler.py" in engine and "tuning/bo.py" in engine and "surrogates/gp.py" in engine
+    assert "cli.py" not in engine and not any(f.startswith("bench/") for f in engine)
+    assert engine_fingerprint("bench/transfer.py") != engine_fingerprint("bench/hts_pairs.py")
+
+
+def test_run_key_names_settings_and_code() -> None:
+    a = run_key("bench/transfer.py", {"method": "gp", "budget": 30})
+    assert a == run_key("bench/transfer.py", {"budget": 30, "method": "gp"})
+    assert a != run_key("bench/transfer.py", {"method": "gp", "budget": 20})
+    assert len(a) == 16 and json.dumps(a)
