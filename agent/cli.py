@@ -677,9 +677,11 @@ def _fidelity(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--pending", type=click.Choice(PENDING), default="auto", show_default=True,
               help="With --batch: how running trials enter a BO step (start --pending); "
                    "a choice other than auto writes OUT/metrics/<scenario>_batchN_<pending>.json.")
+@click.option("--tag", default=None,
+              help="Name a side run: writes OUT/metrics/<scenario>[...]_TAG.json and plots/.../TAG/ instead of the main files.")
 def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
                   folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
-                  fresh: bool, batch: int, pending: str) -> None:
+                  fresh: bool, batch: int, pending: str, tag: str | None) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from pathlib import Path
 
@@ -693,7 +695,8 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
     report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
                                     target=target, maximize=maximize, fidelity=_fidelity(fidelity), quick=quick,
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
-                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending)
+                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending,
+                                    tag=tag)
     click.echo(json.dumps(report, indent=2))
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from typing import Any, Callable, Mapping, Sequence
 
+from agent.bench.fingerprint import engine_fingerprint
 from agent.bench.report import summarise, write_report
 from agent.bench.transfer import BenchConfig, check_methods, run_benchmark
+from agent.errors import TuneAgentError
 
 PROTOCOL = ("YAHPO Gym scenario, leave-one-task-out, {history} random history configs per source task imported into "
             "an in-memory knowledge base, each run a product study (tune-agent start --job yahpo:...), budget {budget}, "
@@ -22,9 +25,10 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
                            quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
                            workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
                            fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1,
-                           pending: str = "auto") -> dict[str, Any]:
-    """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending]].json``
-    and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline.
+                           pending: str = "auto", tag: str | None = None) -> dict[str, Any]:
+    """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending]][_tag].json``
+    and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline. ``tag``
+    names a side run (other methods beside the main table) so that it writes files of its own.
 
     Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
     the next call with the same protocol; ``fresh`` deletes the journal first.
@@ -33,6 +37,8 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     from agent.jobs.yahpo import yahpo_root
 
     check_methods(methods)
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", tag):
+        raise TuneAgentError(f"--tag takes letters, digits, '-' and '_', got {tag!r}")
     scenario = Path(folder) if folder else yahpo_root() / "lcbench"
     mode = None if maximize is None else ("max" if maximize else "min")
     config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
@@ -51,11 +57,12 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     if batch > 1:  # the same runs one trial at a time (from the journal when already there)
         sequential = run_benchmark(methods, replace(config, batch=1, pending="auto"), progress=progress, journal=journal)
     variant = "" if batch == 1 else f"batch{batch}" + ("" if config.pending == "auto" else f"_{config.pending}")
-    name += f"_{variant}" if variant else ""
+    name += (f"_{variant}" if variant else "") + (f"_{tag}" if tag else "")
     metrics = out / "metrics" / f"{name}.json"
-    plots = out / "plots" / ("" if control == "none" else control) / variant
+    plots = out / "plots" / ("" if control == "none" else control) / variant / (tag or "")
     write_report(result, metrics, plots)
     report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
+              **({"tag": tag} if tag else {}), "engine": engine_fingerprint("bench/transfer.py"),
               **({"pending": config.pending} if batch > 1 else {}),
               "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
                                           pending="" if batch == 1 else f" (pending points: {config.pending})",

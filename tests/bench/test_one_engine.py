@@ -115,6 +115,18 @@ def test_unknown_method_is_one_line_and_exit_2(cli) -> None:
     res = cli("bench", "lcbench", "--methods", "foo", "--tasks", "1", "--seeds", "1")
     assert res.code == 2
     assert "unknown method 'foo'" in res.err and "Traceback" not in res.err
+    bad = cli("bench", "lcbench", "--methods", "random", "--tasks", "1", "--seeds", "1", "--tag", "../x")
+    assert bad.code == 2 and "--tag takes letters" in bad.err and "Traceback" not in bad.err
+
+
+def test_a_tagged_side_run_writes_its_own_files(cli, tmp_path: Path) -> None:
+    res = cli("bench", "lcbench", "--methods", "random", "--tasks", "1", "--seeds", "1", "--budget", "3",
+              "--workers", "1", "--tag", "side", "--out", str(tmp_path))
+    assert res.code == 0, res.err
+    metrics = json.loads((tmp_path / "metrics" / "lcbench_side.json").read_text())
+    assert metrics["tag"] == "side" and set(metrics["methods"]) == {"random"} and len(metrics["engine"]) == 16
+    assert (tmp_path / "plots" / "side" / "lcbench_regret.csv").is_file()
+    assert not (tmp_path / "metrics" / "lcbench.json").exists()  # the main table is left alone
 
 
 def test_versus_sequential_pairs_runs_and_bounds_the_difference() -> None:
