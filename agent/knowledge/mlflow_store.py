@@ -779,10 +779,10 @@ class MlflowKnowledgeBase(KnowledgeBase):
                         rows = [row for _, (batch,) in self._pending[:n] for row in batch]
                         self.experiment.log_batch(run_id=self.run_id, metrics=rows, **self._log_batch_kwargs)
                         del self._pending[:n]
+                        self.__dict__["_written_at"] = time.monotonic()  # of epoch metrics: the first goes at once
                     else:
                         method(self, *args)
                         self._pending.pop(0)
-                self.__dict__["_written_at"] = time.monotonic()
                 if self.__dict__.pop("_failed_at", None) is not None:
                     sys.stderr.write(f"tracking server {kb.tracking_uri} back: wrote {kept} kept batch(es)\n")
 

@@ -333,7 +333,9 @@ def test_trial_logger_writes_epoch_metrics_in_batches(kb: KnowledgeBase, job: st
     logger = kb.trial_logger(study, trial)
     client, sizes = logger.experiment, []
     real = client.log_batch
-    client.log_batch = lambda run_id, metrics=(), **kw: (sizes.append(len(metrics)), real(run_id, metrics=metrics, **kw))[1]
+    client.log_batch = lambda run_id, metrics=(), **kw: (metrics and sizes.append(len(metrics)),
+                                                         real(run_id, metrics=metrics, **kw))[1]
+    logger.log_hyperparams({"lr": 0.1, "layers": 2, "batch_size": 16})  # params written first do not hold the first epoch back
     for step in range(200):
         logger.log_metrics({"val_loss": 1.0 / (step + 1), "train_loss": 2.0 / (step + 1)}, step=step)
     assert sizes[0] == 2 and sum(sizes) < 400  # the first epoch alone; the rest still gathered
