@@ -60,4 +60,20 @@ def run_key(bench_module: str, settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-__all__ = ("engine_fingerprint", "run_key", "source_fingerprint")
+def read_journal(path: Path, key: str, name: str) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """The runs a JSON-lines journal holds under ``key``: ``(row[name], seed, method) -> result``.
+    Lines of other settings or code, and a line cut short by an interruption, are skipped."""
+    done: dict[tuple[str, int, str], dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            if row.get("key") == key:
+                done[(row[name], int(row["seed"]), row["method"])] = row["result"]
+        except (ValueError, KeyError, AttributeError):
+            continue
+    return done
+
+
+__all__ = ("engine_fingerprint", "read_journal", "run_key", "source_fingerprint")

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from agent.bench.fingerprint import run_key
+from agent.bench.fingerprint import read_journal, run_key
 from agent.errors import TuneAgentError
 
 # digits -> mnist-5k and mnist-5k -> mnist1d as issue 14 names them; two tabular pairs of the
@@ -194,15 +194,7 @@ def run_hts_pairs(kb: Any, config: HtsPairsConfig, journal: Path, progress: Call
     space = load_job(config.job).space.to_dict()
     # a run is reused only under the same settings and engine code
     key = run_key("bench/hts_pairs.py", {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "pairs")})
-    done: dict[tuple[str, int, str], dict[str, Any]] = {}
-    if journal.exists():
-        for line in journal.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                if row.get("key") == key:
-                    done[(row["pair"], int(row["seed"]), row["method"])] = row["result"]
-            except (ValueError, KeyError, AttributeError):
-                continue
+    done = read_journal(journal, key, "pair")
     jobs = []
     for source, target in config.pairs:
         for seed in range(config.seeds):

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from agent.bench.fingerprint import run_key
+from agent.bench.fingerprint import read_journal, run_key
 
 METHODS: dict[str, dict[str, Any]] = {
     "cold": {"warm_start": "none", "surrogate": "gp"},
@@ -195,15 +195,7 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
         "config": {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "methods")},
         "params": dict(params or {}), "normalisation": normalisation})
     models_dir = Path(models_dir) / key
-    done: dict[tuple[str, int, str], dict[str, Any]] = {}
-    if journal.exists():
-        for line in journal.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                if row.get("key") == key:
-                    done[(row["target"], int(row["seed"]), row["method"])] = row["result"]
-            except (ValueError, KeyError, AttributeError):
-                continue
+    done = read_journal(journal, key, "target")
     jobs = []
     for t in targets:
         for seed in range(config.seeds):
