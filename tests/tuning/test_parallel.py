@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dataclasses import replace
 
 from agent.config import StudySettings
 from agent.space import Float, SearchSpace
