@@ -180,6 +180,15 @@ RETRY_DELAYS = (2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # seconds between tries 
 # ends): one write per epoch cost ~15 ms on sqlite, ~3 s of a 100-epoch trial, and on the driver of
 # a parallel study, which replays its workers' records, a whole core (`bench parallel`).
 METRICS_FLUSH_SECONDS = 1.0
+# Tries of an experiment tag write that lost a race with another agent's write of the same key.
+TAG_RACE_ATTEMPTS = 4
+_UNIQUE_RACE = ("uniqueviolation", "duplicate key value", "unique constraint failed", "integrityerror")
+
+
+def _unique_key_race(message: str) -> bool:
+    """Whether a store's refusal is a unique-key clash (postgres, sqlite, mysql wording)."""
+    low = message.lower()
+    return any(word in low for word in _UNIQUE_RACE)
 
 
 def retry_delays() -> tuple[float, ...]:
@@ -511,8 +520,18 @@ class MlflowKnowledgeBase(KnowledgeBase):
         import uuid
 
         version = uuid.uuid4().hex
-        self._call(self._client.set_experiment_tag, experiment_id, study_cache.VERSION_TAG, version)
-        return version
+        for attempt in range(TAG_RACE_ATTEMPTS):
+            try:
+                self._call(self._client.set_experiment_tag, experiment_id, study_cache.VERSION_TAG, version)
+                return version
+            except StoreError as exc:
+                # MLflow's store sets a tag by looking it up, then inserting or updating: two agents
+                # ending studies at the same moment can both find it absent, and the second insert
+                # breaks the key's uniqueness. The tag exists now, so a second try updates it.
+                if attempt + 1 == TAG_RACE_ATTEMPTS or not _unique_key_race(str(exc)):
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def update_study(
         self,

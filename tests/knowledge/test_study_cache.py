@@ -92,3 +92,44 @@ def test_a_store_written_before_the_cache_gets_a_version_on_first_listing(store,
     seen = _searches(kb, monkeypatch)
     assert _view(kb) == [("old", "finished", 2.0, None)]
     assert not any("!= 'RUNNING'" in f for f in seen), seen
+
+
+def test_a_version_tag_write_that_loses_a_race_is_retried(store, tmp_path, monkeypatch) -> None:
+    """Two agents ending studies at once both insert the experiment's version tag; postgres refuses
+    the second insert (the CI failure of stop 26). The loser retries, which then updates the tag;
+    any other refusal is raised at once."""
+    from mlflow.exceptions import MlflowException
+
+    from agent.errors import StoreError
+    from agent.knowledge import study_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kb = store.kb()
+    study = kb.create_study("race", _settings("r"), [], {"kind": "tabular"}, None, "")
+    real = kb._client.set_experiment_tag  # noqa: SLF001 - the store call the race breaks
+    calls: list[str] = []
+
+    def clashing_once(experiment_id: str, key: str, value: str) -> None:
+        calls.append(value)
+        if len(calls) == 1:
+            real(experiment_id, key, "the-other-agents-version")  # the other agent's insert lands first
+            raise MlflowException('(psycopg.errors.UniqueViolation) duplicate key value violates unique '
+                                  'constraint "experiment_tag_pk"', error_code="BAD_REQUEST")
+        real(experiment_id, key, value)
+
+    monkeypatch.setattr(kb._client, "set_experiment_tag", clashing_once)  # noqa: SLF001
+    kb.update_study(study, "finished", 0.5, {"x": 1})
+    assert len(calls) == 2 and calls[0] == calls[1]  # the same new version, written on the second try
+    tags = kb._client.get_experiment(kb._experiment_of(study)).tags  # noqa: SLF001
+    assert tags[study_cache.VERSION_TAG] == calls[1]
+    assert _view(kb) == [("race", "finished", 0.5, None)]
+
+    def refused(experiment_id: str, key: str, value: str) -> None:
+        calls.append(value)
+        raise MlflowException("PERMISSION_DENIED: not allowed", error_code="PERMISSION_DENIED")
+
+    monkeypatch.setattr(kb._client, "set_experiment_tag", refused)  # noqa: SLF001
+    before = len(calls)
+    with pytest.raises(StoreError):
+        kb.update_study(study, "finished", 0.25, {"x": 2})
+    assert len(calls) == before + 1  # no retry of a refusal
