@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -111,12 +111,13 @@ class PruningState:
         return bool(why)
 
 
-def pruning_state(settings: Any, trials: Iterable[TrialRecord]) -> PruningState | None:
-    """The state a new trial of a study with ``settings`` starts from (None without a pruner)."""
+def pruning_state(settings: Any, trials: Callable[[], Iterable[TrialRecord]]) -> PruningState | None:
+    """The state a new trial of a study with ``settings`` starts from (None without a pruner).
+    ``trials`` reads the study's trials; it is called only when a pruner needs their curves."""
     if getattr(settings, "pruner", "none") == "none":
         return None
     return PruningState(Pruner(settings.pruner), settings.metric, settings.sign, settings.epochs,
-                        study_curves(trials))
+                        study_curves(trials()))
 
 
 def pruning_callback(state: PruningState) -> Any:

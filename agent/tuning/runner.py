@@ -107,7 +107,7 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
     if isinstance(job, BenchmarkJob):
         return run_benchmark_trial(study, trial, job, dataset)
     return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
-                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials()),
+                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials),
                         on_epoch=on_epoch)
 
 
@@ -248,12 +248,12 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             while (len(running) < executor.capacity and study.remaining(trials) - len(running) > 0
                    and not (timeout is not None and time.perf_counter() - wall_start >= timeout)):
                 ask_start = time.perf_counter()
-                trial = study.ask()
+                trial = study.ask(trials)
                 timing.ask_seconds.append(time.perf_counter() - ask_start)
                 reporter.trial_started(trial)
                 executor.submit(trial)
                 running[trial.number] = trial
-                trials = study.trials()
+                trials = _with(trials, trial)
             if not running:
                 break
             trial, outcome = executor.wait()
@@ -265,7 +265,7 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             done = study.tell(trial, value=outcome.value, failed=outcome.reason or None,
                               duration=outcome.fit_seconds, metrics=extra,
                               state=TRIAL_PRUNED if outcome.pruned else None)
-            trials = study.trials()
+            trials = _with(trials, done)
             reporter.trial_finished(done, study.best(trials), trials)
             if study.failed_majority(trials):
                 _close(study, executor, running, "the study stopped: most trials failed")
@@ -292,6 +292,19 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     if trace_plot:
         _log_report(study, reporter)
     return timing
+
+
+def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:
+    """``trials`` as the store lists them after ``record`` was opened or closed: this loop is the
+    study's only writer, so it keeps the list instead of reading it back after every ask and tell
+    (a search of the store each, on the driver's critical path when workers wait for it). Ordered as
+    :meth:`KnowledgeBase.trials` orders them: by number, a slot's re-runs after its earlier runs."""
+    kept = [t for t in trials if t.trial_id != record.trial_id]
+    at = next((i for i, t in enumerate(trials) if t.trial_id == record.trial_id), None)
+    if at is not None:
+        kept.insert(at, record)
+        return kept
+    return sorted(kept + [record], key=lambda t: t.number)
 
 
 def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str) -> None:

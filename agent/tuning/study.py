@@ -87,9 +87,10 @@ class Study:
         return max(ok, key=lambda t: self.settings.sign * t.value)  # type: ignore[operator]
 
     # -- ask / tell ----------------------------------------------------------------------------
-    def ask(self) -> TrialRecord:
-        """Opens the lowest free slot with the sampler's suggestion."""
-        trials = self.trials()
+    def ask(self, trials: list[TrialRecord] | None = None) -> TrialRecord:
+        """Opens the lowest free slot with the sampler's suggestion. ``trials``: the study's trials
+        as the store holds them, when the caller keeps them (the study loop does); read if None."""
+        trials = trials if trials is not None else self.trials()
         taken = {t.number for t in trials if t.state in COUNTED_STATES + (TRIAL_RUNNING,)}
         free = [n for n in range(self.settings.trials) if n not in taken]
         if not free:

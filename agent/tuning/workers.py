@@ -139,7 +139,7 @@ class RayExecutor:
         self._lost = False
 
     def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
-        pruning = pruning_state(self.study.settings, self.study.trials())  # the curves finished so far
+        pruning = pruning_state(self.study.settings, self.study.trials)  # the curves finished so far
         ref = self._task.remote(self._job, dict(trial.config), trial.number, self.study.settings,
                                 self._dataset, self._split, pruning)
         self._running[ref] = (trial, attempts)

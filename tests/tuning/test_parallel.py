@@ -177,6 +177,34 @@ def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # no
     assert len(keys) == 12  # no two workers were given the same configuration
 
 
+def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # noqa: ANN001
+    """The loop keeps the study's trials itself instead of reading them back after every ask and
+    tell: after each tell its list is the store's, order included, with a killed earlier run of a
+    slot (a resumed study) before that slot's re-run."""
+    from agent.config import StudyConfig
+    from agent.knowledge.base import TRIAL_KILLED
+    from agent.tuning.progress import SilentReporter
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import prepare_study
+    from agent.tuning.workers import make_executor
+
+    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=8, seed=0, study_name="kept", warm_start="none",
+                      tracking_uri=store.uri, artifact_root=store.artifacts)
+    study, job, data, _ = prepare_study(req, echo=lambda _: None)
+    study.tell(study.ask(), state=TRIAL_KILLED, failed="killed before the loop")  # slot 0 runs again
+    seen: list[tuple[list[object], list[object]]] = []
+
+    class Comparing(SilentReporter):
+        def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
+            seen.append((list(trials), study.trials()))
+
+    run_study(study, job, data, None, Comparing(), trace_plot=False, executor=make_executor(study, job, data, None, workers=3))
+    assert len(seen) == 8
+    for kept, stored in seen:
+        assert kept == stored
+    assert [t.number for t in seen[-1][1]][:2] == [0, 0] and seen[-1][1][0].state == TRIAL_KILLED
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
