@@ -141,6 +141,8 @@ def execution_options(fn: Any) -> Any:
     """Where trials run and for how long: not part of a study, so a resume may choose differently."""
     fn = click.option("--timeout", type=float, default=None,
                       help="Seconds: start no trial after this long (running ones finish); the study stays resumable.")(fn)
+    fn = click.option("--ask-ahead", type=int, default=1, show_default=True,
+                      help="With --workers > 1, trials proposed beyond the workers and held here, each started the moment a trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free worker, knowing every finished result.")(fn)
     fn = click.option("--ray-address", default=None,
                       help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).")(fn)
     return click.option("--workers", type=int, default=1, show_default=True,
@@ -177,9 +179,11 @@ def talks(what: str) -> Any:
     return wrap
 
 
-def _check_workers(workers: int, timeout: float | None = None) -> None:
+def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0) -> None:
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
+    if ask_ahead < 0:
+        raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
         raise click.BadParameter(f"must be positive seconds, got {timeout}", param_hint="--timeout")
 
@@ -187,16 +191,16 @@ def _check_workers(workers: int, timeout: float | None = None) -> None:
 @cli.command()
 @study_options
 @execution_options
-def start(workers: int, ray_address: str | None, timeout: float | None, **kwargs: Any) -> None:
+def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    _check_workers(workers, timeout)
+    _check_workers(workers, timeout, ask_ahead)
     req = _request(kwargs)
     with _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout)
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead)
 
 
 @cli.command()
@@ -212,17 +216,19 @@ def create(**kwargs: Any) -> None:
 
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int = 1,
-         ray_address: str | None = None, timeout: float | None = None) -> None:
+         ray_address: str | None = None, timeout: float | None = None, ask_ahead: int = 1) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
 
     try:
-        executor = make_executor(study, job, dataset, split, workers, ray_address)
+        executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead)
         if workers > 1 or ray_address:
             from agent.tuning.sampler import pending_note
 
-            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}; {pending_note(study.sampler)}")
+            ahead = f", {executor.ask_ahead} more asked ahead" if executor.ask_ahead else ""
+            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{ahead}; "
+                          f"{pending_note(study.sampler)}")
         timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=timeout)
         if timing.timed_out:
             done = study.settings.trials - study.remaining()
@@ -246,9 +252,9 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
 @artifact_option
 @execution_options
 def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
-           workers: int, ray_address: str | None, timeout: float | None) -> None:
+           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    _check_workers(workers, timeout)
+    _check_workers(workers, timeout, ask_ahead)
     with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import check_resume_matches, load_study_data, open_study
@@ -264,7 +270,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
         study.set_status("finished")
         reporter.line(f"study {study_name} already has all {study.settings.trials} trials")
         return
-    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout)
+    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead)
 
 
 @cli.command()
@@ -706,8 +712,10 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
 @click.option("--trials", type=int, default=24, show_default=True)
 @click.option("--epochs", type=int, default=20, show_default=True)
 @click.option("--workers", default="1,2", show_default=True, help="Worker counts to compare; the first is the baseline.")
+@click.option("--ask-ahead", "ask_ahead", default="1", show_default=True,
+              help="--ask-ahead values to run each worker count above 1 with (e.g. 0,1).")
 @click.option("--out", default="metrics/parallel.json", show_default=True)
-def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, out: str) -> None:
+def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, out: str) -> None:
     """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
     from pathlib import Path
 
@@ -716,7 +724,8 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
 
     for option, value in (("--trials", trials), ("--epochs", epochs)):
         check_positive(option, value)
-    config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers))
+    config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers),
+                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0))
     report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(report, indent=2))
 

@@ -57,6 +57,7 @@ BAD_JOB = "class NoSpace:\n    name = 'nospace'\n    metric = 'val_loss'\n    mo
         ("zero --n-init", ["--n-init", "0"], "--n-init"),
         ("unknown acquisition", ["--acq", "pi"], "pi"),
         ("zero --timeout", ["--timeout", "0"], "--timeout"),
+        ("negative --ask-ahead", ["--workers", "2", "--ask-ahead", "-1"], "--ask-ahead"),
     ],
 )
 def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch) -> None:

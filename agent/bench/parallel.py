@@ -28,6 +28,7 @@ class ParallelConfig:
     epochs: int = 20
     seed: int = 0
     workers: tuple[int, ...] = (1, 2)
+    ask_ahead: tuple[int, ...] = (1,)  # each worker count above 1 runs once per value
 
 
 def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
@@ -53,23 +54,23 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
         study, job, data, split = prepare_study(request(tmp, "warm-up", 1), echo=lambda _: None)
         run_study(study, job, data, split, SilentReporter(), trace_plot=False)
     rows = []
-    for n in config.workers:
+    for n, ahead in [(n, a) for n in config.workers for a in (config.ask_ahead if n > 1 else (0,))]:
         with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
             start = time.perf_counter()
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = make_executor(study, job, data, split, n)
+            executor = make_executor(study, job, data, split, n, ask_ahead=ahead)
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start
             trials = [t for t in study.trials() if t.state in COUNTED_STATES]
             ok = [t.value for t in trials if t.state == TRIAL_OK and t.value is not None]
-        rows.append({"workers": n, "wall_seconds": round(wall, 2), "fit_seconds": round(timing.fit_seconds, 2),
+        rows.append({"workers": n, "ask_ahead": ahead, "wall_seconds": round(wall, 2), "fit_seconds": round(timing.fit_seconds, 2),
                      "prepare_seconds": round(prepared - start, 2), "executor_start_seconds": round(started - prepared, 2),
                      "ask_seconds": round(sum(timing.ask_seconds), 2), "trials": len(trials),
                      "best": min(ok) if ok else None,
                      "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3)})
-        progress(f"{n} worker(s): {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, workers' start "
+        progress(f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, workers' start "
                  f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
                  f"best {rows[-1]['best']}")
     base = rows[0]["wall_seconds"]
@@ -85,16 +86,17 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
     return report
 
 
-def parse_workers(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` -> ``(1, 2, 4)``; the first is the baseline."""
+def parse_workers(text: str, option: str = "--workers", least: int = 1) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``; the first is the baseline. ``option`` and ``least`` name the
+    option in the error and its smallest value."""
     from agent.errors import TuneAgentError
 
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise TuneAgentError(f"--workers takes comma-separated counts like 1,2,4, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise TuneAgentError(f"--workers takes counts of at least 1, got {text!r}")
+        raise TuneAgentError(f"{option} takes comma-separated counts like 1,2,4, got {text!r}") from None
+    if not values or min(values) < least:
+        raise TuneAgentError(f"{option} takes counts of at least {least}, got {text!r}")
     return values
 
 

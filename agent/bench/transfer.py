@@ -169,7 +169,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
                models_dir: str = "models", fits: Any = None,
                batch: int = 1, pending: str = "auto") -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
     """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
-    [--workers batch --pending pending]`` runs it: the product's study loop, with ``batch`` trials
+    [--workers batch --ask-ahead 0 --pending pending]`` runs it: the product's study loop, with ``batch`` trials
     in flight (:class:`agent.tuning.workers.QueuedExecutor`).
 
     Returns the configurations in trial order, the objective values (maximised) and the seconds
@@ -188,7 +188,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
                        warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir, pending=pending)
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False,
-                       executor=make_executor(study, job, data, None, batch))
+                       executor=make_executor(study, job, data, None, batch, ask_ahead=0))  # a batch of exactly `batch`
     trials = sorted((t for t in study.trials() if t.state in COUNTED_STATES), key=lambda t: t.number)
     configs = [dict(t.config) for t in trials]
     values = [study.settings.sign * t.value if t.state == TRIAL_OK and t.value is not None else np.nan for t in trials]

@@ -228,36 +228,57 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     with ``timed_out`` set on the returned timing.
 
     ``executor`` (:mod:`agent.tuning.workers`) runs the trials: by default one at a time in this
-    process; a parallel one keeps ``capacity`` trials running, each asked with the others pending.
+    process; a parallel one keeps ``capacity`` trials running, each asked with the others pending,
+    and, with ``ask_ahead`` k, k more asked and held here, each started the moment a trial ends,
+    before that trial is told, so a free worker does not wait for the next BO step.
     ``trace_plot`` False skips the trace figure (the benchmark runs thousands of studies).
     """
+    from collections import deque
+
     from agent.tuning.workers import InlineExecutor
 
     quiet_lightning()
     executor = executor if executor is not None else InlineExecutor(study, job, dataset, split)
     if hasattr(executor, "on_epoch"):
         executor.on_epoch = getattr(reporter, "epoch_done", None)
+    ahead = getattr(executor, "ask_ahead", 0)
     timing = StudyTiming(workers=executor.capacity)
     wall_start = time.perf_counter()
     trials = study.trials()
     study.set_status("running")
     reporter.begin(study, trials)
     running: dict[int, TrialRecord] = {}
+    ready: deque[TrialRecord] = deque()  # asked ahead, waiting for a worker
+
+    def start_ready() -> None:
+        while ready and len(running) < executor.capacity:
+            trial = ready.popleft()
+            reporter.trial_started(trial)
+            executor.submit(trial)
+            running[trial.number] = trial
+
+    def timed_out() -> bool:
+        return timeout is not None and time.perf_counter() - wall_start >= timeout
+
     try:
         while True:
-            while (len(running) < executor.capacity and study.remaining(trials) - len(running) > 0
-                   and not (timeout is not None and time.perf_counter() - wall_start >= timeout)):
+            if ready and timed_out():  # asked ahead but not started: their slots stay free for resume
+                trials = _close_ready(study, ready, trials, f"not started before --timeout {timeout:g} s")
+            start_ready()
+            while (len(running) + len(ready) < executor.capacity + ahead
+                   and study.remaining(trials) - len(running) - len(ready) > 0 and not timed_out()):
                 ask_start = time.perf_counter()
                 trial = study.ask(trials)
                 timing.ask_seconds.append(time.perf_counter() - ask_start)
-                reporter.trial_started(trial)
-                executor.submit(trial)
-                running[trial.number] = trial
+                ready.append(trial)
                 trials = _with(trials, trial)
+                start_ready()
             if not running:
                 break
             trial, outcome = executor.wait()
             running.pop(trial.number)
+            if not timed_out():
+                start_ready()  # the next trial starts before this one is told and the next asked
             timing.fit_seconds += outcome.fit_seconds
             extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
             if outcome.retries:
@@ -268,17 +289,17 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             trials = _with(trials, done)
             reporter.trial_finished(done, study.best(trials), trials)
             if study.failed_majority(trials):
-                _close(study, executor, running, "the study stopped: most trials failed")
+                _close(study, executor, running, "the study stopped: most trials failed", ready)
                 study.set_status("failed")
                 raise StudyFailedError(
                     f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})"
                 )
     except (KeyboardInterrupt, SystemExit):
-        _close(study, executor, running, "interrupted by the user")
+        _close(study, executor, running, "interrupted by the user", ready)
         study.set_status("interrupted")
         raise KeyboardInterrupt from None
     except WorkersLostError as exc:  # the cluster went away: its trials are killed, the study resumable
-        _close(study, executor, running, str(exc))
+        _close(study, executor, running, str(exc), ready)
         study.set_status("interrupted")
         raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(running))} closed as killed") from None
     finally:
@@ -307,11 +328,20 @@ def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:
     return sorted(kept + [record], key=lambda t: t.number)
 
 
-def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str) -> None:
-    """Cancels the running trials and closes them as killed, freeing their slots for ``resume``."""
+def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str,
+           ready: Any = ()) -> None:
+    """Cancels the running trials and closes them, and those asked ahead, as killed, freeing
+    their slots for ``resume``."""
     executor.cancel()
-    for trial in running.values():
+    for trial in [*running.values(), *ready]:
         study.tell(trial, state=TRIAL_KILLED, failed=reason)
+
+
+def _close_ready(study: Study, ready: Any, trials: list[TrialRecord], reason: str) -> list[TrialRecord]:
+    """Closes the trials asked ahead that no worker started as killed (their slots stay free)."""
+    while ready:
+        trials = _with(trials, study.tell(ready.popleft(), state=TRIAL_KILLED, failed=reason))
+    return trials
 
 
 def _log_report(study: Study, reporter: Any) -> None:

@@ -324,3 +324,68 @@ def test_a_parallel_study_says_how_running_trials_are_used() -> None:
     assert "leaves running trials out" in pending_note(TpeSampler(space, settings))
     assert "constant liar" in pending_note(TpeSampler(space, replace(settings, pending="liar")))
     assert "random search" in pending_note(RandomSampler(space, settings))
+
+
+def _events(store, name: str, ahead: int, timeout: float | None = None, training: float = 0.0):  # noqa: ANN001, ANN202
+    """A 9-trial toy study on 3 simulated workers; each trial ``training`` seconds (the wait)."""
+    from agent.config import StudyConfig
+    from agent.tuning.progress import SilentReporter
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import prepare_study
+    from agent.tuning.workers import make_executor
+
+    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name=name, warm_start="none",
+                      tracking_uri=store.uri, artifact_root=store.artifacts)
+    study, job, data, _ = prepare_study(req, echo=lambda _: None)
+    events: list[tuple[str, int, int]] = []
+
+    class Recording(SilentReporter):
+        def trial_started(self, trial) -> None:  # noqa: ANN001
+            events.append(("start", trial.number, sum(t.state == "running" for t in study.trials())))
+
+        def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
+            events.append(("end", trial.number, 0))
+
+    executor = make_executor(study, job, data, None, workers=3, ask_ahead=ahead)
+    finish = executor.wait
+
+    def training_wait():  # noqa: ANN202
+        time.sleep(training)
+        return finish()
+
+    executor.wait = training_wait
+    timing = run_study(study, job, data, None, Recording(), trace_plot=False, executor=executor, timeout=timeout)
+    return study, events, timing
+
+
+def test_asked_ahead_trials_start_before_the_finished_one_is_told(store) -> None:  # noqa: ANN001
+    """With --ask-ahead 1 one trial more than the workers is asked and held: when a trial ends,
+    the held one starts before the ended one is told (and the next asked). With 0, a trial starts
+    only after the one whose worker it takes was told, knowing its result."""
+    from agent.knowledge.base import TRIAL_OK
+
+    for ahead in (0, 1):
+        study, events, _ = _events(store, f"ahead-{ahead}", ahead)
+        trials = study.trials()
+        assert sorted(t.number for t in trials) == list(range(9)) and all(t.state == TRIAL_OK for t in trials)
+        assert max(open_ for kind, _, open_ in events if kind == "start") == 3 + ahead  # never more asked
+        at = {(kind, n): i for i, (kind, n, _) in enumerate(events)}
+        assert [n for kind, n, _ in events if kind == "start"] == list(range(9))
+        for n in range(3, 9):  # trial n takes the worker of trial n - 3
+            assert (at["start", n] < at["end", n - 3]) == (ahead == 1), (ahead, events)
+
+
+def test_a_timeout_closes_the_trials_asked_ahead_and_the_study_resumes(store) -> None:  # noqa: ANN001
+    """A trial asked ahead that no worker started before --timeout is closed as killed, so its
+    slot stays free: nothing is left running and the slots left are the resume's."""
+    from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
+
+    study, events, timing = _events(store, "ahead-timeout", 1, timeout=1.0, training=1.2)
+    trials = study.trials()
+    assert timing.timed_out
+    assert not any(t.state == "running" for t in trials)
+    assert [t.state for t in trials].count(TRIAL_KILLED) == 1  # the one held when time ran out
+    killed = next(t for t in trials if t.state == TRIAL_KILLED)
+    assert "not started before --timeout" in killed.reason
+    done = [t for t in trials if t.state == TRIAL_OK]
+    assert study.remaining() == 9 - len(done) > 0
