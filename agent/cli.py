@@ -683,11 +683,14 @@ def _fidelity(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--pending", type=click.Choice(PENDING), default="auto", show_default=True,
               help="With --batch: how running trials enter a BO step (start --pending); "
                    "a choice other than auto writes OUT/metrics/<scenario>_batchN_<pending>.json.")
+@click.option("--ask-ahead", "ask_ahead", type=int, default=0, show_default=True,
+              help="With --batch: trials asked beyond the batch, each started when one ends (start --ask-ahead); "
+                   "writes OUT/metrics/<scenario>_batchN[...]_aheadK.json.")
 @click.option("--tag", default=None,
               help="Name a side run: writes OUT/metrics/<scenario>[...]_TAG.json and plots/.../TAG/ instead of the main files.")
 def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
                   folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
-                  fresh: bool, batch: int, pending: str, tag: str | None) -> None:
+                  fresh: bool, batch: int, pending: str, tag: str | None, ask_ahead: int) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from pathlib import Path
 
@@ -698,11 +701,13 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
         check_positive(option, value)
     if tasks is not None:
         check_positive("--tasks", tasks)
+    if ask_ahead < 0:
+        raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
                                     target=target, maximize=maximize, fidelity=_fidelity(fidelity), quick=quick,
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
                                     progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending,
-                                    tag=tag)
+                                    tag=tag, ask_ahead=ask_ahead)
     click.echo(json.dumps(report, indent=2))
 
 

@@ -25,8 +25,8 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
                            quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
                            workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
                            fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1,
-                           pending: str = "auto", tag: str | None = None) -> dict[str, Any]:
-    """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending]][_tag].json``
+                           pending: str = "auto", tag: str | None = None, ask_ahead: int = 0) -> dict[str, Any]:
+    """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending][_aheadK]][_tag].json``
     and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline. ``tag``
     names a side run (other methods beside the main table) so that it writes files of its own.
 
@@ -43,7 +43,7 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     mode = None if maximize is None else ("max" if maximize else "min")
     config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
                          budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir, batch=batch,
-                         pending=pending if batch > 1 else "auto",
+                         pending=pending if batch > 1 else "auto", ask_ahead=ask_ahead if batch > 1 else 0,
                          report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget))
     job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
@@ -55,17 +55,20 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     result = run_benchmark(methods, config, progress=progress, journal=journal)
     sequential = None
     if batch > 1:  # the same runs one trial at a time (from the journal when already there)
-        sequential = run_benchmark(methods, replace(config, batch=1, pending="auto"), progress=progress, journal=journal)
-    variant = "" if batch == 1 else f"batch{batch}" + ("" if config.pending == "auto" else f"_{config.pending}")
+        sequential = run_benchmark(methods, replace(config, batch=1, pending="auto", ask_ahead=0), progress=progress,
+                                   journal=journal)
+    variant = "" if batch == 1 else (f"batch{batch}" + ("" if config.pending == "auto" else f"_{config.pending}")
+                                     + (f"_ahead{config.ask_ahead}" if config.ask_ahead else ""))
     name += (f"_{variant}" if variant else "") + (f"_{tag}" if tag else "")
     metrics = out / "metrics" / f"{name}.json"
     plots = out / "plots" / ("" if control == "none" else control) / variant / (tag or "")
     write_report(result, metrics, plots)
     report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
               **({"tag": tag} if tag else {}), "engine": engine_fingerprint("bench/transfer.py"),
-              **({"pending": config.pending} if batch > 1 else {}),
+              **({"pending": config.pending, "ask_ahead": config.ask_ahead} if batch > 1 else {}),
               "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
-                                          pending="" if batch == 1 else f" (pending points: {config.pending})",
+                                          pending="" if batch == 1 else f" (pending points: {config.pending}"
+                                          + (f", {config.ask_ahead} more asked ahead" if config.ask_ahead else "") + ")",
                                           reference=config.reference_size)}
     if sequential is not None:
         report["versus_sequential"] = versus_sequential(result, sequential)

@@ -77,6 +77,7 @@ class BenchConfig:
     cache_dir: str = "data/bench-cache"
     batch: int = 1  # trials in flight per study (parallel workers, simulated; see agent.tuning.workers)
     pending: str = "auto"  # how those running trials enter a BO step (agent.config.PENDING)
+    ask_ahead: int = 0  # trials asked beyond the batch, each started when one ends (start --ask-ahead)
 
     @property
     def job_spec(self) -> str:
@@ -167,9 +168,9 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
 # -- one run -------------------------------------------------------------------------------------
 def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget: int,
                models_dir: str = "models", fits: Any = None,
-               batch: int = 1, pending: str = "auto") -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
+               batch: int = 1, pending: str = "auto", ask_ahead: int = 0) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
     """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
-    [--workers batch --ask-ahead 0 --pending pending]`` runs it: the product's study loop, with ``batch`` trials
+    [--workers batch --ask-ahead ask_ahead --pending pending]`` runs it: the product's study loop, with ``batch`` trials
     in flight (:class:`agent.tuning.workers.QueuedExecutor`).
 
     Returns the configurations in trial order, the objective values (maximised) and the seconds
@@ -188,7 +189,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
                        warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir, pending=pending)
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False,
-                       executor=make_executor(study, job, data, None, batch, ask_ahead=0))  # a batch of exactly `batch`
+                       executor=make_executor(study, job, data, None, batch, ask_ahead=ask_ahead))
     trials = sorted((t for t in study.trials() if t.state in COUNTED_STATES), key=lambda t: t.number)
     configs = [dict(t.config) for t in trials]
     values = [study.settings.sign * t.value if t.state == TRIAL_OK and t.value is not None else np.nan for t in trials]
@@ -236,7 +237,7 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
         kb = history_store(job, histories, sources)
         models_dir = job_args.fold_dir if method == "tnp" and job_args.fold_dir else "models"
         _, y, seconds = run_method(config.job_spec, job_args.task, method, kb, job_args.seed, config.budget,
-                                   models_dir, fits, config.batch, config.pending)
+                                   models_dir, fits, config.batch, config.pending, config.ask_ahead)
         out["methods"][method] = {"regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
                                   "seconds": seconds}
     return out
@@ -250,7 +251,8 @@ def protocol_key(config: BenchConfig, method: str) -> str:
 
     fields = {k: v for k, v in asdict(config).items()
               if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")
-              and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")}
+              and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")
+              and not (k == "ask_ahead" and v == 0)}
     fields["scenario"] = Path(config.scenario).name
     revision = surrogate_revision(method)
     return run_key("bench/transfer.py", {"method": method, "engine": "study", **fields,
