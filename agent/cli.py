@@ -215,8 +215,8 @@ def create(**kwargs: Any) -> None:
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 
 
-def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int = 1,
-         ray_address: str | None = None, timeout: float | None = None, ask_ahead: int = 1) -> None:
+def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int,
+         ray_address: str | None, timeout: float | None, ask_ahead: int) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
@@ -701,8 +701,7 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
         check_positive(option, value)
     if tasks is not None:
         check_positive("--tasks", tasks)
-    if ask_ahead < 0:
-        raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
+    _check_workers(workers, ask_ahead=ask_ahead)
     report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
                                     target=target, maximize=maximize, fidelity=_fidelity(fidelity), quick=quick,
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
