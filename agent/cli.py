@@ -195,12 +195,32 @@ def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahea
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
     _check_workers(workers, timeout, ask_ahead)
     req = _request(kwargs)
-    with _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
+    early = _start_workers_early(workers, ray_address, req.job)
+    with _abandoning(early), _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead)
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early)
+
+
+def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None) -> Any:
+    """Ray's start begun now, on a background thread, to overlap the imports and the preparation
+    that follow (:class:`agent.tuning.ray_start.RayStart`); None when the study runs in this process."""
+    from agent.tuning.ray_start import start_workers_early
+
+    return start_workers_early(workers, ray_address, job_spec)
+
+
+@contextlib.contextmanager
+def _abandoning(early: Any) -> Iterator[None]:
+    """Stops a Ray instance begun early when what follows fails (bad input, a missing study)."""
+    try:
+        yield
+    except BaseException:
+        if early is not None:
+            early.abandon()
+        raise
 
 
 @cli.command()
@@ -216,13 +236,14 @@ def create(**kwargs: Any) -> None:
 
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int,
-         ray_address: str | None, timeout: float | None, ask_ahead: int) -> None:
+         ray_address: str | None, timeout: float | None, ask_ahead: int, early: Any = None) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
 
     try:
-        executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead)
+        with _abandoning(early):
+            executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early)
         if workers > 1 or ray_address:
             from agent.tuning.sampler import pending_note
 
@@ -255,22 +276,26 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
            workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int) -> None:
     """Continue an interrupted study from what MLflow holds."""
     _check_workers(workers, timeout, ask_ahead)
-    with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
-        from agent.tuning.progress import ProgressReporter
-        from agent.tuning.service import check_resume_matches, load_study_data, open_study
+    early = _start_workers_early(workers, ray_address, job)
+    with _abandoning(early):
+        with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
+            from agent.tuning.progress import ProgressReporter
+            from agent.tuning.service import check_resume_matches, load_study_data, open_study
 
-        study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
-        check_resume_matches(study, job_obj, job, dataset)
-        data, split = load_study_data(study, job_obj)
-    closed = study.recover()
-    reporter = ProgressReporter()
-    for t in closed:
-        reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
-    if study.remaining() <= 0:
-        study.set_status("finished")
-        reporter.line(f"study {study_name} already has all {study.settings.trials} trials")
-        return
-    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead)
+            study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
+            check_resume_matches(study, job_obj, job, dataset)
+            data, split = load_study_data(study, job_obj)
+        closed = study.recover()
+        reporter = ProgressReporter()
+        for t in closed:
+            reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
+        if study.remaining() <= 0:
+            study.set_status("finished")
+            reporter.line(f"study {study_name} already has all {study.settings.trials} trials")
+            if early is not None:
+                early.abandon()
+            return
+    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early)
 
 
 @cli.command()

@@ -7,7 +7,8 @@ for, Ray's start-up included; the ratio to one worker, measured in the same invo
 figure (the machine is shared, so absolute seconds drift between runs). An untimed one-trial study
 runs first, so that the imports of this process are paid by no count (they are paid once per
 `tune-agent start`, whatever its worker count); each row splits its wall time into the study's
-preparation, the workers' start (Ray's, for more than one) and the trials' loop.
+preparation, the wait for the workers' start (Ray's, for more than one: begun before the
+preparation, as ``start`` begins it) and the trials' loop.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
     from agent.config import StudyConfig
     from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
     from agent.tuning.progress import SilentReporter
+    from agent.tuning.ray_start import start_workers_early
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
     from agent.tuning.workers import make_executor
@@ -57,9 +59,10 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
     for n, ahead in [(n, a) for n in config.workers for a in (config.ask_ahead if n > 1 else (0,))]:
         with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
             start = time.perf_counter()
+            early = start_workers_early(n, None, config.job)  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = make_executor(study, job, data, split, n, ask_ahead=ahead)
+            executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early)
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start

@@ -20,7 +20,6 @@ what it is given and hands back finished trials one at a time, in the order they
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections import deque
@@ -29,6 +28,7 @@ from typing import Any, Protocol
 from agent.errors import TuneAgentError, WorkersLostError
 from agent.knowledge.base import TrialRecord
 from agent.tuning.pruning import pruning_state
+from agent.tuning.ray_start import RayStart, import_ray
 from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, run_trial, train_config
 from agent.tuning.study import Study
 
@@ -124,22 +124,12 @@ class RayExecutor:
     ``capacity`` CPUs for this study and stops it at :meth:`close`."""
 
     def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
-                 address: str | None = None, ask_ahead: int = ASK_AHEAD) -> None:
-        ray = _ray()
+                 address: str | None = None, ask_ahead: int = ASK_AHEAD, started: RayStart | None = None) -> None:
+        ray = import_ray()
         self.study, self.capacity, self.ask_ahead = study, capacity, ask_ahead
         self.where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        self._own = not ray.is_initialized()
-        if self._own:
-            # a local instance turns token authentication on and says so at WARNING on every start
-            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-            try:
-                if address is None:
-                    ray.init(num_cpus=capacity, include_dashboard=False, log_to_driver=False, configure_logging=False)
-                else:
-                    ray.init(address=address, log_to_driver=False, configure_logging=False)
-            except Exception as exc:  # noqa: BLE001 - Ray's connection errors vary by version
-                raise TuneAgentError(f"cannot reach the Ray cluster at {address or 'a new local instance'}: "
-                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+        self._start = started or RayStart(capacity, address)
+        self._start.wait()
         self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_trial)
         self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
         self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
@@ -153,7 +143,7 @@ class RayExecutor:
         self._running[ref] = (trial, attempts)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
-        ray = _ray()
+        ray = import_ray()
         while True:
             ready, _ = ray.wait(list(self._running), num_returns=1, timeout=HEAD_CHECK_SECONDS)
             if not ready:  # nothing finished for a while: is the cluster still there?
@@ -197,7 +187,7 @@ class RayExecutor:
         if self._lost:  # nothing left to cancel on
             self._running.clear()
             return
-        ray = _ray()
+        ray = import_ray()
         for ref in list(self._running):
             ray.cancel(ref, force=True)
         self._running.clear()
@@ -205,31 +195,27 @@ class RayExecutor:
     def close(self) -> None:
         if self._running:
             self.cancel()
-        if self._own and not self._lost:
-            _ray().shutdown()
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - ray is a dependency; a broken install says so plainly
-        raise TuneAgentError("--workers needs Ray: pip install 'ray[default]'") from None
-    return ray
+        self._start.stop(shutdown=not self._lost)
 
 
 def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int = 1,
-                  ray_address: str | None = None, ask_ahead: int = ASK_AHEAD) -> TrialExecutor:
+                  ray_address: str | None = None, ask_ahead: int = ASK_AHEAD,
+                  started: RayStart | None = None) -> TrialExecutor:
     """The executor for ``--workers``/``--ray-address``: inline for one local worker, queued for a
-    benchmark job, Ray otherwise (``ask_ahead``: see :data:`ASK_AHEAD`)."""
+    benchmark job, Ray otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start
+    begun by :func:`start_workers_early`, stopped here when the study does not run on Ray)."""
     from agent.jobs.base import BenchmarkJob
 
     if workers < 1:
         raise TuneAgentError(f"--workers must be at least 1, got {workers}")
     if ask_ahead < 0:
         raise TuneAgentError(f"--ask-ahead must be 0 or more, got {ask_ahead}")
+    on_ray = not isinstance(job, BenchmarkJob) and (workers > 1 or ray_address is not None)
+    if started is not None and not on_ray:
+        started.abandon()
     if isinstance(job, BenchmarkJob):
         return (QueuedExecutor(study, job, dataset, split, workers, ask_ahead) if workers > 1
                 else InlineExecutor(study, job, dataset, split))
-    if workers == 1 and ray_address is None:
+    if not on_ray:
         return InlineExecutor(study, job, dataset, split)
-    return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead)
+    return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started)

@@ -107,7 +107,7 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> 
     assert study is not None and study.status == "finished"
     trials = kb.trials(study)
     assert sorted(t.number for t in trials) == [0, 1, 2]  # each once, none lost or duplicated
-    assert all(t.state == TRIAL_OK for t in trials)
+    assert all(t.state == TRIAL_OK for t in trials), [(t.number, t.state, t.reason) for t in trials]
     client = MlflowClient(store)
     for t in trials:  # every epoch of every trial reached the store, the outage's included
         steps = {m.step for m in client.get_metric_history(t.trial_id, "val_loss")}

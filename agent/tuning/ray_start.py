@@ -1,0 +1,145 @@
+"""Ray's start, begun on a background thread before anything else of ``tune-agent start``.
+
+Kept apart from :mod:`agent.tuning.workers` so that the command line can begin it before it
+imports the study's libraries: this module imports nothing heavy (Ray itself is imported on the
+thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from agent.errors import TuneAgentError
+
+
+def _warm_worker() -> int:
+    """A Ray task that imports what a trial needs, so the worker it ran on is ready for one."""
+    import lightning.pytorch  # noqa: F401
+    import torch
+
+    import agent.tuning.runner  # noqa: F401
+
+    torch.set_num_threads(1)
+    return os.getpid()
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    sys.exit(signum)
+
+
+def _not_the_sigterm_warning(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("SIGTERM handler is not set")
+
+
+class RayStart:
+    """Ray's start on a background thread, begun before the study is prepared (``tune-agent start``
+    and ``resume`` begin it first thing), so that it overlaps this process's imports and the
+    study's preparation instead of following them. ``ray.init`` takes seconds of waiting (the
+    node registers, its API server comes up: 8 s on the 16-core machine); once it is up, one task
+    per worker imports torch, Lightning and the trial code, so the first trials do not pay that
+    either.
+
+    The thread lives until :meth:`stop`: a local instance's processes are started to die with
+    their parent, and on Linux the parent is the thread that started them, so a thread that ended
+    would take the instance with it. :meth:`wait` blocks until Ray is up; :meth:`stop` ends an
+    instance this process started; :meth:`abandon` does so without waiting, when no study follows."""
+
+    def __init__(self, capacity: int, address: str | None = None) -> None:
+        self.capacity, self.address = capacity, address
+        self.own = False  # whether this process started the instance (and stops it)
+        self._error: BaseException | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
+        self._up, self._release = threading.Event(), threading.Event()
+        self._warming: list[Any] = []
+        if threading.current_thread() is threading.main_thread():
+            # what ray.init sets on the main thread, and cannot from another (it warns instead):
+            # SIGTERM ends the study as Ctrl-C does, its running trials closed as killed
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        logging.getLogger("ray._private.worker").addFilter(_not_the_sigterm_warning)
+        self._thread = threading.Thread(target=self._start, name="tune-agent-ray-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        abandoned = False
+        try:
+            ray = import_ray()
+            if not ray.is_initialized():
+                # a local instance turns token authentication on and says so at WARNING on every start
+                logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+                if self.address is None:
+                    ray.init(num_cpus=self.capacity, include_dashboard=False, log_to_driver=False,
+                             configure_logging=False)
+                else:
+                    ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+                self.own = True
+            if not self._abandoned:
+                warm = ray.remote(num_cpus=1, max_retries=0)(_warm_worker)
+                self._warming = [warm.remote() for _ in range(self.capacity)]
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
+            self._error = exc
+        finally:
+            with self._lock:  # abandon() either sees this start up, or this start sees it abandoned
+                self._up.set()
+                abandoned = self._abandoned
+        if abandoned:
+            self.stop()
+        self._release.wait()
+
+    def wait(self) -> bool:
+        """Blocks until Ray is up; whether this process started it. One-line
+        :class:`~agent.errors.TuneAgentError` when it could not be started or reached."""
+        self._up.wait()
+        exc = self._error
+        if exc is not None:
+            self._release.set()
+            if isinstance(exc, TuneAgentError):
+                raise exc
+            text = str(exc).strip()
+            raise TuneAgentError(f"cannot reach the Ray cluster at {self.address or 'a new local instance'}: "
+                                 f"{text.splitlines()[0] if text else type(exc).__name__}") from None
+        return self.own
+
+    def stop(self, shutdown: bool = True) -> None:
+        """Ends what this start began: the instance, when this process started it (unless
+        ``shutdown`` is False: a cluster found gone), and the thread."""
+        with self._lock:
+            if shutdown and self._up.is_set() and self.own and self._error is None and not self._release.is_set():
+                import_ray().shutdown()
+            self._release.set()
+
+    def abandon(self) -> None:
+        """No study follows (its preparation failed, or it runs in this process after all): an
+        instance this process started is stopped, now or the moment its start ends, without
+        holding up the caller (a refusal of bad input is not delayed by Ray's start)."""
+        with self._lock:
+            self._abandoned = True
+            up = self._up.is_set()
+        if up:
+            self.stop()
+
+
+def start_workers_early(workers: int, ray_address: str | None, job_spec: str | None = None) -> RayStart | None:
+    """A :class:`RayStart` when the study will run on Ray (``--workers`` above 1 or a
+    ``--ray-address``, and not a benchmark job, whose trials are lookups run in this process)."""
+    from agent.jobs.registry import YAHPO_PREFIX
+
+    if (workers <= 1 and ray_address is None) or (job_spec or "").strip().startswith(YAHPO_PREFIX):
+        return None
+    return RayStart(workers, ray_address)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is a dependency; a broken install says so plainly
+        raise TuneAgentError("--workers needs Ray: pip install 'ray[default]'") from None
+    return ray
+
+
+__all__ = ("RayStart", "import_ray", "start_workers_early")
