@@ -1,5 +1,8 @@
 """Parallel trials: running trials are pending points of the BO step, N trials stay in flight,
-and on a real two-node Ray cluster a worker killed mid-trial costs a retry, never a trial."""
+and on a real two-node Ray cluster a worker killed mid-trial costs a retry, never a trial; Ray's
+start is begun before the study is prepared (agent.tuning.ray_start). Every test that starts Ray
+is in this file, so that a parallel test run (pytest-xdist, --dist loadfile) runs them one at a
+time: the cluster fixture's `ray stop --force` stops every Ray instance on the machine."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from agent.tuning.sampler import BoSampler
 
 TOY = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "yahpo_toy"
 REPO = Path(__file__).resolve().parents[2]
+RAY_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO)}
 
 
 def _sampler(space: SearchSpace, surrogate: GpSurrogate | None = None, pending: str = "auto") -> BoSampler:
@@ -231,6 +235,7 @@ def ray_cluster(tmp_path: Path):  # noqa: ANN201
         subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
+@pytest.mark.timeout(480)  # its study's own limit is 420 s, for a machine busy with a parallel test run
 def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -> None:  # noqa: ANN001
     """Two trials at a time on a head and a worker node; the first trial's worker SIGKILLs itself:
     it runs again on a fresh worker, and the study ends with every trial logged exactly once."""
@@ -240,7 +245,7 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
     run = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
                           "tests.tuning.crash_job:job", "--trials", "5", "--epochs", "2", "--workers", "2",
                           "--ray-address", address, "--warm-start", "none", "--study-name", "on-ray", *store.args],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=420)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "running 2 trial(s) at once on the Ray cluster at" in run.stdout
     assert "running trials enter each BO step as pending points of the acquisition" in run.stdout
@@ -257,6 +262,54 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
     client = mlflow.MlflowClient(store.uri)
     history = client.get_metric_history(trials[0].trial_id, "val_loss")
     assert len(history) == 2
+
+
+@pytest.mark.timeout(480)  # its study's own limit is 420 s, for a machine busy with a parallel test run
+def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store) -> None:  # noqa: ANN001
+    """`start --workers 2` on a local instance: Ray started on a background thread (its processes
+    would die with that thread, were it to end), its workers warmed, every trial logged once and
+    nothing from Ray's start on stderr."""
+    from agent.knowledge.base import TRIAL_OK
+
+    run = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
+                          "agent.jobs.examples:logistic", "--trials", "4", "--epochs", "2", "--workers", "2",
+                          "--warm-start", "none", "--study-name", "local-ray", *store.args],
+                         env=RAY_ENV, cwd=REPO, capture_output=True, text=True, timeout=420)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "running 2 trial(s) at once on a local Ray instance, 1 more asked ahead" in run.stdout
+    assert "SIGTERM handler" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    trials = store.kb().trials(store.kb().find_study("local-ray"))
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+    assert all(t.state == TRIAL_OK for t in trials), [(t.number, t.state, t.reason) for t in trials]
+
+
+def test_bad_input_with_workers_is_refused_in_one_line_and_stops_the_ray_it_began(tmp_path: Path) -> None:
+    """Ray's start is begun before the dataset is checked; the refusal is one line, exit 2, and
+    the instance begun is stopped (abandoned without the refusal waiting for Ray's start)."""
+    script = f"""
+import contextlib, io, json, threading
+import ray
+from agent.cli import main
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    try:
+        main(["start", "--dataset", "no-such-dataset", "--job", "mlp", "--workers", "2", "--warm-start", "none",
+              "--tracking-uri", "sqlite:///{tmp_path / 'mlflow.db'}"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+began = [t for t in threading.enumerate() if t.name == "tune-agent-ray-start"]
+for t in began:
+    t.join(timeout=120)
+print(json.dumps({{"exit": code, "output": err.getvalue().strip(), "began": len(began),
+                  "ended": not any(t.is_alive() for t in began), "ray": ray.is_initialized()}}))
+"""
+    run = subprocess.run([sys.executable, "-c", script], env=RAY_ENV, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["exit"] == 2
+    assert len(seen["output"].splitlines()) == 1 and "no-such-dataset" in seen["output"], seen["output"]
+    assert seen["began"] == 1 and seen["ended"] and not seen["ray"]  # begun, then stopped: nothing left running
 
 
 @pytest.mark.slow
