@@ -17,7 +17,7 @@ import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
 PRESENTATION = ("cli.py", "bench", "examples", "tuning/progress.py", "tuning/report.py", "tuning/doctor.py")
@@ -60,20 +60,30 @@ def run_key(bench_module: str, settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def journal_rows(path: Path | None) -> Iterator[dict[str, Any]]:
+    """The rows of a JSON-lines journal, skipping a line cut short by an interruption."""
+    if path is None or not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            yield row
+
+
 def read_journal(path: Path, key: str, name: str) -> dict[tuple[str, int, str], dict[str, Any]]:
     """The runs a JSON-lines journal holds under ``key``: ``(row[name], seed, method) -> result``.
     Lines of other settings or code, and a line cut short by an interruption, are skipped."""
     done: dict[tuple[str, int, str], dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
+    for row in journal_rows(path):
         try:
-            row = json.loads(line)
             if row.get("key") == key:
                 done[(row[name], int(row["seed"]), row["method"])] = row["result"]
-        except (ValueError, KeyError, AttributeError):
+        except (ValueError, KeyError, TypeError):
             continue
     return done
 
 
-__all__ = ("engine_fingerprint", "read_journal", "run_key", "source_fingerprint")
+__all__ = ("engine_fingerprint", "journal_rows", "read_journal", "run_key", "source_fingerprint")

@@ -23,7 +23,6 @@ stage; a target is always optimised with the network that never saw its fold.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import statistics
 import time
@@ -260,15 +259,15 @@ def protocol_key(config: BenchConfig, method: str) -> str:
 
 
 def _load_journal(path: Path | None) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Every finished (protocol key, task, seed) the journal holds: the keys of every method."""
+    from agent.bench.fingerprint import journal_rows
+
     done: dict[tuple[str, str, int], dict[str, Any]] = {}
-    if path is None or not path.exists():
-        return done
-    for line in path.read_text().splitlines():
+    for row in journal_rows(path):
         try:
-            row = json.loads(line)
             done[(row["key"], row["task"], int(row["seed"]))] = row["result"]
-        except (ValueError, KeyError):
-            continue  # a line cut short by an interruption
+        except (ValueError, KeyError, TypeError):
+            continue
     return done
 
 

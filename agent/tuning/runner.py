@@ -241,7 +241,7 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     executor = executor if executor is not None else InlineExecutor(study, job, dataset, split)
     if hasattr(executor, "on_epoch"):
         executor.on_epoch = getattr(reporter, "epoch_done", None)
-    ahead = getattr(executor, "ask_ahead", 0)
+    ahead = executor.ask_ahead
     timing = StudyTiming(workers=executor.capacity)
     wall_start = time.perf_counter()
     trials = study.trials()
