@@ -329,12 +329,13 @@ def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:
 
 
 def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str,
-           ready: Any = ()) -> None:
+           ready: Any) -> None:
     """Cancels the running trials and closes them, and those asked ahead, as killed, freeing
     their slots for ``resume``."""
     executor.cancel()
-    for trial in [*running.values(), *ready]:
+    for trial in running.values():
         study.tell(trial, state=TRIAL_KILLED, failed=reason)
+    _close_ready(study, ready, [], reason)
 
 
 def _close_ready(study: Study, ready: Any, trials: list[TrialRecord], reason: str) -> list[TrialRecord]:
