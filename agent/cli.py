@@ -743,8 +743,14 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
 @click.option("--workers", default="1,2", show_default=True, help="Worker counts to compare; the first is the baseline.")
 @click.option("--ask-ahead", "ask_ahead", default="1", show_default=True,
               help="--ask-ahead values to run each worker count above 1 with (e.g. 0,1).")
+@click.option("--wait", type=float, default=0.0, show_default=True,
+              help="Seconds every training epoch also waits without using a core (a GPU-bound trial's "
+                   "share): the ratio then measures the orchestration, not the competition for cores.")
+@click.option("--process", is_flag=True,
+              help="Run each count as its own `tune-agent start` process, timed from launch to exit (imports included).")
 @click.option("--out", default="metrics/parallel.json", show_default=True)
-def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, out: str) -> None:
+def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, wait: float,
+                   process: bool, out: str) -> None:
     """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
     from pathlib import Path
 
@@ -753,8 +759,10 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
 
     for option, value in (("--trials", trials), ("--epochs", epochs)):
         check_positive(option, value)
+    if not wait >= 0 or wait == float("inf"):
+        raise TuneAgentError(f"--wait takes seconds, 0 or more, got {wait}")
     config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers),
-                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0))
+                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0), wait=wait, process=process)
     report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(report, indent=2))
 

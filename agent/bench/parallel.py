@@ -9,16 +9,27 @@ runs first, so that the imports of this process are paid by no count (they are p
 `tune-agent start`, whatever its worker count); each row splits its wall time into the study's
 preparation, the wait for the workers' start (Ray's, for more than one: begun before the
 preparation, as ``start`` begins it) and the trials' loop.
+
+``wait`` (seconds, ``--wait``) makes every training epoch also wait that long without using a core
+(:class:`WaitingJob`), as a trial bound by an accelerator or a remote read does. On a machine with
+fewer cores than workers the trials then do not compete for cores, and the ratio shows what the
+orchestration itself costs: Ray's start, the driver's asks and tells, the workers' hand-offs.
+
+``process`` (``--process``) runs each count as its own ``tune-agent start`` process instead and
+times it from launch to exit: every count then pays its own imports (the driver's, and Ray's
+workers' beside them), which is the wall time a user waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 
 @dataclass(frozen=True)
@@ -30,13 +41,83 @@ class ParallelConfig:
     seed: int = 0
     workers: tuple[int, ...] = (1, 2)
     ask_ahead: tuple[int, ...] = (1,)  # each worker count above 1 runs once per value
+    wait: float = 0.0  # seconds each training epoch also waits off the cores (WaitingJob)
+    process: bool = False  # each count is its own `tune-agent start` process, timed from launch to exit
+
+
+class WaitingJob:
+    """``inner`` (a Lightning job) whose every training epoch also sleeps ``wait`` seconds.
+
+    Real training still runs; the sleep stands for the part of a trial that holds no core of this
+    machine (a GPU step, a remote data read). Pickled whole to Ray's workers, as any job is."""
+
+    def __init__(self, inner: Any, wait: float) -> None:
+        self.inner, self.wait = inner, float(wait)
+        self.name = f"{inner.name}+wait{self.wait:g}"
+        self.space, self.metric, self.mode = inner.space, inner.metric, inner.mode
+
+    def check_dataset(self, dataset: Any) -> None:
+        self.inner.check_dataset(dataset)
+
+    def build(self, config: dict, dataset: Any, train_idx: Any, val_idx: Any, seed: int) -> tuple[Any, Any]:
+        from functools import partial
+
+        module, data = self.inner.build(config, dataset, train_idx, val_idx, seed)
+        # Lightning adds what a module's configure_callbacks returns to the Trainer's callbacks
+        module.configure_callbacks = partial(_epoch_wait, self.wait)
+        return module, data
+
+
+def _epoch_wait(seconds: float) -> list[Any]:
+    import lightning.pytorch as pl
+
+    class EpochWait(pl.Callback):
+        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+            time.sleep(seconds)
+
+    return [EpochWait()]
+
+
+WAIT_JOB_ENV, WAIT_SECONDS_ENV = "TUNE_AGENT_WAIT_JOB", "TUNE_AGENT_WAIT_SECONDS"
+WAITING_SPEC = "agent.bench.parallel:waiting_job"
+
+
+def waiting_job() -> WaitingJob:
+    """The job spec ``agent.bench.parallel:waiting_job``: the job named by ``TUNE_AGENT_WAIT_JOB``,
+    each epoch waiting ``TUNE_AGENT_WAIT_SECONDS`` (set by the bench, for its own process or for
+    the ``tune-agent start`` processes it runs)."""
+    from agent.errors import JobError
+    from agent.jobs import load_job
+
+    if WAIT_JOB_ENV not in os.environ:
+        raise JobError(f"{WAITING_SPEC} is the bench's: it needs {WAIT_JOB_ENV} and {WAIT_SECONDS_ENV}")
+    return WaitingJob(load_job(os.environ[WAIT_JOB_ENV]), float(os.environ.get(WAIT_SECONDS_ENV, "0")))
 
 
 def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
                        progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Runs the study for each worker count; writes ``out`` (JSON) when given and returns it."""
-    import os
+    with _waiting_env(config):
+        return _run(config, out, progress)
 
+
+@contextlib.contextmanager
+def _waiting_env(config: ParallelConfig) -> Iterator[None]:
+    """With a wait, :func:`waiting_job`'s variables for the bench's studies, then as they were."""
+    before = {k: os.environ.get(k) for k in (WAIT_JOB_ENV, WAIT_SECONDS_ENV)}
+    if config.wait > 0:
+        os.environ[WAIT_JOB_ENV], os.environ[WAIT_SECONDS_ENV] = config.job, repr(config.wait)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyConfig
     from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
     from agent.tuning.progress import SilentReporter
@@ -45,8 +126,14 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
     from agent.tuning.service import prepare_study
     from agent.tuning.workers import make_executor
 
+    job_spec = WAITING_SPEC if config.wait > 0 else config.job
+    counts = [(n, a) for n in config.workers for a in (config.ask_ahead if n > 1 else (0,))]
+    if config.process:
+        rows = [_start_process(config, job_spec, n, ahead, progress) for n, ahead in counts]
+        return _report(config, rows, out)
+
     def request(tmp: str, name: str, trials: int) -> StudyConfig:
-        return StudyConfig(dataset=config.dataset, job=config.job, trials=trials, epochs=config.epochs,
+        return StudyConfig(dataset=config.dataset, job=job_spec, trials=trials, epochs=config.epochs,
                            seed=config.seed, warm_start="none", study_name=name,
                            tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}", artifact_root=str(Path(tmp) / "art"))
 
@@ -56,10 +143,10 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
         study, job, data, split = prepare_study(request(tmp, "warm-up", 1), echo=lambda _: None)
         run_study(study, job, data, split, SilentReporter(), trace_plot=False)
     rows = []
-    for n, ahead in [(n, a) for n in config.workers for a in (config.ask_ahead if n > 1 else (0,))]:
+    for n, ahead in counts:
         with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
             start = time.perf_counter()
-            early = start_workers_early(n, None, config.job)  # as `tune-agent start` begins it
+            early = start_workers_early(n, None, job_spec)  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
             executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early)
@@ -72,17 +159,60 @@ def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
                      "prepare_seconds": round(prepared - start, 2), "executor_start_seconds": round(started - prepared, 2),
                      "ask_seconds": round(sum(timing.ask_seconds), 2), "trials": len(trials),
                      "best": min(ok) if ok else None,
-                     "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3)})
+                     "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
+                     "batched_tells": timing.batched_tells})
         progress(f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, workers' start "
                  f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
                  f"best {rows[-1]['best']}")
+    return _report(config, rows, out)
+
+
+def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: int,
+                   progress: Callable[[str], None]) -> dict[str, Any]:
+    """One ``tune-agent start`` process on a fresh store: its wall time from launch to exit."""
+    import subprocess
+    import sys
+
+    from agent.errors import TuneAgentError
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+
+    with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
+        uri, name = f"sqlite:///{Path(tmp) / 'mlflow.db'}", f"parallel-{workers}"
+        command = [sys.executable, "-m", "agent.cli", "start", "--dataset", config.dataset, "--job", job_spec,
+                   "--trials", str(config.trials), "--epochs", str(config.epochs), "--seed", str(config.seed),
+                   "--warm-start", "none", "--study-name", name, "--tracking-uri", uri,
+                   "--artifact-root", str(Path(tmp) / "art"), "--workers", str(workers), "--ask-ahead", str(ahead)]
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise TuneAgentError(f"`tune-agent start --workers {workers}` exited {done.returncode}: {last}")
+        kb = open_knowledge_base(uri, str(Path(tmp) / "art"))
+        record = kb.find_study(name)
+        trials = [t for t in kb.trials(record) if t.state in COUNTED_STATES] if record else []
+        ok = [t.value for t in trials if t.state == TRIAL_OK and t.value is not None]
+    row = {"workers": workers, "ask_ahead": ahead, "wall_seconds": round(wall, 2),
+           "fit_seconds": round(sum(t.duration or 0.0 for t in trials), 2), "trials": len(trials),
+           "best": min(ok) if ok else None}
+    progress(f"{workers} worker(s), ask-ahead {ahead}: `tune-agent start` {wall:.1f} s from launch to exit, "
+             f"{len(trials)} trials, best {row['best']}")
+    return row
+
+
+def _report(config: ParallelConfig, rows: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:
     base = rows[0]["wall_seconds"]
     for row in rows:
         row["wall_ratio"] = round(row["wall_seconds"] / base, 3)
+    protocol = ("one `tune-agent start` process per worker count, same seed, fresh sqlite MLflow store each; wall "
+                "time from launch to exit, imports and Ray's start included (what a user waits)" if config.process else
+                "one study per worker count, same seed, fresh sqlite MLflow store each, after an untimed one-trial "
+                "study that pays this process's imports (not the Ray workers'); wall time from request to last trial "
+                "logged, Ray start-up included")
+    wait = f"; every training epoch also waits {config.wait:g} s off the cores" if config.wait > 0 else ""
     report = {"config": asdict(config), "cpu_count": os.cpu_count(), "runs": rows,
-              "protocol": "one study per worker count, same seed, fresh sqlite MLflow store each, after an untimed "
-                          "one-trial study that pays this process's imports; wall time from request to last "
-                          "trial logged, Ray start-up included; ratio to the first worker count"}
+              "protocol": protocol + "; ratio to the first worker count" + wait}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")

@@ -41,6 +41,7 @@ class StudyTiming:
     ask_seconds: list[float] = field(default_factory=list)
     workers: int = 1
     timed_out: bool = False  # ``timeout`` stopped the run before the trial budget was spent
+    batched_tells: int = 0  # trials told with the one before them, no ask between (ended while the driver was busy)
 
     @property
     def overhead(self) -> float:
@@ -248,6 +249,7 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     study.set_status("running")
     reporter.begin(study, trials)
     running: dict[int, TrialRecord] = {}
+    untold: dict[int, TrialRecord] = {}  # ended on a worker, not yet told: closed as killed if the study stops
     ready: deque[TrialRecord] = deque()  # asked ahead, waiting for a worker
 
     def start_ready() -> None:
@@ -275,19 +277,26 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
                 start_ready()
             if not running:
                 break
-            trial, outcome = executor.wait()
-            running.pop(trial.number)
+            ended = deque([executor.wait()])
+            while executor.finished():  # ended while the driver was busy: all are told before the next ask
+                ended.append(executor.wait())
+            for trial, _ in ended:
+                untold[trial.number] = running.pop(trial.number)
             if not timed_out():
-                start_ready()  # the next trial starts before this one is told and the next asked
-            timing.fit_seconds += outcome.fit_seconds
-            extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
-            if outcome.retries:
-                extra["worker_retries"] = float(outcome.retries)
-            done = study.tell(trial, value=outcome.value, failed=outcome.reason or None,
-                              duration=outcome.fit_seconds, metrics=extra,
-                              state=TRIAL_PRUNED if outcome.pruned else None)
-            trials = _with(trials, done)
-            reporter.trial_finished(done, study.best(trials), trials)
+                start_ready()  # the next trials start before these are told and the next asked
+            timing.batched_tells += len(ended) - 1
+            while ended:
+                trial, outcome = ended.popleft()
+                timing.fit_seconds += outcome.fit_seconds
+                extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
+                if outcome.retries:
+                    extra["worker_retries"] = float(outcome.retries)
+                done = study.tell(trial, value=outcome.value, failed=outcome.reason or None,
+                                  duration=outcome.fit_seconds, metrics=extra,
+                                  state=TRIAL_PRUNED if outcome.pruned else None)
+                untold.pop(trial.number)
+                trials = _with(trials, done)
+                reporter.trial_finished(done, study.best(trials), trials)
             if study.failed_majority(trials):
                 _close(study, executor, running, "the study stopped: most trials failed", ready)
                 study.set_status("failed")
@@ -295,11 +304,11 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
                     f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})"
                 )
     except (KeyboardInterrupt, SystemExit):
-        _close(study, executor, running, "interrupted by the user", ready)
+        _close(study, executor, running | untold, "interrupted by the user", ready)
         study.set_status("interrupted")
         raise KeyboardInterrupt from None
     except WorkersLostError as exc:  # the cluster went away: its trials are killed, the study resumable
-        _close(study, executor, running, str(exc), ready)
+        _close(study, executor, running | untold, str(exc), ready)
         study.set_status("interrupted")
         raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(running))} closed as killed") from None
     finally:

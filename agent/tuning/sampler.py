@@ -152,15 +152,14 @@ class BoSampler:
                 model_Y = torch.cat([train_Y, torch.full((len(P), 1), float(train_Y.min()), dtype=torch.double)])
             elif P is not None and how == "joint":
                 X_pending = P
-            state = self._state.setdefault(state_key, {})
-            step = surrogate.step_model(model_X, model_Y, state)
+            step = self._step_model(surrogate, state_key, model_X, model_Y)
             if P is not None and how == "believer":
                 try:
                     step = replace(step, model=believed(step.model, P))
                 except NotImplementedError:  # an ensemble (RGPE) or a neural process: refitted on the belief
                     with torch.no_grad():
                         belief = step.model.posterior(P).mean.reshape(-1, 1)
-                    step = surrogate.step_model(torch.cat([train_X, P]), torch.cat([train_Y, belief]), state)
+                    step = self._step_model(surrogate, state_key, torch.cat([train_X, P]), torch.cat([train_Y, belief]))
             if step.source_weight <= 0:
                 fallback = self.cold_start_point(seen)
                 if fallback is not None:
@@ -176,6 +175,18 @@ class BoSampler:
             x = optimize_on_space(acqf, self.space, seed, surrogate.budget)
         # An acquisition peak on an evaluated configuration (integer lattice) explores instead.
         return random_unseen(self.space, seen, rng, self.space.snap(x)[0]), f"bo:{self.settings.acq}"
+
+    def _step_model(self, surrogate: Surrogate, state_key: str, X: Any, Y: Any) -> Any:
+        """``surrogate``'s model on ``X``/``Y``, fitted once for the same data: asks between two
+        results (workers freed together, trials asked ahead) differ only in their running points,
+        which enter the acquisition (``joint``) or a copy of the model (``believer``), not the fit."""
+        key = (id(surrogate), state_key, X.numpy().tobytes(), Y.numpy().tobytes())
+        cached = self._state.get("last_step")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        step = surrogate.step_model(X, Y, self._state.setdefault(state_key, {}))
+        self._state["last_step"] = (key, step)
+        return step
 
     def _free(self, seen: np.ndarray) -> np.ndarray:
         """Candidate rows not yet tried (all of them again when every row was)."""

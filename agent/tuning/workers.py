@@ -55,6 +55,10 @@ class TrialExecutor(Protocol):
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]: ...
 
+    def finished(self) -> bool:
+        """Whether :meth:`wait` would return at once: a trial ended while the driver was busy."""
+        ...
+
     def cancel(self) -> None: ...
 
     def close(self) -> None: ...
@@ -79,6 +83,9 @@ class InlineExecutor:
         trial = self._queue.popleft()
         return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
 
+    def finished(self) -> bool:
+        return False  # a trial here runs inside wait()
+
     def cancel(self) -> None:
         self._queue.clear()
 
@@ -100,6 +107,9 @@ class QueuedExecutor(InlineExecutor):
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         return self._done.popleft()
+
+    def finished(self) -> bool:
+        return False  # simulated workers end one at a time, each told before the next ask
 
     def cancel(self) -> None:
         self._done.clear()
@@ -167,6 +177,12 @@ class RayExecutor:
             replay_logged(records, self.study.kb.trial_logger(self.study.record, trial))
             outcome.retries = attempts
             return trial, outcome
+
+    def finished(self) -> bool:
+        if not self._running or self._lost:
+            return False
+        ready, _ = import_ray().wait(list(self._running), num_returns=1, timeout=0)
+        return bool(ready)
 
     def _check_head(self) -> None:
         """Raises :class:`WorkersLostError` when the cluster's head (its GCS) refuses connections

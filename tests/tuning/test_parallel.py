@@ -442,3 +442,69 @@ def test_a_timeout_closes_the_trials_asked_ahead_and_the_study_resumes(store) ->
     assert "not started before --timeout" in killed.reason
     done = [t for t in trials if t.state == TRIAL_OK]
     assert study.remaining() == 9 - len(done) > 0
+
+
+def test_a_bo_step_fits_once_for_asks_that_differ_only_in_running_trials() -> None:
+    """Two asks between the same results (workers freed together, or a trial asked ahead) share one
+    fit: the running points enter the acquisition, not the model. New data fits again."""
+    space, U, y = _bowl()
+    sampler = _sampler(space)
+    fits: list[int] = []
+    step_model = sampler.surrogate.step_model
+
+    def counted(X, Y, state):  # noqa: ANN001, ANN202
+        fits.append(len(X))
+        return step_model(X, Y, state)
+
+    sampler.surrogate.step_model = counted  # type: ignore[method-assign]
+    first, _ = sampler.propose(U, y, U, 1, 7, np.random.default_rng(7))
+    second, _ = sampler.propose(U, y, np.vstack([U, first]), 2, 8, np.random.default_rng(8), pending=first[None, :])
+    assert fits == [8]
+    assert np.linalg.norm(second - first) > 0.05  # the shared model, a different acquisition
+    sampler.propose(np.vstack([U, first]), np.append(y, -0.5), np.vstack([U, first]), 2, 8, np.random.default_rng(8))
+    assert fits == [8, 9]
+
+
+def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> None:  # noqa: ANN001
+    """Workers that free up while the driver is busy are drained: every trial that ended is told,
+    then the free slots are asked for, on one fit of the model."""
+    from agent.config import StudyConfig
+    from agent.knowledge.base import TRIAL_OK
+    from agent.tuning.progress import SilentReporter
+    from agent.tuning.runner import run_study
+    from agent.tuning.service import prepare_study
+    from agent.tuning.workers import QueuedExecutor
+
+    class Together(QueuedExecutor):
+        def finished(self) -> bool:  # the trials started together end together
+            return bool(self._done)
+
+    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name="together", warm_start="none",
+                      tracking_uri=store.uri, artifact_root=store.artifacts)
+    study, job, data, _ = prepare_study(req, echo=lambda _: None)
+    fits: list[int] = []
+    surrogate = study.sampler.surrogate
+    step_model = surrogate.step_model
+
+    def counted(X, Y, state):  # noqa: ANN001, ANN202
+        fits.append(len(X))
+        return step_model(X, Y, state)
+
+    surrogate.step_model = counted
+    events: list[str] = []
+
+    class Recording(SilentReporter):
+        def trial_started(self, trial) -> None:  # noqa: ANN001
+            events.append("start")
+
+        def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
+            events.append("end")
+
+    timing = run_study(study, job, data, None, Recording(), trace_plot=False,
+                       executor=Together(study, job, data, None, 3, ask_ahead=0))
+    trials = study.trials()
+    assert sorted(t.number for t in trials) == list(range(9)) and all(t.state == TRIAL_OK for t in trials)
+    assert events == ["start"] * 3 + (["end"] * 3 + ["start"] * 3) * 2 + ["end"] * 3
+    assert timing.batched_tells == 6
+    bo_steps = [t for t in trials if t.origin.startswith("bo:")]
+    assert len(bo_steps) >= 2 and len(fits) < len(bo_steps)  # trials 7-9 were asked on one fit
