@@ -141,6 +141,9 @@ def execution_options(fn: Any) -> Any:
     """Where trials run and for how long: not part of a study, so a resume may choose differently."""
     fn = click.option("--timeout", type=float, default=None,
                       help="Seconds: start no trial after this long (running ones finish); the study stays resumable.")(fn)
+    fn = click.option("--torch-threads", type=int, default=None,
+                      help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
+                           "one per core]; small jobs often train faster on 1. Ray workers train on one thread each.")(fn)
     fn = click.option("--ask-ahead", type=int, default=1, show_default=True,
                       help="With --workers > 1, trials proposed beyond the workers and held here, each started the moment a trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free worker, knowing every finished result.")(fn)
     fn = click.option("--ray-address", default=None,
@@ -179,9 +182,15 @@ def talks(what: str) -> Any:
     return wrap
 
 
-def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0) -> None:
+def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0, torch_threads: int | None = None,
+                   ray_address: str | None = None) -> None:
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
+    if torch_threads is not None and torch_threads < 1:
+        raise click.BadParameter(f"must be at least 1, got {torch_threads}", param_hint="--torch-threads")
+    if torch_threads is not None and (workers > 1 or ray_address):
+        raise click.BadParameter("applies to trials trained in this process (--workers 1); Ray workers train "
+                                 "on one thread each", param_hint="--torch-threads")
     if ask_ahead < 0:
         raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
@@ -191,9 +200,10 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
 @cli.command()
 @study_options
 @execution_options
-def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, **kwargs: Any) -> None:
+def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
+          **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    _check_workers(workers, timeout, ask_ahead)
+    _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address)
     req = _request(kwargs)
     early = _start_workers_early(workers, ray_address, req.job)
     with _abandoning(early), _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
@@ -201,7 +211,7 @@ def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahea
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early)
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early, torch_threads)
 
 
 def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None) -> Any:
@@ -236,14 +246,15 @@ def create(**kwargs: Any) -> None:
 
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int,
-         ray_address: str | None, timeout: float | None, ask_ahead: int, early: Any = None) -> None:
+         ray_address: str | None, timeout: float | None, ask_ahead: int, early: Any = None,
+         torch_threads: int | None = None) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
 
     try:
         with _abandoning(early):
-            executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early)
+            executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, torch_threads)
         if workers > 1 or ray_address:
             from agent.tuning.sampler import pending_note
 
@@ -273,9 +284,9 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
 @artifact_option
 @execution_options
 def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
-           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int) -> None:
+           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    _check_workers(workers, timeout, ask_ahead)
+    _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address)
     early = _start_workers_early(workers, ray_address, job)
     with _abandoning(early):
         with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
@@ -295,7 +306,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
             if early is not None:
                 early.abandon()
             return
-    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early)
+    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early, torch_threads)
 
 
 @cli.command()

@@ -71,8 +71,9 @@ class InlineExecutor:
     ask_ahead = 0  # a trial asked ahead would only miss the result of the one before it
     where = "this process"
 
-    def __init__(self, study: Study, job: Any, dataset: Any, split: Any) -> None:
+    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, torch_threads: int | None = None) -> None:
         self.study, self.job, self.dataset, self.split = study, job, dataset, split
+        self.torch_threads = torch_threads  # None: torch's own count
         self._queue: deque[TrialRecord] = deque()
         self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
 
@@ -81,7 +82,12 @@ class InlineExecutor:
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         trial = self._queue.popleft()
-        return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
+        if self.torch_threads is None:
+            return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
+        from agent.surrogates.gp import torch_threads
+
+        with torch_threads(self.torch_threads):
+            return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
 
     def finished(self) -> bool:
         return False  # a trial here runs inside wait()
@@ -216,7 +222,7 @@ class RayExecutor:
 
 def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int = 1,
                   ray_address: str | None = None, ask_ahead: int = ASK_AHEAD,
-                  started: RayStart | None = None) -> TrialExecutor:
+                  started: RayStart | None = None, torch_threads: int | None = None) -> TrialExecutor:
     """The executor for ``--workers``/``--ray-address``: inline for one local worker, queued for a
     benchmark job, Ray otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start
     begun by :func:`start_workers_early`, stopped here when the study does not run on Ray)."""
@@ -233,5 +239,5 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int
         return (QueuedExecutor(study, job, dataset, split, workers, ask_ahead) if workers > 1
                 else InlineExecutor(study, job, dataset, split))
     if not on_ray:
-        return InlineExecutor(study, job, dataset, split)
+        return InlineExecutor(study, job, dataset, split, torch_threads)
     return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started)

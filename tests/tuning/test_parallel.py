@@ -508,3 +508,23 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
     assert timing.batched_tells == 6
     bo_steps = [t for t in trials if t.origin.startswith("bo:")]
     assert len(bo_steps) >= 2 and len(fits) < len(bo_steps)  # trials 7-9 were asked on one fit
+
+
+def test_torch_threads_sets_the_threads_of_trials_trained_here(store, cli) -> None:  # noqa: ANN001
+    """--torch-threads N: every trial of a --workers 1 study trains on N torch threads, and the
+    process's own count is back afterwards; with Ray workers the option is refused in one line."""
+    import torch
+
+    from tests.tuning.threads_job import job
+
+    before = torch.get_num_threads()
+    job.seen.clear()
+    result = cli("start", "--dataset", "wine", "--job", "tests.tuning.threads_job:job", "--trials", "2", "--epochs", "1",
+                 "--warm-start", "none", "--torch-threads", "1", "--tracking-uri", store.uri,
+                 "--artifact-root", store.artifacts)
+    assert result.code == 0, result.err
+    assert job.seen == [1, 1] and torch.get_num_threads() == before
+    refused = cli("start", "--dataset", "wine", "--job", "mlp", "--workers", "2", "--torch-threads", "2",
+                  "--tracking-uri", store.uri)
+    assert refused.code == 2 and "--torch-threads" in refused.err and "one thread each" in refused.err
+    assert len(refused.err.strip().splitlines()) == 1
