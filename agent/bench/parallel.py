@@ -160,7 +160,10 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
                      "ask_seconds": round(sum(timing.ask_seconds), 2), "trials": len(trials),
                      "best": min(ok) if ok else None,
                      "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
-                     "batched_tells": timing.batched_tells})
+                     "batched_tells": timing.batched_tells,
+                     # the first trial's result, from the request: Ray's start and its workers' imports
+                     # delay it; inline, one trial's training does
+                     "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2)})
         progress(f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, workers' start "
                  f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
                  f"best {rows[-1]['best']}")

@@ -42,6 +42,7 @@ class StudyTiming:
     workers: int = 1
     timed_out: bool = False  # ``timeout`` stopped the run before the trial budget was spent
     batched_tells: int = 0  # trials told with the one before them, no ask between (ended while the driver was busy)
+    first_result_seconds: float | None = None  # from the loop's start to the first trial's end reaching it
 
     @property
     def overhead(self) -> float:
@@ -278,6 +279,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             if not running:
                 break
             ended = deque([executor.wait()])
+            if timing.first_result_seconds is None:
+                timing.first_result_seconds = time.perf_counter() - wall_start
             while executor.finished():  # ended while the driver was busy: all are told before the next ask
                 ended.append(executor.wait())
             for trial, _ in ended:
