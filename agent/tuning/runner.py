@@ -281,8 +281,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             ended = deque([executor.wait()])
             if timing.first_result_seconds is None:
                 timing.first_result_seconds = time.perf_counter() - wall_start
-            while executor.finished():  # ended while the driver was busy: all are told before the next ask
-                ended.append(executor.wait())
+            while (also := executor.poll()) is not None:  # ended while the driver was busy: all told before the next ask
+                ended.append(also)
             for trial, _ in ended:
                 untold[trial.number] = running.pop(trial.number)
             if not timed_out():

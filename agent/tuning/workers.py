@@ -55,8 +55,9 @@ class TrialExecutor(Protocol):
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]: ...
 
-    def finished(self) -> bool:
-        """Whether :meth:`wait` would return at once: a trial ended while the driver was busy."""
+    def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
+        """A trial that has already ended (while the driver was busy) with its outcome, or None:
+        never waits."""
         ...
 
     def cancel(self) -> None: ...
@@ -89,8 +90,8 @@ class InlineExecutor:
         with torch_threads(self.torch_threads):
             return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
 
-    def finished(self) -> bool:
-        return False  # a trial here runs inside wait()
+    def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
+        return None  # a trial here runs inside wait()
 
     def cancel(self) -> None:
         self._queue.clear()
@@ -114,8 +115,8 @@ class QueuedExecutor(InlineExecutor):
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         return self._done.popleft()
 
-    def finished(self) -> bool:
-        return False  # simulated workers end one at a time, each told before the next ask
+    def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
+        return None  # simulated workers end one at a time, each told before the next ask
 
     def cancel(self) -> None:
         self._done.clear()
@@ -159,12 +160,24 @@ class RayExecutor:
         self._running[ref] = (trial, attempts)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
-        ray = import_ray()
         while True:
-            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=HEAD_CHECK_SECONDS)
-            if not ready:  # nothing finished for a while: is the cluster still there?
-                self._check_head()
-                continue
+            assert self._running, "wait() with no trial running"  # the study loop waits only on running ones
+            ended = self._next(HEAD_CHECK_SECONDS)
+            if ended is not None:
+                return ended
+            self._check_head()  # nothing finished for a while: is the cluster still there?
+
+    def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
+        return self._next(0) if self._running and not self._lost else None
+
+    def _next(self, timeout: float) -> tuple[TrialRecord, TrialOutcome] | None:
+        """The next trial to end within ``timeout`` seconds with its outcome, or None; a trial
+        whose worker died is submitted again (once) and does not count as ended."""
+        ray = import_ray()
+        while self._running:
+            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
+            if not ready:
+                return None
             (ref,) = ready
             trial, attempts = self._running.pop(ref)
             start = time.perf_counter()
@@ -183,12 +196,7 @@ class RayExecutor:
             replay_logged(records, self.study.kb.trial_logger(self.study.record, trial))
             outcome.retries = attempts
             return trial, outcome
-
-    def finished(self) -> bool:
-        if not self._running or self._lost:
-            return False
-        ready, _ = import_ray().wait(list(self._running), num_returns=1, timeout=0)
-        return bool(ready)
+        return None
 
     def _check_head(self) -> None:
         """Raises :class:`WorkersLostError` when the cluster's head (its GCS) refuses connections

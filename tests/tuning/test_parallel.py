@@ -476,8 +476,8 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
     from agent.tuning.workers import QueuedExecutor
 
     class Together(QueuedExecutor):
-        def finished(self) -> bool:  # the trials started together end together
-            return bool(self._done)
+        def poll(self):  # noqa: ANN202 - the trials started together end together
+            return self._done.popleft() if self._done else None
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name="together", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts)
