@@ -143,7 +143,7 @@ def execution_options(fn: Any) -> Any:
                       help="Seconds: start no trial after this long (running ones finish); the study stays resumable.")(fn)
     fn = click.option("--torch-threads", type=int, default=None,
                       help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
-                           "one per core]; small jobs often train faster on 1. Ray workers train on one thread each.")(fn)
+                           "one per core]; fewer leave cores to other work. Ray workers train on one thread each.")(fn)
     fn = click.option("--ask-ahead", type=int, default=1, show_default=True,
                       help="With --workers > 1, trials proposed beyond the workers and held here, each started the moment a trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free worker, knowing every finished result.")(fn)
     fn = click.option("--ray-address", default=None,
