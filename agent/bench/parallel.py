@@ -119,7 +119,6 @@ def _waiting_env(config: ParallelConfig) -> Iterator[None]:
 
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyConfig
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
     from agent.tuning.progress import SilentReporter
     from agent.tuning.ray_start import start_workers_early
     from agent.tuning.runner import run_study
@@ -153,12 +152,11 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start
-            trials = [t for t in study.trials() if t.state in COUNTED_STATES]
-            ok = [t.value for t in trials if t.state == TRIAL_OK and t.value is not None]
+            trials, best = _counted(study.trials())
         rows.append({"workers": n, "ask_ahead": ahead, "wall_seconds": round(wall, 2), "fit_seconds": round(timing.fit_seconds, 2),
                      "prepare_seconds": round(prepared - start, 2), "executor_start_seconds": round(started - prepared, 2),
                      "ask_seconds": round(sum(timing.ask_seconds), 2), "trials": len(trials),
-                     "best": min(ok) if ok else None,
+                     "best": best,
                      "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
                      "batched_tells": timing.batched_tells,
                      # the first trial's result, from the request: Ray's start and its workers' imports
@@ -178,7 +176,6 @@ def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: i
 
     from agent.errors import TuneAgentError
     from agent.knowledge import open_knowledge_base
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
 
     with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
         uri, name = f"sqlite:///{Path(tmp) / 'mlflow.db'}", f"parallel-{workers}"
@@ -194,14 +191,21 @@ def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: i
             raise TuneAgentError(f"`tune-agent start --workers {workers}` exited {done.returncode}: {last}")
         kb = open_knowledge_base(uri, str(Path(tmp) / "art"))
         record = kb.find_study(name)
-        trials = [t for t in kb.trials(record) if t.state in COUNTED_STATES] if record else []
-        ok = [t.value for t in trials if t.state == TRIAL_OK and t.value is not None]
+        trials, best = _counted(kb.trials(record) if record else [])
     row = {"workers": workers, "ask_ahead": ahead, "wall_seconds": round(wall, 2),
-           "fit_seconds": round(sum(t.duration or 0.0 for t in trials), 2), "trials": len(trials),
-           "best": min(ok) if ok else None}
+           "fit_seconds": round(sum(t.duration or 0.0 for t in trials), 2), "trials": len(trials), "best": best}
     progress(f"{workers} worker(s), ask-ahead {ahead}: `tune-agent start` {wall:.1f} s from launch to exit, "
              f"{len(trials)} trials, best {row['best']}")
     return row
+
+
+def _counted(trials: list[Any]) -> tuple[list[Any], float | None]:
+    """The trials that count in the budget, and the lowest value of the finished ones."""
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+
+    counted = [t for t in trials if t.state in COUNTED_STATES]
+    ok = [t.value for t in counted if t.state == TRIAL_OK and t.value is not None]
+    return counted, min(ok) if ok else None
 
 
 def _report(config: ParallelConfig, rows: list[dict[str, Any]], out: Path | None) -> dict[str, Any]:

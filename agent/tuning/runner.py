@@ -311,9 +311,10 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
         study.set_status("interrupted")
         raise KeyboardInterrupt from None
     except WorkersLostError as exc:  # the cluster went away: its trials are killed, the study resumable
-        _close(study, executor, running | untold, str(exc), ready)
+        closed = running | untold
+        _close(study, executor, closed, str(exc), ready)
         study.set_status("interrupted")
-        raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(running))} closed as killed") from None
+        raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(closed))} closed as killed") from None
     finally:
         executor.close()
     timing.wall_seconds = time.perf_counter() - wall_start
