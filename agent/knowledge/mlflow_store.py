@@ -180,6 +180,10 @@ RETRY_DELAYS = (2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # seconds between tries 
 # ends): one write per epoch cost ~15 ms on sqlite, ~3 s of a 100-epoch trial, and on the driver of
 # a parallel study, which replays its workers' records, a whole core (`bench parallel`).
 METRICS_FLUSH_SECONDS = 1.0
+# The pause before :meth:`MlflowKnowledgeBase._call`'s first, silent retry of an unreachable server.
+QUICK_RETRY_SECONDS = 0.2
+# Tag of a run this agent created: a token that lets a retry find the run its lost answer made.
+CREATE_TOKEN = "tune_agent.create_token"
 # Tries of an experiment tag write that lost a race with another agent's write of the same key.
 TAG_RACE_ATTEMPTS = 4
 _UNIQUE_RACE = ("uniqueviolation", "duplicate key value", "unique constraint failed", "integrityerror")
@@ -200,6 +204,7 @@ def retry_delays() -> tuple[float, ...]:
 
 _UNREACHABLE = ("connectionerror", "connection refused", "max retries exceeded", "failed to establish",
                 "remotedisconnected", "connection aborted", "read timed out", "temporarily_unavailable",
+                "connection broken", "connection reset", "remote end closed", "incompleteread",
                 "error code 502", "error code 503", "error code 504", "bad gateway", "service unavailable")
 
 
@@ -215,6 +220,14 @@ def unreachable(exc: BaseException) -> bool:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
     return any(marker in text for marker in _UNREACHABLE)
+
+
+def server_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's own failure (HTTP 5xx, 429), which a second try may not
+    meet (a busy database), as MLflow's own single retry used to absorb."""
+    code = str(getattr(exc, "error_code", ""))
+    text = str(exc).lower()
+    return code == "INTERNAL_ERROR" or any(f"error code {n}" in text for n in (429, 500, 502, 503, 504))
 
 
 def explain_mlflow_error(uri: str, exc: Exception) -> str:
@@ -264,9 +277,11 @@ class MlflowKnowledgeBase(KnowledgeBase):
             # against a server; the study's own lines say where things are.
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
             # A server that went down: MLflow's default 7 silent retries took ~250 s; :meth:`_call`
-            # retries instead, saying so on stderr within seconds (one quick retry of MLflow's own
-            # absorbs a single dropped connection).
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+            # retries instead, saying so on stderr within seconds. MLflow's own retries would also
+            # re-send a POST whose answer was lost, and a run created twice is a duplicate trial:
+            # none are left to it, and :meth:`_call`'s first, silent retry absorbs a single dropped
+            # connection as MLflow's would.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
             path = _sqlite_path(self.tracking_uri)
@@ -309,11 +324,16 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
         delays = retry_delays()
         attempt = 0
+        quick = True  # one silent retry at once: a dropped keep-alive connection is not an outage
         while True:
             try:
                 return fn(*args, **kwargs)
             except (MlflowException, OSError) as exc:
                 down = self._remote and unreachable(exc)
+                if quick and (down or (self._remote and server_error(exc))):
+                    quick = False
+                    time.sleep(QUICK_RETRY_SECONDS)
+                    continue
                 if down and attempt < len(delays):
                     delay = delays[attempt]
                     attempt += 1
@@ -328,6 +348,26 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 if isinstance(exc, MlflowException):
                     raise StoreError(explain_mlflow_error(self.tracking_uri, exc)) from None
                 raise
+
+    def _create_run(self, experiment_id: str, run_name: str, tags: Mapping[str, str]) -> Any:
+        """``create_run`` exactly once: a server can create the run and lose its answer (killed or
+        cut off in between), and a plain retry would make a second run, a duplicate trial. The run
+        carries a fresh token, and every retry first looks for a run with it."""
+        import uuid
+
+        token = uuid.uuid4().hex
+        tried = False
+
+        def create() -> Any:
+            nonlocal tried
+            if tried:
+                found = self._client.search_runs([experiment_id], f"tags.`{CREATE_TOKEN}` = '{token}'", max_results=1)
+                if found:
+                    return found[0]
+            tried = True
+            return self._client.create_run(experiment_id, run_name=run_name, tags={**tags, CREATE_TOKEN: token})
+
+        return self._call(create)
 
     @property
     def _remote(self) -> bool:
@@ -423,8 +463,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
         tags = layout.study_tags(name, settings, dataset_summary)
         kind = tags.pop("kind")  # tagged last: searches find the study only once it is complete
         run_tags = {T + k: v for k, v in tags.items()}
-        run = self._call(self._client.create_run, exp_id, run_name=name,
-                         tags={**run_tags, "mlflow.note.content": description})
+        run = self._create_run(exp_id, name, {**run_tags, "mlflow.note.content": description})
         rid = run.info.run_id
         params = layout.study_params(settings, dataset_summary)
         self._call(self._client.log_batch, rid, params=[Param(k, v) for k, v in params.items()])
@@ -675,7 +714,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
         exp_id = self._experiment_for("meta-models")
         tags = {T + "kind": "meta-model", T + "model": kind, "mlflow.note.content": description}
-        run = self._call(self._client.create_run, exp_id, run_name=kind, tags=tags)
+        run = self._create_run(exp_id, kind, tags)
         rid = run.info.run_id
         self._call(self._client.log_batch, rid, params=[Param(k, str(v)[:layout.PARAM_LIMIT]) for k, v in params.items()])
         return rid, MLFlowLogger(tracking_uri=self.tracking_uri, run_id=rid)
@@ -723,9 +762,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
             T + "job": study.job,
             "mlflow.note.content": f"Trial {number} of study `{study.name}` ({origin}): {summary}",
         }
-        run = self._call(
-            self._client.create_run, exp_id, run_name=f"{study.name}/trial-{number + 1}", tags=tags
-        )
+        run = self._create_run(exp_id, f"{study.name}/trial-{number + 1}", tags)
         params = [Param(k, str(v)) for k, v in config.items()]
         self._call(self._client.log_batch, run.info.run_id, params=params)
         return self._to_trial(run)
@@ -779,15 +816,25 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 written_at = self.__dict__.get("_written_at")
                 if method is _METRICS and written_at is not None and time.monotonic() - written_at < METRICS_FLUSH_SECONDS:
                     return  # gathered into the next batch
-                try:
-                    self._flush()
-                except Exception as exc:
-                    if not (kb._remote and unreachable(exc)):
-                        raise
-                    if failed_at is None:
-                        sys.stderr.write(f"tracking server {kb.tracking_uri} unreachable: keeping this trial's epoch "
-                                         "metrics to write when it is back\n")
-                    self.__dict__["_failed_at"] = time.monotonic()
+                # while the server was up, a failure is retried once at once (a dropped connection, a
+                # busy database), as kb._call does; only an unreachable server's is kept for later
+                tries = 1 if failed_at is not None else 2
+                for attempt in range(tries):
+                    if attempt:
+                        time.sleep(QUICK_RETRY_SECONDS)
+                    try:
+                        self._flush()
+                        return
+                    except Exception as exc:
+                        down = kb._remote and unreachable(exc)
+                        if attempt + 1 < tries and (down or (kb._remote and server_error(exc))):
+                            continue
+                        if not down:
+                            raise
+                if failed_at is None:
+                    sys.stderr.write(f"tracking server {kb.tracking_uri} unreachable: keeping this trial's epoch "
+                                     "metrics to write when it is back\n")
+                self.__dict__["_failed_at"] = time.monotonic()
 
             def _flush(self) -> None:
                 kept = len(self._pending)

@@ -112,6 +112,9 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> 
     for t in trials:  # every epoch of every trial reached the store, the outage's included
         steps = {m.step for m in client.get_metric_history(t.trial_id, "val_loss")}
         assert len(steps) == EPOCHS, (t.number, len(steps))
+    # and nothing else: no second run of a creation whose answer the outage lost, none left RUNNING
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 4, [(r.info.run_name, r.info.status) for r in runs]
 
 
 def test_server_that_stays_down_ends_in_one_line_naming_resume(tmp_path: Path) -> None:
@@ -153,3 +156,93 @@ def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:
     kept = [(m.key, m.value, m.step) for _, (batch,) in logger._pending for m in batch]
     assert kept == [("val_loss", 1.0, 0), ("val_loss", 0.5, 1), ("val_loss", 1 / 3, 2)]
     assert capsys.readouterr().err.count("unreachable: keeping this trial's epoch metrics") == 1
+
+
+class _LosingProxy:
+    """A TCP proxy in front of the server that, for the first ``times`` requests whose bytes hold
+    ``target``, lets the request reach the server, waits for its answer and then cuts the client
+    off without it: the server did the work, the client never heard (a server killed, a network
+    cut between the two)."""
+
+    def __init__(self, upstream: int, target: bytes, times: int = 1) -> None:
+        self.upstream, self.target, self.left = upstream, target, times
+        self.lost = 0
+        self._lock = threading.Lock()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.port = self._sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        cut = threading.Event()
+
+        def to_server() -> None:
+            try:
+                while data := client.recv(65536):
+                    with self._lock:
+                        if self.target in data and self.left > 0:
+                            self.left -= 1
+                            cut.set()
+                    upstream.sendall(data)
+            except OSError:
+                pass
+
+        threading.Thread(target=to_server, daemon=True).start()
+        try:
+            while data := upstream.recv(65536):
+                if cut.is_set():  # the answer has come: the run exists; the client never gets it
+                    self.lost += 1
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        for s in (client, upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def test_a_run_whose_answer_was_lost_is_created_once(tmp_path: Path) -> None:
+    """The server creates a study's run, then a trial's, and each time the answer is lost: the
+    agent's retry finds the run it made instead of making a second (a duplicate trial that would
+    stay RUNNING in the UI)."""
+    from mlflow import MlflowClient
+
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+
+    port = _free_port()
+    server = _server(tmp_path, port)
+    proxy = _LosingProxy(port, b"/runs/create", times=2)
+    try:
+        kb = MlflowKnowledgeBase(f"http://127.0.0.1:{proxy.port}")
+        settings = {"job_name": "lost", "dataset_name": "wine", "fingerprint": "f" * 16, "space_signature": "s",
+                    "mode": "min", "metric": "val_loss", "seed": 0}
+        study = kb.create_study("lost-answer", settings, [], {"kind": "tabular"}, None, "")
+        trial = kb.start_trial(study, 0, {"lr": 0.01}, "init:sobol")
+        kb.finish_trial(study, trial, 0.5, "ok")
+        assert proxy.lost == 2  # both creations lost their answer
+        client = MlflowClient(f"http://127.0.0.1:{port}")
+        (exp,) = [e for e in client.search_experiments() if e.name == "tune-agent/lost"]
+        runs = client.search_runs([exp.experiment_id])
+        assert sorted(r.info.run_name for r in runs) == ["lost-answer", "lost-answer/trial-1"]
+        assert {r.info.run_id for r in runs} == {study.study_id, trial.trial_id}
+        assert [t.state for t in kb.trials(study)] == ["ok"]
+    finally:
+        proxy.close()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
