@@ -15,6 +15,27 @@ REPO = Path(__file__).resolve().parents[1]
 # MLflow 3's GenAI job runner, whose worker processes would compete for the cores
 os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 
+# The files whose tests take minutes (servers, Ray, studies in subprocesses, `dvc repro`), longest
+# first. They are collected before the rest, so that `-n 2 --dist loadfile`, which hands out files
+# in collection order, starts them early and fills the end with short files; collected in path
+# order, tests/tuning/test_parallel.py (about 3 minutes) came last and ran alone.
+HEAVY_FIRST = ("tuning/test_parallel.py", "meta/test_warmstart_pipeline.py", "knowledge/test_outage.py",
+               "test_resume_and_server.py", "knowledge/test_team_server.py", "bench/test_one_engine.py",
+               "test_user_facing.py", "test_surrogate_choice.py", "bench/test_any_scenario.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    tests = Path(__file__).resolve().parent
+
+    def order(item: pytest.Item) -> int:
+        try:
+            return rank.get(Path(item.fspath).resolve().relative_to(tests).as_posix(), len(rank))
+        except ValueError:  # a file outside tests/
+            return len(rank)
+
+    items.sort(key=order)  # stable: each file's own order is kept
+
 
 @dataclass
 class Store:

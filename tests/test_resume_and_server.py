@@ -27,8 +27,8 @@ def test_resume_after_sigkill_finishes_the_budget_without_duplicates(store) -> N
     exe = Path(sys.executable).with_name("tune-agent")
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     proc = subprocess.Popen(
-        [str(exe), "start", "--dataset", "digits", "--job", "cnn", "--trials", "6", "--n-init", "3",
-         "--epochs", "2", "--study-name", "S", *store.args],
+        [str(exe), "start", "--dataset", "digits", "--job", "mlp", "--trials", "6", "--n-init", "3",
+         "--epochs", "4", "--study-name", "S", *store.args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
     )
     deadline = time.time() + 240

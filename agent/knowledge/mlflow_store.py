@@ -184,6 +184,9 @@ METRICS_FLUSH_SECONDS = 1.0
 QUICK_RETRY_SECONDS = 0.2
 # Tag of a run this agent created: a token that lets a retry find the run its lost answer made.
 CREATE_TOKEN = "tune_agent.create_token"
+# How far the tracking server's clock may run behind ours when a retry looks for what the try
+# before it made (a model version's creation time is the server's).
+CLOCK_SKEW_MS = 60_000
 # Tries of an experiment tag write that lost a race with another agent's write of the same key.
 TAG_RACE_ATTEMPTS = 4
 _UNIQUE_RACE = ("uniqueviolation", "duplicate key value", "unique constraint failed", "integrityerror")
@@ -614,17 +617,29 @@ class MlflowKnowledgeBase(KnowledgeBase):
         signature = infer_signature(example, predictions)
         mlflow.set_tracking_uri(self.tracking_uri)
 
-        def log() -> Any:
+        # A retry (the server's answer lost) first looks for the version the last try made from
+        # this trial's run since this call began, as _create_run does for runs: one version, not two.
+        began = int(time.time() * 1000) - CLOCK_SKEW_MS
+        tried = False
+
+        def log() -> str:
             import contextlib
             import io
 
+            nonlocal tried
+            if tried:
+                made = [v for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{trial.trial_id}'")
+                        if v.creation_timestamp >= began]
+                if made:
+                    return str(max(int(v.version) for v in made))
+            tried = True
             # MLflow narrates the registration on stderr; the command prints the version it made
             with mlflow.start_run(run_id=trial.trial_id), contextlib.redirect_stderr(io.StringIO()):
-                return mlflow.pytorch.log_model(model, name="model", signature=signature, input_example=example,
+                info = mlflow.pytorch.log_model(model, name="model", signature=signature, input_example=example,
                                                 registered_model_name=name, pip_requirements=[])
+            return str(info.registered_model_version)
 
-        info = self._call(log)
-        version = str(info.registered_model_version)
+        version = self._call(log)
         for key, value in tags.items():
             self._call(self._client.set_model_version_tag, name, version, key, str(value)[:5000])
         self._call(self._client.update_model_version, name, version,

@@ -121,7 +121,7 @@ def test_server_that_stays_down_ends_in_one_line_naming_resume(tmp_path: Path) -
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     server = _server(tmp_path, port)
-    agent = _agent(url, "gone", trials=4, epochs=10, TUNE_AGENT_STORE_RETRIES="2")
+    agent = _agent(url, "gone", trials=4, epochs=10, TUNE_AGENT_STORE_RETRIES="1")
     out: list[str] = []
     err: list[str] = []
     readers = [_read(agent.stdout, out), _read(agent.stderr, err)]
@@ -159,13 +159,13 @@ def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:
 
 
 class _LosingProxy:
-    """A TCP proxy in front of the server that, for the first ``times`` requests whose bytes hold
-    ``target``, lets the request reach the server, waits for its answer and then cuts the client
+    """A TCP proxy in front of the server that, for the first request whose bytes hold each of
+    ``targets``, lets the request reach the server, waits for its answer and then cuts the client
     off without it: the server did the work, the client never heard (a server killed, a network
     cut between the two)."""
 
-    def __init__(self, upstream: int, target: bytes, times: int = 1) -> None:
-        self.upstream, self.target, self.left = upstream, target, times
+    def __init__(self, upstream: int, targets: list[bytes]) -> None:
+        self.upstream, self.left = upstream, list(targets)
         self.lost = 0
         self._lock = threading.Lock()
         self._sock = socket.socket()
@@ -190,8 +190,9 @@ class _LosingProxy:
             try:
                 while data := client.recv(65536):
                     with self._lock:
-                        if self.target in data and self.left > 0:
-                            self.left -= 1
+                        hit = next((t for t in self.left if t in data), None)
+                        if hit is not None:
+                            self.left.remove(hit)
                             cut.set()
                     upstream.sendall(data)
             except OSError:
@@ -218,16 +219,18 @@ class _LosingProxy:
 
 
 def test_a_run_whose_answer_was_lost_is_created_once(tmp_path: Path) -> None:
-    """The server creates a study's run, then a trial's, and each time the answer is lost: the
-    agent's retry finds the run it made instead of making a second (a duplicate trial that would
-    stay RUNNING in the UI)."""
+    """The server creates a study's run, a trial's, and a registered model's version, and each
+    time the answer is lost: the agent's retry finds what it made instead of making a second (a
+    duplicate trial that would stay RUNNING in the UI, a second model version)."""
+    import numpy as np
+    import torch
     from mlflow import MlflowClient
 
     from agent.knowledge.mlflow_store import MlflowKnowledgeBase
 
     port = _free_port()
     server = _server(tmp_path, port)
-    proxy = _LosingProxy(port, b"/runs/create", times=2)
+    proxy = _LosingProxy(port, [b"/runs/create", b"/runs/create", b"/model-versions/create"])
     try:
         kb = MlflowKnowledgeBase(f"http://127.0.0.1:{proxy.port}")
         settings = {"job_name": "lost", "dataset_name": "wine", "fingerprint": "f" * 16, "space_signature": "s",
@@ -235,13 +238,17 @@ def test_a_run_whose_answer_was_lost_is_created_once(tmp_path: Path) -> None:
         study = kb.create_study("lost-answer", settings, [], {"kind": "tabular"}, None, "")
         trial = kb.start_trial(study, 0, {"lr": 0.01}, "init:sobol")
         kb.finish_trial(study, trial, 0.5, "ok")
-        assert proxy.lost == 2  # both creations lost their answer
+        example = np.zeros((2, 3), dtype=np.float32)
+        version = kb.register_model(study, trial, torch.nn.Linear(3, 2), example, np.zeros((2, 2), dtype=np.float32),
+                                    "lost-model", {"tune_agent.study": "lost-answer"})
+        assert proxy.lost == 3  # every creation lost its answer
         client = MlflowClient(f"http://127.0.0.1:{port}")
         (exp,) = [e for e in client.search_experiments() if e.name == "tune-agent/lost"]
         runs = client.search_runs([exp.experiment_id])
         assert sorted(r.info.run_name for r in runs) == ["lost-answer", "lost-answer/trial-1"]
         assert {r.info.run_id for r in runs} == {study.study_id, trial.trial_id}
         assert [t.state for t in kb.trials(study)] == ["ok"]
+        assert version == "1" and [v.version for v in client.search_model_versions("name = 'lost-model'")] == ["1"]
     finally:
         proxy.close()
         os.killpg(server.pid, signal.SIGTERM)
