@@ -639,7 +639,13 @@ class MlflowKnowledgeBase(KnowledgeBase):
                                                 registered_model_name=name, pip_requirements=[])
             return str(info.registered_model_version)
 
-        version = self._call(log)
+        status = self._call(self._client.get_run, trial.trial_id).info.status
+        try:
+            version = self._call(log)
+        finally:
+            # start_run reopens the trial's run, and a try that failed inside it ended it FAILED:
+            # the run goes back to how the study left it
+            self._call(self._client.set_terminated, trial.trial_id, status)
         for key, value in tags.items():
             self._call(self._client.set_model_version_tag, name, version, key, str(value)[:5000])
         self._call(self._client.update_model_version, name, version,

@@ -159,14 +159,15 @@ def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:
 
 
 class _LosingProxy:
-    """A TCP proxy in front of the server that, for the first request whose bytes hold each of
-    ``targets``, lets the request reach the server, waits for its answer and then cuts the client
-    off without it: the server did the work, the client never heard (a server killed, a network
-    cut between the two)."""
+    """A TCP proxy in front of the server that loses answers: the request reaches the server, its
+    answer comes back and the client is cut off without it (the server did the work, the client
+    never heard: a server killed, a network cut between the two). It loses the first answer to a
+    request holding each of ``targets`` and, with ``every`` N, every Nth other API answer."""
 
-    def __init__(self, upstream: int, targets: list[bytes]) -> None:
-        self.upstream, self.left = upstream, list(targets)
-        self.lost = 0
+    def __init__(self, upstream: int, targets: list[bytes], every: int = 0) -> None:
+        self.upstream, self.left, self.every = upstream, list(targets), every
+        self.lost: list[bytes] = []  # the request line of each answer lost
+        self._seen = 0
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -182,18 +183,26 @@ class _LosingProxy:
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
+    def _lose(self, data: bytes) -> bool:
+        if b"/api/2.0/mlflow" not in data:  # a body's later part, or the health check
+            return False
+        with self._lock:
+            hit = next((t for t in self.left if t in data), None)
+            if hit is not None:
+                self.left.remove(hit)
+                return True
+            self._seen += 1
+            return bool(self.every) and self._seen % self.every == 0
+
     def _serve(self, client: socket.socket) -> None:
         upstream = socket.create_connection(("127.0.0.1", self.upstream))
-        cut = threading.Event()
+        cut: list[bytes] = []
 
         def to_server() -> None:
             try:
                 while data := client.recv(65536):
-                    with self._lock:
-                        hit = next((t for t in self.left if t in data), None)
-                        if hit is not None:
-                            self.left.remove(hit)
-                            cut.set()
+                    if self._lose(data):
+                        cut.append(data.split(b"\r\n", 1)[0])
                     upstream.sendall(data)
             except OSError:
                 pass
@@ -201,8 +210,8 @@ class _LosingProxy:
         threading.Thread(target=to_server, daemon=True).start()
         try:
             while data := upstream.recv(65536):
-                if cut.is_set():  # the answer has come: the run exists; the client never gets it
-                    self.lost += 1
+                if cut:  # the answer has come: the work is done; the client never gets it
+                    self.lost.append(cut[0])
                     break
                 client.sendall(data)
         except OSError:
@@ -218,37 +227,51 @@ class _LosingProxy:
         self._sock.close()
 
 
-def test_a_run_whose_answer_was_lost_is_created_once(tmp_path: Path) -> None:
-    """The server creates a study's run, a trial's, and a registered model's version, and each
-    time the answer is lost: the agent's retry finds what it made instead of making a second (a
-    duplicate trial that would stay RUNNING in the UI, a second model version)."""
+def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> None:
+    """A whole study through a connection that loses answers: the study's and the first trial's
+    creation, and every 6th other API call (epoch metrics, params, tags, artifacts, searches);
+    then a model registration whose version's creation loses its answer. Every retry finds what its lost answer made:
+    each trial once and OK with all its epochs, no second run left RUNNING, one model version."""
     import numpy as np
     import torch
     from mlflow import MlflowClient
 
+    from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow_store import MlflowKnowledgeBase
 
     port = _free_port()
     server = _server(tmp_path, port)
-    proxy = _LosingProxy(port, [b"/runs/create", b"/runs/create", b"/model-versions/create"])
+    proxy = _LosingProxy(port, [b"/runs/create", b"/runs/create"], every=6)
     try:
+        agent = _agent(f"http://127.0.0.1:{proxy.port}", "lossy", trials=3, epochs=5)
+        out, err = agent.communicate(timeout=240)
+        assert agent.returncode == 0, err[-2000:]
+        assert "Traceback" not in err
+        creations = [line for line in proxy.lost if b"/runs/create" in line]
+        assert len(creations) >= 2 and len(proxy.lost) >= 8, proxy.lost
+
         kb = MlflowKnowledgeBase(f"http://127.0.0.1:{proxy.port}")
-        settings = {"job_name": "lost", "dataset_name": "wine", "fingerprint": "f" * 16, "space_signature": "s",
-                    "mode": "min", "metric": "val_loss", "seed": 0}
-        study = kb.create_study("lost-answer", settings, [], {"kind": "tabular"}, None, "")
-        trial = kb.start_trial(study, 0, {"lr": 0.01}, "init:sobol")
-        kb.finish_trial(study, trial, 0.5, "ok")
+        study = kb.find_study("lossy")
+        assert study is not None and study.status == "finished"
+        trials = kb.trials(study)
+        assert sorted(t.number for t in trials) == [0, 1, 2]
+        assert all(t.state == TRIAL_OK for t in trials), [(t.number, t.state, t.reason) for t in trials]
+        # Registering is one store call of a dozen requests, retried whole: with every 6th answer
+        # lost, every try would lose one. Here only the version's creation loses its answer.
+        proxy.every = 0
+        proxy.left.append(b"/model-versions/create")
         example = np.zeros((2, 3), dtype=np.float32)
-        version = kb.register_model(study, trial, torch.nn.Linear(3, 2), example, np.zeros((2, 2), dtype=np.float32),
-                                    "lost-model", {"tune_agent.study": "lost-answer"})
-        assert proxy.lost == 3  # every creation lost its answer
-        client = MlflowClient(f"http://127.0.0.1:{port}")
-        (exp,) = [e for e in client.search_experiments() if e.name == "tune-agent/lost"]
-        runs = client.search_runs([exp.experiment_id])
-        assert sorted(r.info.run_name for r in runs) == ["lost-answer", "lost-answer/trial-1"]
-        assert {r.info.run_id for r in runs} == {study.study_id, trial.trial_id}
-        assert [t.state for t in kb.trials(study)] == ["ok"]
-        assert version == "1" and [v.version for v in client.search_model_versions("name = 'lost-model'")] == ["1"]
+        version = kb.register_model(study, trials[0], torch.nn.Linear(3, 2), example, np.zeros((2, 2), dtype=np.float32),
+                                    "lossy-model", {"tune_agent.study": "lossy"})
+        assert any(b"/model-versions/create" in line for line in proxy.lost)
+
+        client = MlflowClient(f"http://127.0.0.1:{port}")  # the server itself, past the proxy
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        assert sorted((r.info.run_name, r.info.status) for r in runs) == [
+            ("lossy", "FINISHED")] + [(f"lossy/trial-{n}", "FINISHED") for n in (1, 2, 3)]
+        for t in trials:
+            assert len({m.step for m in client.get_metric_history(t.trial_id, "val_loss")}) == 5, t.number
+        assert version == "1" and [v.version for v in client.search_model_versions("name = 'lossy-model'")] == ["1"]
     finally:
         proxy.close()
         os.killpg(server.pid, signal.SIGTERM)
