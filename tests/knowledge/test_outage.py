@@ -276,3 +276,25 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> 
         proxy.close()
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_a_cut_answer_is_an_unreachable_server_and_a_5xx_a_server_error() -> None:
+    """What MLflow raises when the answer is cut mid-body (urllib3's IncompleteRead inside
+    requests' ChunkedEncodingError) is retried as an outage; a refusal is not."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, PERMISSION_DENIED, TEMPORARILY_UNAVAILABLE
+
+    from agent.knowledge.mlflow_store import server_error, unreachable
+
+    url = "http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch"
+    cut = MlflowException(f"API request to {url} failed with exception ('Connection broken: IncompleteRead(0 bytes "
+                          "read, 52 more expected)', IncompleteRead(0 bytes read, 52 more expected))")
+    reset = MlflowException(f"API request to {url} failed with exception ('Connection aborted.', "
+                            "ConnectionResetError(104, 'Connection reset by peer'))")
+    assert unreachable(cut) and unreachable(reset)
+    busy = MlflowException("API request to endpoint /api/2.0/mlflow/runs/create failed with error code 503 != 200",
+                           error_code=TEMPORARILY_UNAVAILABLE)
+    internal = MlflowException("database is locked", error_code=INTERNAL_ERROR)
+    refused = MlflowException("API request failed with error code 403 != 200", error_code=PERMISSION_DENIED)
+    assert server_error(busy) and server_error(internal)
+    assert not unreachable(refused) and not server_error(refused)
