@@ -227,7 +227,8 @@ def unreachable(exc: BaseException) -> bool:
 
 def server_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the server's own failure (HTTP 5xx, 429), which a second try may not
-    meet (a busy database), as MLflow's own single retry used to absorb."""
+    meet (a busy database), as MLflow's own single retry used to absorb. ``INTERNAL_ERROR`` is
+    also MLflow's code for an error of no known kind: those get the one quick retry too."""
     code = str(getattr(exc, "error_code", ""))
     text = str(exc).lower()
     return code == "INTERNAL_ERROR" or any(f"error code {n}" in text for n in (429, 500, 502, 503, 504))
@@ -738,7 +739,28 @@ class MlflowKnowledgeBase(KnowledgeBase):
         run = self._create_run(exp_id, kind, tags)
         rid = run.info.run_id
         self._call(self._client.log_batch, rid, params=[Param(k, str(v)[:layout.PARAM_LIMIT]) for k, v in params.items()])
-        return rid, MLFlowLogger(tracking_uri=self.tracking_uri, run_id=rid)
+        kb = self
+
+        class ModelRunLogger(MLFlowLogger):
+            """Lightning's MLflow logger, each write retried as every store call is (MLflow's own
+            retries are off: see ``_client``). The rows of a metrics write are made once, so that
+            a retry of a write the server had taken sends the same rows, which it keeps once."""
+
+            def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+                from mlflow.entities import Metric
+
+                now = int(time.time() * 1000)
+                rows = [Metric(key=_metric_key(k), value=float(v), timestamp=now, step=step or 0)
+                        for k, v in metrics.items() if not isinstance(v, str)]
+                kb._call(lambda: self.experiment.log_batch(run_id=self.run_id, metrics=rows, **self._log_batch_kwargs))
+
+            def log_hyperparams(self, params: Any) -> None:
+                kb._call(MLFlowLogger.log_hyperparams, self, params)
+
+            def finalize(self, status: str = "success") -> None:
+                kb._call(MLFlowLogger.finalize, self, status)
+
+        return rid, ModelRunLogger(tracking_uri=self.tracking_uri, run_id=rid)
 
     def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
         from mlflow.entities import Metric

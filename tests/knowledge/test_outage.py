@@ -264,14 +264,23 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> 
         version = kb.register_model(study, trials[0], torch.nn.Linear(3, 2), example, np.zeros((2, 2), dtype=np.float32),
                                     "lossy-model", {"tune_agent.study": "lossy"})
         assert any(b"/model-versions/create" in line for line in proxy.lost)
+        # a meta-model run's Lightning logger: its writes are retried too (MLflow's own retries are off)
+        run_id, logger = kb.start_model_run("lossy-meta", {"steps": 2}, "a meta-model run")
+        proxy.every = 3  # a write is one request (two with the logger's first look at its run)
+        for step in range(4):
+            logger.log_metrics({"loss": 1.0 / (step + 1)}, step)
+        logger.finalize("success")
+        proxy.every = 0
 
         client = MlflowClient(f"http://127.0.0.1:{port}")  # the server itself, past the proxy
-        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        runs = client.search_runs([client.get_run(study.study_id).info.experiment_id])
         assert sorted((r.info.run_name, r.info.status) for r in runs) == [
             ("lossy", "FINISHED")] + [(f"lossy/trial-{n}", "FINISHED") for n in (1, 2, 3)]
         for t in trials:
             assert len(client.get_metric_history(t.trial_id, "val_loss")) == 5, t.number  # each epoch once
         assert len(client.get_run(study.study_id).inputs.dataset_inputs) == 1  # its dataset logged once
+        assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1, 2, 3]
+        assert client.get_run(run_id).info.status == "FINISHED"
         assert version == "1" and [v.version for v in client.search_model_versions("name = 'lossy-model'")] == ["1"]
     finally:
         proxy.close()
