@@ -334,7 +334,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
                 return fn(*args, **kwargs)
             except (MlflowException, OSError) as exc:
                 down = self._remote and unreachable(exc)
-                if quick and (down or (self._remote and server_error(exc))):
+                if quick and self._retry_at_once(exc):
                     quick = False
                     time.sleep(QUICK_RETRY_SECONDS)
                     continue
@@ -372,6 +372,11 @@ class MlflowKnowledgeBase(KnowledgeBase):
             return self._client.create_run(experiment_id, run_name=run_name, tags={**tags, CREATE_TOKEN: token})
 
         return self._call(create)
+
+    def _retry_at_once(self, exc: BaseException) -> bool:
+        """Whether a failed request earns the one silent retry at once: a server (not a sqlite
+        file) that could not be reached or failed on its side."""
+        return self._remote and (unreachable(exc) or server_error(exc))
 
     @property
     def _remote(self) -> bool:
@@ -743,15 +748,10 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
         class ModelRunLogger(MLFlowLogger):
             """Lightning's MLflow logger, each write retried as every store call is (MLflow's own
-            retries are off: see ``_client``). The rows of a metrics write are made once, so that
-            a retry of a write the server had taken sends the same rows, which it keeps once."""
+            retries are off: see ``_client``), a metrics write's rows made once."""
 
             def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-                from mlflow.entities import Metric
-
-                now = int(time.time() * 1000)
-                rows = [Metric(key=_metric_key(k), value=float(v), timestamp=now, step=step or 0)
-                        for k, v in metrics.items() if not isinstance(v, str)]
+                rows = _metric_rows(metrics, step)
                 kb._call(lambda: self.experiment.log_batch(run_id=self.run_id, metrics=rows, **self._log_batch_kwargs))
 
             def log_hyperparams(self, params: Any) -> None:
@@ -870,7 +870,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
                         return
                     except Exception as exc:
                         down = kb._remote and unreachable(exc)
-                        if attempt + 1 < tries and (down or (kb._remote and server_error(exc))):
+                        if attempt + 1 < tries and kb._retry_at_once(exc):
                             continue
                         if not down:
                             raise
@@ -896,11 +896,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
                     sys.stderr.write(f"tracking server {kb.tracking_uri} back: wrote {kept} kept batch(es)\n")
 
             def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-                from mlflow.entities import Metric
-
-                now = int(time.time() * 1000)
-                self._write(_METRICS, [Metric(key=_metric_key(k), value=float(v), timestamp=now, step=step or 0)
-                                       for k, v in metrics.items() if not isinstance(v, str)])
+                self._write(_METRICS, _metric_rows(metrics, step))
 
             def log_hyperparams(self, params: Any) -> None:
                 known = set(trial.config)
@@ -935,6 +931,16 @@ def _metric_key(key: str) -> str:
     import re
 
     return re.sub(r"[^a-zA-Z0-9_/. -]+", "", key)
+
+
+def _metric_rows(metrics: Mapping[str, float], step: int | None) -> list[Any]:
+    """One logger write's metric rows, stamped now: made once, so that a retry sends the same
+    rows and a write the server had already taken is kept once."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(key=_metric_key(k), value=float(v), timestamp=now, step=step or 0)
+            for k, v in metrics.items() if not isinstance(v, str)]
 
 
 def _cache_row(run: Any) -> dict[str, Any]:
