@@ -353,25 +353,33 @@ class MlflowKnowledgeBase(KnowledgeBase):
                     raise StoreError(explain_mlflow_error(self.tracking_uri, exc)) from None
                 raise
 
+    def _call_once(self, make: Any, find: Any) -> Any:
+        """``make()`` through :meth:`_call`, in effect once: a server can do the work and lose its
+        answer (killed or cut off in between), and a plain retry would do it again. Every retry
+        first asks ``find()`` for what an earlier try made, and makes it only when that is None."""
+        tried = False
+
+        def attempt() -> Any:
+            nonlocal tried
+            if tried:
+                found = find()
+                if found is not None:
+                    return found
+            tried = True
+            return make()
+
+        return self._call(attempt)
+
     def _create_run(self, experiment_id: str, run_name: str, tags: Mapping[str, str]) -> Any:
-        """``create_run`` exactly once: a server can create the run and lose its answer (killed or
-        cut off in between), and a plain retry would make a second run, a duplicate trial. The run
-        carries a fresh token, and every retry first looks for a run with it."""
+        """``create_run`` exactly once (a second run would be a duplicate trial): the run carries a
+        fresh token, by which a retry finds it."""
         import uuid
 
         token = uuid.uuid4().hex
-        tried = False
-
-        def create() -> Any:
-            nonlocal tried
-            if tried:
-                found = self._client.search_runs([experiment_id], f"tags.`{CREATE_TOKEN}` = '{token}'", max_results=1)
-                if found:
-                    return found[0]
-            tried = True
-            return self._client.create_run(experiment_id, run_name=run_name, tags={**tags, CREATE_TOKEN: token})
-
-        return self._call(create)
+        return self._call_once(
+            lambda: self._client.create_run(experiment_id, run_name=run_name, tags={**tags, CREATE_TOKEN: token}),
+            lambda: next(iter(self._client.search_runs([experiment_id], f"tags.`{CREATE_TOKEN}` = '{token}'",
+                                                       max_results=1)), None))
 
     def _retry_at_once(self, exc: BaseException) -> bool:
         """Whether a failed request earns the one silent retry at once: a server (not a sqlite
@@ -623,22 +631,19 @@ class MlflowKnowledgeBase(KnowledgeBase):
         signature = infer_signature(example, predictions)
         mlflow.set_tracking_uri(self.tracking_uri)
 
-        # A retry (the server's answer lost) first looks for the version the last try made from
-        # this trial's run since this call began, as _create_run does for runs: one version, not two.
+        # A retry (the server's answer lost) finds the version an earlier try made from this
+        # trial's run since this call began: one version, not two.
         began = int(time.time() * 1000) - CLOCK_SKEW_MS
-        tried = False
+
+        def made() -> str | None:
+            versions = [v for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{trial.trial_id}'")
+                        if v.creation_timestamp >= began]
+            return str(max(int(v.version) for v in versions)) if versions else None
 
         def log() -> str:
             import contextlib
             import io
 
-            nonlocal tried
-            if tried:
-                made = [v for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{trial.trial_id}'")
-                        if v.creation_timestamp >= began]
-                if made:
-                    return str(max(int(v.version) for v in made))
-            tried = True
             # MLflow narrates the registration on stderr; the command prints the version it made
             with mlflow.start_run(run_id=trial.trial_id), contextlib.redirect_stderr(io.StringIO()):
                 info = mlflow.pytorch.log_model(model, name="model", signature=signature, input_example=example,
@@ -647,7 +652,7 @@ class MlflowKnowledgeBase(KnowledgeBase):
 
         status = self._call(self._client.get_run, trial.trial_id).info.status
         try:
-            version = self._call(log)
+            version = self._call_once(log, made)
         finally:
             # start_run reopens the trial's run, and a try that failed inside it ended it FAILED:
             # the run goes back to how the study left it
