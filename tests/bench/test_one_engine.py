@@ -88,15 +88,17 @@ def test_benchmark_run_equals_a_product_study(protocol, product_store, method: s
 def test_tiny_benchmark_writes_a_report_named_after_the_scenario(tmp_path: Path, monkeypatch) -> None:
     from agent.bench.run import run_transfer_benchmark
 
-    report = run_transfer_benchmark(["random", "tpe", "gp", "portfolio_gp"], tmp_path, folder=str(FOLDER), tasks=1,
+    # no transfer method: their source fits (33 LCBench tasks) took 29 of this test's 37 s, and the
+    # benchmark's transfer runs are covered by test_benchmark_run_equals_a_product_study
+    report = run_transfer_benchmark(["random", "tpe", "gp"], tmp_path, folder=str(FOLDER), tasks=1,
                                     seeds=1, budget=6, workers=1, cache_dir=str(tmp_path / "cache"))
     metrics = json.loads((tmp_path / "metrics" / "lcbench.json").read_text())
-    assert metrics["methods"].keys() == {"random", "tpe", "gp", "portfolio_gp"} == report["methods"].keys()
+    assert metrics["methods"].keys() == {"random", "tpe", "gp"} == report["methods"].keys()
     for entry in metrics["methods"].values():
         assert set(entry) == {"regret@1", "regret@3", "regret@5", "rank@5"}
         assert 0.0 <= entry["regret@5"] <= entry["regret@1"] <= 1.0
     rows = (tmp_path / "plots" / "lcbench_regret.csv").read_text().splitlines()
-    assert rows[0] == "trial,random,tpe,gp,portfolio_gp" and len(rows) == 7
+    assert rows[0] == "trial,random,tpe,gp" and len(rows) == 7
     # a second call reuses every finished run from the journal
     again = run_transfer_benchmark(["gp"], tmp_path, folder=str(FOLDER), tasks=1, seeds=1, budget=6, workers=1,
                                    cache_dir=str(tmp_path / "cache"))

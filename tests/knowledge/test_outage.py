@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +43,57 @@ def _server(tmp: Path, port: int) -> subprocess.Popen[bytes]:
     raise AssertionError("mlflow server did not come up")
 
 
+class _Server:
+    """One `mlflow server` on a sqlite store, shared by this file's tests (each start costs 7 to
+    13 s of a busy machine); a test may kill it, and the next one that needs it starts it again on
+    the same store and port."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.port = tmp, _free_port()
+        self.proc = _server(tmp, self.port)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def store(self) -> str:
+        return f"sqlite:///{self.tmp / 'server.db'}"
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def up(self) -> "_Server":
+        if self.proc.poll() is not None:
+            self.proc = _server(self.tmp, self.port)  # same store, same port
+        return self
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):  # noqa: ANN201
+    server = _Server(tmp_path_factory.mktemp("server"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(shared: _Server) -> _Server:
+    return shared.up()
+
+
+def _runs_of(client, name: str) -> list[tuple[str, str]]:  # noqa: ANN001
+    """(run name, status) of every run in the server's store whose name is study ``name``'s."""
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return sorted((r.info.run_name, r.info.status) for r in runs
+                  if r.info.run_name == name or r.info.run_name.startswith(f"{name}/"))
+
+
 def _agent(url: str, name: str, trials: int, epochs: int = EPOCHS, **env: str) -> subprocess.Popen[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")} | env
     return subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "wine", "--job",
@@ -65,21 +117,17 @@ def _wait_for(lines: list[str], text: str, timeout: float) -> float:
     raise AssertionError(f"{text!r} not seen in {timeout} s: {lines[-5:]}")
 
 
-def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> None:
+def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) -> None:
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow_store import MlflowKnowledgeBase
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = _server(tmp_path, port)
-    agent = _agent(url, "outage", trials=3)
+    agent = _agent(server.url, "outage", trials=3)
     out: list[str] = []
     err: list[str] = []
     readers = [_read(agent.stdout, out), _read(agent.stderr, err)]
     try:
         _wait_for(out, "trial 2/3", 240)
-        os.killpg(server.pid, signal.SIGKILL)  # mid-trial: its epochs and its end find no server
-        server.wait()
+        server.kill()  # mid-trial: its epochs and its end find no server
         # the first notice: "... unreachable: keeping this trial's epoch metrics ..." while the trial
         # trains, or "... unreachable, retrying (1/7) ..." at the next store call
         seen = _wait_for(err, "unreachable", 30)
@@ -87,21 +135,19 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> 
         # stay down until a store call has had to retry: a server that restarts quickly (about 7 s)
         # could otherwise be back before the trial ends, and the retry path would go untested
         _wait_for(err, "retrying (1/7)", 90)
-        server = _server(tmp_path, port)  # same store, same port
+        server.up()  # same store, same port
         assert agent.wait(timeout=240) == 0, "".join(err)[-2000:]
     finally:
         if agent.poll() is None:
             agent.kill()
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
     for r in readers:
         r.join(timeout=10)
     assert "Traceback" not in "".join(err)
     assert any("unreachable, retrying (1/7)" in line for line in err)
-    # read back from the server's own store: the rows the server serves, without a third start
+    # read back from the server's own store: the rows the server serves
     from mlflow import MlflowClient
 
-    store = f"sqlite:///{tmp_path / 'server.db'}"
+    store = server.store
     kb = MlflowKnowledgeBase(store)
     study = kb.find_study("outage")
     assert study is not None and study.status == "finished"
@@ -113,32 +159,7 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(tmp_path: Path) -> 
         steps = {m.step for m in client.get_metric_history(t.trial_id, "val_loss")}
         assert len(steps) == EPOCHS, (t.number, len(steps))
     # and nothing else: no second run of a creation whose answer the outage lost, none left RUNNING
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 4, [(r.info.run_name, r.info.status) for r in runs]
-
-
-def test_server_that_stays_down_ends_in_one_line_naming_resume(tmp_path: Path) -> None:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = _server(tmp_path, port)
-    agent = _agent(url, "gone", trials=4, epochs=10, TUNE_AGENT_STORE_RETRIES="1")
-    out: list[str] = []
-    err: list[str] = []
-    readers = [_read(agent.stdout, out), _read(agent.stderr, err)]
-    try:
-        _wait_for(out, "trial 2/4", 240)
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-        assert agent.wait(timeout=120) == 2
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-    for r in readers:
-        r.join(timeout=10)
-    errors = [line for line in err if line.startswith("tune-agent: error")]
-    assert len(errors) == 1, "".join(err)[-2000:]
-    assert url in errors[0] and "tune-agent resume gone" in errors[0]
-    assert "Traceback" not in "".join(err)
+    assert _runs_of(client, "outage") == [("outage", "FINISHED")] + [(f"outage/trial-{n}", "FINISHED") for n in (1, 2, 3)]
 
 
 def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:  # noqa: ANN001
@@ -227,7 +248,7 @@ class _LosingProxy:
         self._sock.close()
 
 
-def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> None:
+def test_a_study_whose_answers_are_lost_logs_everything_once(server: _Server) -> None:
     """A whole study through a connection that loses answers: the study's and the first trial's
     creation, its dataset input's, and every 6th other API call (epoch metrics, params, tags, artifacts, searches);
     then a model registration whose version's creation loses its answer. Every retry finds what its lost answer made:
@@ -239,8 +260,7 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> 
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow_store import MlflowKnowledgeBase
 
-    port = _free_port()
-    server = _server(tmp_path, port)
+    port = server.port
     proxy = _LosingProxy(port, [b"/runs/create", b"/runs/create", b"/runs/log-inputs"], every=6)
     try:
         agent = _agent(f"http://127.0.0.1:{proxy.port}", "lossy", trials=3, epochs=5)
@@ -273,8 +293,7 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> 
         proxy.every = 0
 
         client = MlflowClient(f"http://127.0.0.1:{port}")  # the server itself, past the proxy
-        runs = client.search_runs([client.get_run(study.study_id).info.experiment_id])
-        assert sorted((r.info.run_name, r.info.status) for r in runs) == [
+        assert _runs_of(client, "lossy") == [
             ("lossy", "FINISHED")] + [(f"lossy/trial-{n}", "FINISHED") for n in (1, 2, 3)]
         for t in trials:
             assert len(client.get_metric_history(t.trial_id, "val_loss")) == 5, t.number  # each epoch once
@@ -284,8 +303,6 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(tmp_path: Path) -> 
         assert version == "1" and [v.version for v in client.search_model_versions("name = 'lossy-model'")] == ["1"]
     finally:
         proxy.close()
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 def test_a_cut_answer_is_an_unreachable_server_and_a_5xx_a_server_error() -> None:
@@ -308,3 +325,25 @@ def test_a_cut_answer_is_an_unreachable_server_and_a_5xx_a_server_error() -> Non
     refused = MlflowException("API request failed with error code 403 != 200", error_code=PERMISSION_DENIED)
     assert server_error(busy) and server_error(internal)
     assert not unreachable(refused) and not server_error(refused)
+
+
+def test_server_that_stays_down_ends_in_one_line_naming_resume(server: _Server) -> None:
+    """Last in this file: it leaves the shared server down."""
+    url = server.url
+    agent = _agent(url, "gone", trials=4, epochs=10, TUNE_AGENT_STORE_RETRIES="1")
+    out: list[str] = []
+    err: list[str] = []
+    readers = [_read(agent.stdout, out), _read(agent.stderr, err)]
+    try:
+        _wait_for(out, "trial 2/4", 240)
+        server.kill()
+        assert agent.wait(timeout=120) == 2
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    for r in readers:
+        r.join(timeout=10)
+    errors = [line for line in err if line.startswith("tune-agent: error")]
+    assert len(errors) == 1, "".join(err)[-2000:]
+    assert url in errors[0] and "tune-agent resume gone" in errors[0]
+    assert "Traceback" not in "".join(err)
