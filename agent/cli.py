@@ -670,6 +670,15 @@ def bench() -> None:
     """Benchmarks (figures for the issues' closing notes)."""
 
 
+@bench.command("fingerprint")
+def bench_fingerprint() -> None:
+    """This code's engine fingerprint: the hash a benchmark report's "engine" names (and its journal
+    keys carry), so a figure can be matched to the code that made it."""
+    from agent.bench.fingerprint import engine_fingerprint
+
+    click.echo(engine_fingerprint("bench/transfer.py"))
+
+
 @bench.command("latency")
 @click.option("--job", default="cnn", show_default=True, help="Job whose search space is used.")
 @click.option("--obs", "n_obs", multiple=True, type=int, default=(10, 100), show_default=True)

@@ -46,3 +46,9 @@ def test_run_key_names_settings_and_code() -> None:
     assert a == run_key("bench/transfer.py", {"budget": 30, "method": "gp"})
     assert a != run_key("bench/transfer.py", {"method": "gp", "budget": 20})
     assert len(a) == 16 and json.dumps(a)
+
+
+def test_bench_fingerprint_prints_what_a_transfer_report_names(cli) -> None:  # noqa: ANN001
+    res = cli("bench", "fingerprint")
+    assert res.code == 0 and res.out.strip() == engine_fingerprint("bench/transfer.py")
+    assert len(res.out.strip()) == 16
