@@ -195,6 +195,30 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
         raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
         raise click.BadParameter(f"must be positive seconds, got {timeout}", param_hint="--timeout")
+    if ray_address is not None:
+        _check_ray_address(ray_address)
+
+
+def _check_ray_address(address: str, timeout: float = 5.0) -> None:
+    """A cluster address that nothing answers is refused in seconds: ``ray.init`` would retry for
+    minutes, printing Ray's own connection warnings. ``auto`` and ``local`` are Ray's to resolve."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), ray://HOST:PORT or "
+                                 f"auto, got {address!r}", param_hint="--ray-address")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise click.BadParameter(f"cannot reach the Ray cluster at {address} ({reason}): is its head running "
+                                 f"(`ray start --head --port={port}` there)? Leave --ray-address out to run the "
+                                 f"trials on a local instance", param_hint="--ray-address") from None
 
 
 @cli.command()

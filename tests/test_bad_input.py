@@ -58,6 +58,8 @@ BAD_JOB = "class NoSpace:\n    name = 'nospace'\n    metric = 'val_loss'\n    mo
         ("unknown acquisition", ["--acq", "pi"], "pi"),
         ("zero --timeout", ["--timeout", "0"], "--timeout"),
         ("negative --ask-ahead", ["--workers", "2", "--ask-ahead", "-1"], "--ask-ahead"),
+        ("unreachable --ray-address", ["--workers", "2", "--ray-address", "127.0.0.1:9"], "127.0.0.1:9"),
+        ("malformed --ray-address", ["--ray-address", "head-node"], "head-node"),
     ],
 )
 def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch) -> None:
