@@ -202,6 +202,7 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
 def _check_ray_address(address: str, timeout: float = 5.0) -> None:
     """A cluster address that nothing answers is refused in seconds: ``ray.init`` would retry for
     minutes, printing Ray's own connection warnings. ``auto`` and ``local`` are Ray's to resolve."""
+    import importlib.util
     import socket
 
     if address in ("auto", "local"):
@@ -212,6 +213,9 @@ def _check_ray_address(address: str, timeout: float = 5.0) -> None:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise click.BadParameter(f"expected HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), ray://HOST:PORT or "
                                  f"auto, got {address!r}", param_hint="--ray-address")
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise click.BadParameter(f"{address} is a Ray Client address, which needs pip install 'ray[client]'; or give "
+                                 "the head's own address, HOST:6379", param_hint="--ray-address")
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as exc:
@@ -277,8 +281,12 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
     from agent.tuning.workers import make_executor
 
     try:
-        with _abandoning(early):
-            executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, torch_threads)
+        try:
+            with _abandoning(early):
+                executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, torch_threads)
+        except TuneAgentError as exc:  # the study is in the store; the workers are what failed
+            raise type(exc)(f"{str(exc).rstrip('.')}; study {study.name} is kept: once the workers can start, continue with: "
+                            f"tune-agent resume {study.name}") from None
         if workers > 1 or ray_address:
             from agent.tuning.sampler import pending_note
 

@@ -60,6 +60,7 @@ BAD_JOB = "class NoSpace:\n    name = 'nospace'\n    metric = 'val_loss'\n    mo
         ("negative --ask-ahead", ["--workers", "2", "--ask-ahead", "-1"], "--ask-ahead"),
         ("unreachable --ray-address", ["--workers", "2", "--ray-address", "127.0.0.1:9"], "127.0.0.1:9"),
         ("malformed --ray-address", ["--ray-address", "head-node"], "head-node"),
+        ("Ray Client address without ray[client]", ["--ray-address", "ray://127.0.0.1:9"], "ray[client]"),
     ],
 )
 def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch) -> None:
@@ -75,6 +76,26 @@ def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch)
     assert "Traceback" not in res.err
     assert not res.out.strip(), f"bad input printed progress first: {res.out!r}"
     assert not (store.root / "mlflow.db").exists(), "bad input wrote to the store"
+
+
+def test_workers_that_cannot_start_keep_the_study_and_say_how_to_resume(store, cli, monkeypatch) -> None:
+    """Ray failing to start (here: not importable, as on a broken install) after the study was
+    created: one line that names the study and the resume command; the study holds no trial."""
+    import agent.tuning.ray_start as ray_start
+    from agent.errors import TuneAgentError
+
+    def no_ray():
+        raise TuneAgentError("--workers needs Ray: pip install 'ray[default]'")
+
+    monkeypatch.setattr(ray_start, "import_ray", no_ray)
+    res = cli(*_start(store, "--workers", "2", "--study-name", "no-ray"))
+    assert res.code == 2, res
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'ray[default]'" in lines[0], res.err
+    assert lines[0].endswith("continue with: tune-agent resume no-ray"), lines[0]
+    kb = store.kb()
+    study = kb.find_study("no-ray")
+    assert study is not None and kb.trials(study) == []
 
 
 def test_resume_errors(store, cli, tmp_path, monkeypatch) -> None:
