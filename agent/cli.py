@@ -199,30 +199,14 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
         _check_ray_address(ray_address)
 
 
-def _check_ray_address(address: str, timeout: float = 5.0) -> None:
+def _check_ray_address(address: str) -> None:
     """A cluster address that nothing answers is refused in seconds: ``ray.init`` would retry for
-    minutes, printing Ray's own connection warnings. ``auto`` and ``local`` are Ray's to resolve."""
-    import importlib.util
-    import socket
+    minutes, printing Ray's own connection warnings."""
+    from agent.tuning.doctor import ray_address_problem
 
-    if address in ("auto", "local"):
-        return
-    rest = address[len("ray://"):] if address.startswith("ray://") else address
-    host, _, port = rest.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), ray://HOST:PORT or "
-                                 f"auto, got {address!r}", param_hint="--ray-address")
-    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
-        raise click.BadParameter(f"{address} is a Ray Client address, which needs pip install 'ray[client]'; or give "
-                                 "the head's own address, HOST:6379", param_hint="--ray-address")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise click.BadParameter(f"cannot reach the Ray cluster at {address} ({reason}): is its head running "
-                                 f"(`ray start --head --port={port}` there)? Leave --ray-address out to run the "
-                                 f"trials on a local instance", param_hint="--ray-address") from None
+    problem = ray_address_problem(address)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="--ray-address")
 
 
 @cli.command()
@@ -439,15 +423,20 @@ def history(tracking_uri: str | None, as_json: bool) -> None:
 @tracking_option
 @artifact_option
 @click.option("--models-dir", default="models", show_default=True)
+@click.option("--ray-address", default=None,
+              help="Also check the Ray cluster at this address: its nodes, CPUs and GPUs, and that each node can "
+                   "find tune-agent, torch and Lightning installed.")
 @json_option
 @talks("checking the installation")
-def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, as_json: bool) -> None:
-    """Check the store, the history, the meta-models, versions and threads; exit 1 if something is broken."""
+def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, ray_address: str | None,
+           as_json: bool) -> None:
+    """Check the store, the history, the meta-models, versions and threads (and a Ray cluster); exit 1
+    if something is broken."""
     from pathlib import Path
 
     from agent.tuning.doctor import healthy, render, run_doctor
 
-    checks = run_doctor(tracking_uri, artifact_root, Path(models_dir))
+    checks = run_doctor(tracking_uri, artifact_root, Path(models_dir), ray_address)
     click.echo(render(checks, as_json))
     if not healthy(checks):
         sys.exit(1)

@@ -88,6 +88,11 @@ def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) 
     assert res.code == 1 and "fail  store schema" in res.out
     res = cli("history", "--tracking-uri", f"sqlite:///{bad}")  # the product says it in one line
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1 and "cannot be opened" in res.err
+    # a Ray cluster nothing answers: a failed check in seconds, not ray.init's minutes of retrying
+    res = cli("doctor", "--json", "--ray-address", "127.0.0.1:9", *store.args)
+    checks = {c["name"]: c for c in json.loads(res.out)}
+    assert res.code == 1 and checks["ray cluster"]["status"] == "fail", res.out
+    assert "cannot reach the Ray cluster at 127.0.0.1:9" in checks["ray cluster"]["detail"]
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs a pseudo-terminal")

@@ -1,7 +1,8 @@
 """``tune-agent doctor``: is this installation ready to tune? One check per line, each with what to
 do when it is not: the store (reachable, writable, its schema whole), the history in it, the
 meta-models ``dvc repro`` builds (and which job and search space they serve), library versions,
-and the threads torch would use on this machine."""
+the threads torch would use on this machine and, with ``--ray-address``, the Ray cluster a study
+would run its trials on (its nodes, their resources, and whether each can import a trial)."""
 
 from __future__ import annotations
 
@@ -123,8 +124,101 @@ def _environment_checks() -> list[Check]:
     return out
 
 
-def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path) -> list[Check]:
-    return _store_checks(tracking_uri, artifact_root) + _model_checks(models_dir) + _environment_checks()
+def ray_address_problem(address: str, timeout: float = 5.0) -> str | None:
+    """Why ``--ray-address`` cannot be a Ray cluster's address (malformed, nothing answering, a Ray
+    Client address without ``ray[client]``), or None. Checked in seconds, where ``ray.init`` would
+    retry for minutes; ``auto`` and ``local`` are Ray's to resolve."""
+    import importlib.util
+    import socket
+
+    if address in ("auto", "local"):
+        return None
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"expected HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), ray://HOST:PORT or auto, got {address!r}"
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        return f"{address} is a Ray Client address, which needs pip install 'ray[client]'; or give the head's own address, HOST:6379"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return (f"cannot reach the Ray cluster at {address} ({exc.strerror or type(exc).__name__}): is its head running "
+                f"(`ray start --head --port={port}` there)? Leave --ray-address out to run the trials on a local instance")
+    return None
+
+
+def _node_report() -> dict[str, Any]:
+    """Run on each node: what a trial there needs, installed or not (found, not imported: a probe
+    that imported torch would take seconds per node)."""
+    import importlib.util
+    import socket
+
+    report: dict[str, Any] = {"host": socket.gethostname()}
+    missing = [m for m in ("agent", "torch", "lightning") if importlib.util.find_spec(m) is None]
+    if missing:
+        report["error"] = f"{', '.join(missing)} not installed"
+        return report
+    import agent
+
+    report.update(agent=getattr(agent, "__version__", "?"), torch=metadata.version("torch"),
+                  lightning=metadata.version("lightning"))
+    return report
+
+
+def _ray_checks(address: str, timeout: float = 60.0) -> list[Check]:
+    """The cluster at ``address``: nodes alive and their resources, then one task per node that
+    looks for what a trial needs (every node needs tune-agent installed)."""
+    problem = ray_address_problem(address)
+    if problem is not None:
+        return [Check("ray cluster", FAIL, problem)]
+    import logging
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    started = ray.is_initialized()
+    try:
+        if not started:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+        gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
+        out = [Check("ray cluster", OK, f"{address}: ray {ray.__version__}, {len(nodes)} node(s) alive, {cpus:g} CPUs, "
+                                         f"{gpus:g} GPUs (--workers up to {int(cpus)})")]
+        probe = ray.remote(num_cpus=0, max_retries=0)(_node_report)
+        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+                for n in nodes]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        reports = [ray.get(r) if r in ready else {"host": n.get("NodeManagerAddress", "?"), "error": f"no answer in {timeout:g} s"}
+                   for r, n in zip(refs, nodes)]
+    except Exception as exc:  # noqa: BLE001 - one line, as the study would say it
+        text = str(exc).strip()
+        return [Check("ray cluster", FAIL, f"{address}: {text.splitlines()[0] if text else type(exc).__name__}")]
+    finally:
+        if not started and ray.is_initialized():
+            ray.shutdown()
+    import agent
+
+    broken = [f"{r['host']}: {r['error']}" for r in reports if "error" in r]
+    mine = (getattr(agent, "__version__", "?"), metadata.version("torch"))
+    differ = sorted({f"{r['host']}: tune-agent {r['agent']}, torch {r['torch']}" for r in reports
+                     if "error" not in r and (r["agent"], r["torch"]) != mine})
+    fine = len(reports) - len(broken)
+    detail = f"tune-agent, torch and Lightning installed on {fine} of {len(reports)} node(s)"
+    if broken:
+        detail += f"; cannot run a trial on {'; '.join(broken)} (install tune-agent there)"
+    if differ:
+        detail += f"; versions differ from this machine's (tune-agent {mine[0]}, torch {mine[1]}): {'; '.join(differ)}"
+    out.append(Check("ray nodes", FAIL if broken else WARN if differ else OK, detail))
+    return out
+
+
+def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path,
+               ray_address: str | None = None) -> list[Check]:
+    checks = _store_checks(tracking_uri, artifact_root) + _model_checks(models_dir) + _environment_checks()
+    return checks + (_ray_checks(ray_address) if ray_address else [])
 
 
 def render(checks: list[Check], as_json: bool) -> str:

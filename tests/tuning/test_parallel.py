@@ -242,6 +242,13 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
     from agent.knowledge.base import TRIAL_OK
 
     address, env = ray_cluster
+    # what a user checks first: both nodes up, and each has what a trial needs
+    doctor = subprocess.run([sys.executable, "-m", "agent.cli", "doctor", "--json", "--ray-address", address, *store.args],
+                            env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert checks["ray cluster"]["status"] == "ok", doctor.stdout
+    assert "2 node(s) alive, 2 CPUs" in checks["ray cluster"]["detail"]
+    assert checks["ray nodes"]["status"] == "ok" and "installed on 2 of 2 node(s)" in checks["ray nodes"]["detail"]
     run = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
                           "tests.tuning.crash_job:job", "--trials", "5", "--epochs", "2", "--workers", "2",
                           "--ray-address", address, "--warm-start", "none", "--study-name", "on-ray", *store.args],
