@@ -2,7 +2,7 @@
 do when it is not: the store (reachable, writable, its schema whole), the history in it, the
 meta-models ``dvc repro`` builds (and which job and search space they serve), library versions,
 the threads torch would use on this machine and, with ``--ray-address``, the Ray cluster a study
-would run its trials on (its nodes, their resources, and whether each can import a trial)."""
+would run its trials on (its nodes, their resources, and whether each has what a trial needs)."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def _node_report() -> dict[str, Any]:
     report: dict[str, Any] = {"host": socket.gethostname()}
     missing = [m for m in ("agent", "torch", "lightning") if importlib.util.find_spec(m) is None]
     if missing:
-        report["error"] = f"{', '.join(missing)} not installed"
+        report["error"] = f"{', '.join(missing)} not installed (install tune-agent there)"
         return report
     import agent
 
@@ -191,7 +191,8 @@ def _ray_checks(address: str, timeout: float = 60.0) -> list[Check]:
         refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
                 for n in nodes]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        reports = [ray.get(r) if r in ready else {"host": n.get("NodeManagerAddress", "?"), "error": f"no answer in {timeout:g} s"}
+        silent = f"no answer in {timeout:g} s (the probe needs no CPU: is the node overloaded?)"
+        reports = [ray.get(r) if r in ready else {"host": n.get("NodeManagerAddress", "?"), "error": silent}
                    for r, n in zip(refs, nodes)]
     except Exception as exc:  # noqa: BLE001 - one line, as the study would say it
         text = str(exc).strip()
@@ -208,7 +209,7 @@ def _ray_checks(address: str, timeout: float = 60.0) -> list[Check]:
     fine = len(reports) - len(broken)
     detail = f"tune-agent, torch and Lightning installed on {fine} of {len(reports)} node(s)"
     if broken:
-        detail += f"; cannot run a trial on {'; '.join(broken)} (install tune-agent there)"
+        detail += f"; cannot run a trial on {'; '.join(broken)}"
     if differ:
         detail += f"; versions differ from this machine's (tune-agent {mine[0]}, torch {mine[1]}): {'; '.join(differ)}"
     out.append(Check("ray nodes", FAIL if broken else WARN if differ else OK, detail))
