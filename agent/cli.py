@@ -195,18 +195,12 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
         raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
         raise click.BadParameter(f"must be positive seconds, got {timeout}", param_hint="--timeout")
-    if ray_address is not None:
-        _check_ray_address(ray_address)
+    if ray_address is not None:  # refused in seconds, where ray.init would retry for minutes
+        from agent.tuning.doctor import ray_address_problem
 
-
-def _check_ray_address(address: str) -> None:
-    """A cluster address that nothing answers is refused in seconds: ``ray.init`` would retry for
-    minutes, printing Ray's own connection warnings."""
-    from agent.tuning.doctor import ray_address_problem
-
-    problem = ray_address_problem(address)
-    if problem is not None:
-        raise click.BadParameter(problem, param_hint="--ray-address")
+        problem = ray_address_problem(ray_address)
+        if problem is not None:
+            raise click.BadParameter(problem, param_hint="--ray-address")
 
 
 @cli.command()
