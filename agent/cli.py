@@ -141,15 +141,20 @@ def execution_options(fn: Any) -> Any:
     """Where trials run and for how long: not part of a study, so a resume may choose differently."""
     fn = click.option("--timeout", type=float, default=None,
                       help="Seconds: start no trial after this long (running ones finish); the study stays resumable.")(fn)
+    fn = click.option("--gpus-per-trial", type=float, default=0.0, show_default=True,
+                      help="A trial trains on a GPU when above 0: in this process, or on Ray with this share of a GPU "
+                           "reserved per trial (0.5: two trials share one; Ray Tune's resources_per_trial). At most 1.")(fn)
+    fn = click.option("--cpus-per-trial", type=int, default=1, show_default=True,
+                      help="With Ray workers, CPUs each trial's task reserves and the torch threads it trains on.")(fn)
     fn = click.option("--torch-threads", type=int, default=None,
                       help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
-                           "one per core]; fewer leave cores to other work. Ray workers train on one thread each.")(fn)
+                           "one per core]; fewer leave cores to other work. Ray workers take --cpus-per-trial.")(fn)
     fn = click.option("--ask-ahead", type=int, default=1, show_default=True,
                       help="With --workers > 1, trials proposed beyond the workers and held here, each started the moment a trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free worker, knowing every finished result.")(fn)
     fn = click.option("--ray-address", default=None,
                       help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).")(fn)
     return click.option("--workers", type=int, default=1, show_default=True,
-                        help="Trials run at once (Ray tasks, one CPU and one torch thread each); each new trial is proposed knowing the running ones.")(fn)
+                        help="Trials run at once (Ray tasks of --cpus-per-trial CPUs and --gpus-per-trial GPUs each); each new trial is proposed knowing the running ones.")(fn)
 
 
 @contextlib.contextmanager
@@ -183,14 +188,17 @@ def talks(what: str) -> Any:
 
 
 def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0, torch_threads: int | None = None,
-                   ray_address: str | None = None) -> None:
+                   ray_address: str | None = None, cpus_per_trial: int = 1, gpus_per_trial: float = 0.0) -> Any:
+    """The execution options checked (one line, exit 2, before anything loads or is written);
+    returns the trials' :class:`~agent.tuning.resources.TrialResources`."""
+    from agent.tuning.resources import TrialResources, local_gpu_problem, problem
+
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
-    if torch_threads is not None and torch_threads < 1:
-        raise click.BadParameter(f"must be at least 1, got {torch_threads}", param_hint="--torch-threads")
-    if torch_threads is not None and (workers > 1 or ray_address):
-        raise click.BadParameter("applies to trials trained in this process (--workers 1); Ray workers train "
-                                 "on one thread each", param_hint="--torch-threads")
+    resources = TrialResources(cpus_per_trial, gpus_per_trial, torch_threads)
+    wrong = problem(resources, on_ray=workers > 1 or ray_address is not None)
+    if wrong is not None:
+        raise click.BadParameter(wrong[1], param_hint=wrong[0])
     if ask_ahead < 0:
         raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
@@ -198,34 +206,39 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
     if ray_address is not None:  # refused in seconds, where ray.init would retry for minutes
         from agent.tuning.doctor import ray_address_problem
 
-        problem = ray_address_problem(ray_address)
-        if problem is not None:
-            raise click.BadParameter(problem, param_hint="--ray-address")
+        unreachable = ray_address_problem(ray_address)
+        if unreachable is not None:
+            raise click.BadParameter(unreachable, param_hint="--ray-address")
+    elif gpus_per_trial > 0:  # the trials run on this machine: is there a GPU at all?
+        missing = local_gpu_problem(gpus_per_trial)
+        if missing is not None:
+            raise click.BadParameter(missing, param_hint="--gpus-per-trial")
+    return resources
 
 
 @cli.command()
 @study_options
 @execution_options
 def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
-          **kwargs: Any) -> None:
+          cpus_per_trial: int, gpus_per_trial: float, **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address)
+    resources = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial)
     req = _request(kwargs)
-    early = _start_workers_early(workers, ray_address, req.job)
+    early = _start_workers_early(workers, ray_address, req.job, resources)
     with _abandoning(early), _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early, torch_threads)
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early, resources)
 
 
-def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None) -> Any:
+def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None, resources: Any) -> Any:
     """Ray's start begun now, on a background thread, to overlap the imports and the preparation
     that follow (:class:`agent.tuning.ray_start.RayStart`); None when the study runs in this process."""
     from agent.tuning.ray_start import start_workers_early
 
-    return start_workers_early(workers, ray_address, job_spec)
+    return start_workers_early(workers, ray_address, job_spec, resources)
 
 
 @contextlib.contextmanager
@@ -253,7 +266,7 @@ def create(**kwargs: Any) -> None:
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int,
          ray_address: str | None, timeout: float | None, ask_ahead: int, early: Any = None,
-         torch_threads: int | None = None) -> None:
+         resources: Any = None) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
@@ -261,7 +274,7 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
     try:
         try:
             with _abandoning(early):
-                executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, torch_threads)
+                executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, resources)
         except TuneAgentError as exc:  # the study is in the store; the workers are what failed
             raise type(exc)(f"{str(exc).rstrip('.')}; study {study.name} is kept: once the workers can start, continue with: "
                             f"tune-agent resume {study.name}") from None
@@ -269,8 +282,13 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
             from agent.tuning.sampler import pending_note
 
             ahead = f", {executor.ask_ahead} more asked ahead" if executor.ask_ahead else ""
-            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{ahead}; "
+            each = f", {executor.per_trial} each" if executor.per_trial else ""
+            reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{each}{ahead}; "
                           f"{pending_note(study.sampler)}")
+        elif resources is not None and resources.gpus > 0:
+            reporter.line("trials train on the GPU (Lightning accelerator 'gpu', one device)")
+        for note in executor.notes:
+            reporter.line(note)
         timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=timeout)
         if timing.timed_out:
             done = study.settings.trials - study.remaining()
@@ -294,10 +312,11 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
 @artifact_option
 @execution_options
 def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
-           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None) -> None:
+           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
+           cpus_per_trial: int, gpus_per_trial: float) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address)
-    early = _start_workers_early(workers, ray_address, job)
+    resources = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial)
+    early = _start_workers_early(workers, ray_address, job, resources)
     with _abandoning(early):
         with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
             from agent.tuning.progress import ProgressReporter
@@ -316,7 +335,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
             if early is not None:
                 early.abandon()
             return
-    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early, torch_threads)
+    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early, resources)
 
 
 @cli.command()

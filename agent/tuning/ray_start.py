@@ -15,16 +15,17 @@ import threading
 from typing import Any
 
 from agent.errors import TuneAgentError
+from agent.tuning.resources import TrialResources
 
 
-def _warm_worker() -> int:
+def _warm_worker(threads: int = 1) -> int:
     """A Ray task that imports what a trial needs, so the worker it ran on is ready for one."""
     import lightning.pytorch  # noqa: F401
     import torch
 
     import agent.tuning.runner  # noqa: F401
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     return os.getpid()
 
 
@@ -49,8 +50,9 @@ class RayStart:
     would take the instance with it. :meth:`wait` blocks until Ray is up; :meth:`stop` ends an
     instance this process started; :meth:`abandon` does so without waiting, when no study follows."""
 
-    def __init__(self, capacity: int, address: str | None = None) -> None:
+    def __init__(self, capacity: int, address: str | None = None, resources: TrialResources | None = None) -> None:
         self.capacity, self.address = capacity, address
+        self.resources = resources or TrialResources()
         self.own = False  # whether this process started the instance (and stops it)
         self._error: BaseException | None = None
         self._abandoned = False
@@ -73,14 +75,16 @@ class RayStart:
                 # a local instance turns token authentication on and says so at WARNING on every start
                 logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
                 if self.address is None:
-                    ray.init(num_cpus=self.capacity, include_dashboard=False, log_to_driver=False,
-                             configure_logging=False)
+                    # the trials' CPUs; the GPUs are those Ray finds on this machine
+                    ray.init(num_cpus=self.capacity * self.resources.cpus, include_dashboard=False,
+                             log_to_driver=False, configure_logging=False)
                 else:
                     ray.init(address=self.address, log_to_driver=False, configure_logging=False)
                 self.own = True
             if not self._abandoned:
-                warm = ray.remote(num_cpus=1, max_retries=0)(_warm_worker)
-                self._warming = [warm.remote() for _ in range(self.capacity)]
+                # shaped as the trials, so that the workers they warm are the ones trials get
+                warm = ray.remote(max_retries=0, **self.resources.ray_options())(_warm_worker)
+                self._warming = [warm.remote(self.resources.cpus) for _ in range(self.capacity)]
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
             self._error = exc
         finally:
@@ -124,14 +128,15 @@ class RayStart:
             self.stop()
 
 
-def start_workers_early(workers: int, ray_address: str | None, job_spec: str | None = None) -> RayStart | None:
+def start_workers_early(workers: int, ray_address: str | None, job_spec: str | None = None,
+                        resources: TrialResources | None = None) -> RayStart | None:
     """A :class:`RayStart` when the study will run on Ray (``--workers`` above 1 or a
     ``--ray-address``, and not a benchmark job, whose trials are lookups run in this process)."""
     from agent.jobs.registry import YAHPO_PREFIX
 
     if (workers <= 1 and ray_address is None) or (job_spec or "").strip().startswith(YAHPO_PREFIX):
         return None
-    return RayStart(workers, ray_address)
+    return RayStart(workers, ray_address, resources)
 
 
 def import_ray() -> Any:

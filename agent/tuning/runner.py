@@ -100,17 +100,18 @@ def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -
 
 
 def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None,
-              on_epoch: EpochListener | None = None) -> TrialOutcome:
+              on_epoch: EpochListener | None = None, accelerator: str = "cpu") -> TrialOutcome:
     """Trains ``job`` once with ``trial.config`` in this process, logging live to the trial's run;
     never raises for a failure inside the trial. ``on_epoch(trial_number, epoch, epochs, metrics)``
-    hears each finished epoch (the terminal's progress display)."""
+    hears each finished epoch (the terminal's progress display); ``accelerator`` is Lightning's
+    (``cpu`` or ``gpu``: :class:`agent.tuning.resources.TrialResources`)."""
     from agent.jobs.base import BenchmarkJob
 
     if isinstance(job, BenchmarkJob):
         return run_benchmark_trial(study, trial, job, dataset)
     return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
                         study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials),
-                        on_epoch=on_epoch)
+                        on_epoch=on_epoch, accelerator=accelerator)
 
 
 EpochListener = Callable[[int, int, int, Mapping[str, float]], None]
@@ -169,7 +170,8 @@ def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> No
 
 def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
                  split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None,
-                 on_epoch: EpochListener | None = None, keep: list[Any] | None = None) -> TrialOutcome:
+                 on_epoch: EpochListener | None = None, keep: list[Any] | None = None,
+                 accelerator: str = "cpu") -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
     ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
     never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`).
@@ -188,7 +190,7 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
         module, datamodule = job.build(config, dataset, split[0], split[1], seed)
         trainer = pl.Trainer(
             max_epochs=settings.epochs,
-            accelerator="cpu",
+            accelerator=accelerator,
             devices=1,
             logger=logger,
             callbacks=callbacks,

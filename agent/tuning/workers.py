@@ -16,6 +16,8 @@ what it is given and hands back finished trials one at a time, in the order they
   the trial's run, so only this process talks to the store (a worker may be on a machine that
   cannot reach an embedded sqlite file). A worker that dies (SIGKILL, out of memory, its node
   lost) is retried once on a fresh worker; a second death is a failed trial, never a lost one.
+  Each task reserves ``--cpus-per-trial`` CPUs and ``--gpus-per-trial`` of a GPU, as Ray Tune's
+  ``resources_per_trial`` (:mod:`agent.tuning.resources`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from agent.errors import TuneAgentError, WorkersLostError
 from agent.knowledge.base import TrialRecord
 from agent.tuning.pruning import pruning_state
 from agent.tuning.ray_start import RayStart, import_ray
+from agent.tuning.resources import TrialResources, fit_note, trial_slots
 from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, run_trial, train_config
 from agent.tuning.study import Study
 
@@ -50,6 +53,8 @@ class TrialExecutor(Protocol):
     capacity: int
     ask_ahead: int  # trials the study loop asks beyond ``capacity`` and holds until a worker is free
     where: str  # said to the user: "this process", "a local Ray instance", the cluster's address
+    notes: list[str]  # said to the user as the study starts: e.g. fewer trials fit the cluster at once
+    per_trial: str  # what a trial reserves, said with ``where`` ("2 CPUs and 0.5 GPU"); "" in this process
 
     def submit(self, trial: TrialRecord) -> None: ...
 
@@ -71,10 +76,12 @@ class InlineExecutor:
     capacity = 1
     ask_ahead = 0  # a trial asked ahead would only miss the result of the one before it
     where = "this process"
+    per_trial = ""
 
-    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, torch_threads: int | None = None) -> None:
+    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, resources: TrialResources | None = None) -> None:
         self.study, self.job, self.dataset, self.split = study, job, dataset, split
-        self.torch_threads = torch_threads  # None: torch's own count
+        self.resources = resources or TrialResources()
+        self.notes: list[str] = []  # said once the study starts
         self._queue: deque[TrialRecord] = deque()
         self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
 
@@ -83,12 +90,13 @@ class InlineExecutor:
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         trial = self._queue.popleft()
-        if self.torch_threads is None:
-            return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
+        accelerator = self.resources.accelerator
+        if self.resources.torch_threads is None:
+            return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch, accelerator)
         from agent.surrogates.gp import torch_threads
 
-        with torch_threads(self.torch_threads):
-            return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch)
+        with torch_threads(self.resources.torch_threads):
+            return trial, run_trial(self.study, trial, self.job, self.dataset, self.split, self.on_epoch, accelerator)
 
     def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
         return None  # a trial here runs inside wait()
@@ -123,31 +131,45 @@ class QueuedExecutor(InlineExecutor):
 
 
 def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                  split: Any, pruning: Any = None) -> tuple[TrialOutcome, list[Any], int]:
-    """The body of a Ray task: one training run with one torch thread, and what it logged."""
+                  split: Any, pruning: Any = None, threads: int = 1,
+                  accelerator: str = "cpu") -> tuple[TrialOutcome, list[Any], int]:
+    """The body of a Ray task: one training run on ``threads`` torch threads (the CPUs the task
+    reserved) and ``accelerator``, and what it logged."""
     import torch
 
     from agent.tuning.runner import quiet_lightning
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     quiet_lightning()
     logger = recording_logger()
-    outcome = train_config(job, config, number, settings, dataset, split, logger, pruning)
+    outcome = train_config(job, config, number, settings, dataset, split, logger, pruning, accelerator=accelerator)
     return outcome, logger.records, os.getpid()
 
 
 class RayExecutor:
-    """Ray Core tasks (see the module doc). ``address`` None starts a local Ray instance with
-    ``capacity`` CPUs for this study and stops it at :meth:`close`."""
+    """Ray Core tasks (see the module doc), each reserving ``resources`` (``--cpus-per-trial``,
+    ``--gpus-per-trial``). ``address`` None starts a local Ray instance with ``capacity`` trials'
+    CPUs (and the GPUs Ray finds) for this study and stops it at :meth:`close`."""
 
     def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
-                 address: str | None = None, ask_ahead: int = ASK_AHEAD, started: RayStart | None = None) -> None:
+                 address: str | None = None, ask_ahead: int = ASK_AHEAD, started: RayStart | None = None,
+                 resources: TrialResources | None = None) -> None:
         ray = import_ray()
         self.study, self.capacity, self.ask_ahead = study, capacity, ask_ahead
+        self.resources = resources or TrialResources()
         self.where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        self._start = started or RayStart(capacity, address)
+        self.per_trial = self.resources.describe()
+        self._start = started or RayStart(capacity, address, self.resources)
         self._start.wait()
-        self._task = ray.remote(num_cpus=1, max_retries=0)(_remote_trial)
+        # a task asking for more than any node has waits in Ray's queue without a word: say so
+        slots = trial_slots(ray.nodes(), self.resources)
+        if slots == 0 and self._start.own and address is None:
+            self._start.stop()
+            raise TuneAgentError(f"the local Ray instance has no room for a trial of {self.resources.describe()} "
+                                 f"(Ray found {ray.cluster_resources().get('GPU', 0):g} GPUs here)")
+        note = fit_note(slots, capacity, self.resources, self.where)
+        self.notes = [note] if note else []
+        self._task = ray.remote(max_retries=0, **self.resources.ray_options())(_remote_trial)
         self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
         self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
         self._gcs = ray.get_runtime_context().gcs_address  # the head, checked while trials run
@@ -156,7 +178,7 @@ class RayExecutor:
     def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
         pruning = pruning_state(self.study.settings, self.study.trials)  # the curves finished so far
         ref = self._task.remote(self._job, dict(trial.config), trial.number, self.study.settings,
-                                self._dataset, self._split, pruning)
+                                self._dataset, self._split, pruning, self.resources.cpus, self.resources.accelerator)
         self._running[ref] = (trial, attempts)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
@@ -230,10 +252,11 @@ class RayExecutor:
 
 def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int = 1,
                   ray_address: str | None = None, ask_ahead: int = ASK_AHEAD,
-                  started: RayStart | None = None, torch_threads: int | None = None) -> TrialExecutor:
+                  started: RayStart | None = None, resources: TrialResources | None = None) -> TrialExecutor:
     """The executor for ``--workers``/``--ray-address``: inline for one local worker, queued for a
     benchmark job, Ray otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start
-    begun by :func:`start_workers_early`, stopped here when the study does not run on Ray)."""
+    begun by :func:`start_workers_early`, stopped here when the study does not run on Ray;
+    ``resources``: what each trial trains with)."""
     from agent.jobs.base import BenchmarkJob
 
     if workers < 1:
@@ -247,5 +270,5 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int
         return (QueuedExecutor(study, job, dataset, split, workers, ask_ahead) if workers > 1
                 else InlineExecutor(study, job, dataset, split))
     if not on_ray:
-        return InlineExecutor(study, job, dataset, split, torch_threads)
-    return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started)
+        return InlineExecutor(study, job, dataset, split, resources)
+    return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started, resources)

@@ -272,22 +272,29 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
 
 
 @pytest.mark.timeout(480)  # its study's own limit is 420 s, for a machine busy with a parallel test run
-def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store) -> None:  # noqa: ANN001
-    """`start --workers 2` on a local instance: Ray started on a background thread (its processes
-    would die with that thread, were it to end), its workers warmed, every trial logged once and
-    nothing from Ray's start on stderr."""
+def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store, tmp_path: Path) -> None:  # noqa: ANN001
+    """`start --workers 2 --cpus-per-trial 3` on a local instance: Ray started on a background
+    thread (its processes would die with that thread, were it to end), its workers warmed, every
+    trial logged once, trained on three torch threads in a Ray worker, and nothing from Ray's start
+    on stderr."""
     from agent.knowledge.base import TRIAL_OK
 
+    threads = tmp_path / "threads"
+    threads.mkdir()
     run = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
-                          "agent.jobs.examples:logistic", "--trials", "4", "--epochs", "2", "--workers", "2",
-                          "--warm-start", "none", "--study-name", "local-ray", *store.args],
-                         env=RAY_ENV, cwd=REPO, capture_output=True, text=True, timeout=420)
+                          "tests.tuning.threads_job:job", "--trials", "4", "--epochs", "2", "--workers", "2",
+                          "--cpus-per-trial", "3", "--warm-start", "none", "--study-name", "local-ray", *store.args],
+                         env={**RAY_ENV, "THREADS_DIR": str(threads)}, cwd=REPO, capture_output=True, text=True,
+                         timeout=420)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "running 2 trial(s) at once on a local Ray instance, 1 more asked ahead" in run.stdout
+    assert "running 2 trial(s) at once on a local Ray instance, 3 CPUs each, 1 more asked ahead" in run.stdout
     assert "SIGTERM handler" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
     trials = store.kb().trials(store.kb().find_study("local-ray"))
     assert sorted(t.number for t in trials) == [0, 1, 2, 3]
     assert all(t.state == TRIAL_OK for t in trials), [(t.number, t.state, t.reason) for t in trials]
+    seen = [f.read_text().split() for f in threads.iterdir()]
+    # --cpus-per-trial threads in the Ray workers (neither Ray's old one thread nor torch's default here)
+    assert len(seen) == 4 and {n for n, _ in seen} == {"3"}, seen
 
 
 def test_bad_input_with_workers_is_refused_in_one_line_and_stops_the_ray_it_began(tmp_path: Path) -> None:
@@ -533,5 +540,5 @@ def test_torch_threads_sets_the_threads_of_trials_trained_here(store, cli) -> No
     assert job.seen == [1, 1] and torch.get_num_threads() == before
     refused = cli("start", "--dataset", "wine", "--job", "mlp", "--workers", "2", "--torch-threads", "2",
                   "--tracking-uri", store.uri)
-    assert refused.code == 2 and "--torch-threads" in refused.err and "one thread each" in refused.err
+    assert refused.code == 2 and "--torch-threads" in refused.err and "--cpus-per-trial threads" in refused.err
     assert len(refused.err.strip().splitlines()) == 1
