@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import click
@@ -151,6 +152,9 @@ def execution_options(fn: Any) -> Any:
                            "one per core]; fewer leave cores to other work. Ray workers take --cpus-per-trial.")(fn)
     fn = click.option("--ask-ahead", type=int, default=1, show_default=True,
                       help="With --workers > 1, trials proposed beyond the workers and held here, each started the moment a trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free worker, knowing every finished result.")(fn)
+    fn = click.option("--ray-working-dir", default=None, metavar="DIR",
+                      help="With Ray workers, a folder shipped to every worker and put first on its import path "
+                           "(Ray's runtime_env working_dir): where your --job module lives, when the nodes do not have it.")(fn)
     fn = click.option("--ray-address", default=None,
                       help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).")(fn)
     return click.option("--workers", type=int, default=1, show_default=True,
@@ -188,17 +192,29 @@ def talks(what: str) -> Any:
 
 
 def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0, torch_threads: int | None = None,
-                   ray_address: str | None = None, cpus_per_trial: int = 1, gpus_per_trial: float = 0.0) -> Any:
+                   ray_address: str | None = None, cpus_per_trial: int = 1, gpus_per_trial: float = 0.0,
+                   ray_working_dir: str | None = None) -> tuple[Any, str | None]:
     """The execution options checked (one line, exit 2, before anything loads or is written);
-    returns the trials' :class:`~agent.tuning.resources.TrialResources`."""
+    returns the trials' :class:`~agent.tuning.resources.TrialResources` and the absolute
+    ``--ray-working-dir``, which also goes first on this process's import path, so that ``--job``
+    finds its module there too."""
     from agent.tuning.resources import TrialResources, local_gpu_problem, problem
 
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
+    on_ray = workers > 1 or ray_address is not None
     resources = TrialResources(cpus_per_trial, gpus_per_trial, torch_threads)
-    wrong = problem(resources, on_ray=workers > 1 or ray_address is not None)
+    wrong = problem(resources, on_ray)
     if wrong is not None:
         raise click.BadParameter(wrong[1], param_hint=wrong[0])
+    if ray_working_dir is not None:
+        if not on_ray:
+            raise click.BadParameter("ships a folder to Ray workers (--workers above 1 or --ray-address); a trial in "
+                                     "this process imports from this machine", param_hint="--ray-working-dir")
+        if not Path(ray_working_dir).is_dir():
+            raise click.BadParameter(f"{ray_working_dir} is not a folder", param_hint="--ray-working-dir")
+        ray_working_dir = str(Path(ray_working_dir).resolve())
+        sys.path.insert(0, ray_working_dir)
     if ask_ahead < 0:
         raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
@@ -213,32 +229,35 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
         missing = local_gpu_problem(gpus_per_trial)
         if missing is not None:
             raise click.BadParameter(missing, param_hint="--gpus-per-trial")
-    return resources
+    return resources, ray_working_dir
 
 
 @cli.command()
 @study_options
 @execution_options
 def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
-          cpus_per_trial: int, gpus_per_trial: float, **kwargs: Any) -> None:
+          cpus_per_trial: int, gpus_per_trial: float, ray_working_dir: str | None, **kwargs: Any) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    resources = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial)
+    resources, ray_working_dir = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial,
+                                                gpus_per_trial, ray_working_dir)
     req = _request(kwargs)
-    early = _start_workers_early(workers, ray_address, req.job, resources)
+    early = _start_workers_early(workers, ray_address, req.job, resources, ray_working_dir)
     with _abandoning(early), _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early, resources)
+    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early, resources,
+         ray_working_dir)
 
 
-def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None, resources: Any) -> Any:
+def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None, resources: Any,
+                         working_dir: str | None) -> Any:
     """Ray's start begun now, on a background thread, to overlap the imports and the preparation
     that follow (:class:`agent.tuning.ray_start.RayStart`); None when the study runs in this process."""
     from agent.tuning.ray_start import start_workers_early
 
-    return start_workers_early(workers, ray_address, job_spec, resources)
+    return start_workers_early(workers, ray_address, job_spec, resources, working_dir)
 
 
 @contextlib.contextmanager
@@ -266,7 +285,7 @@ def create(**kwargs: Any) -> None:
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int,
          ray_address: str | None, timeout: float | None, ask_ahead: int, early: Any = None,
-         resources: Any = None) -> None:
+         resources: Any = None, working_dir: str | None = None) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
@@ -274,7 +293,8 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
     try:
         try:
             with _abandoning(early):
-                executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, resources)
+                executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, resources,
+                                         working_dir)
         except TuneAgentError as exc:  # the study is in the store; the workers are what failed
             raise type(exc)(f"{str(exc).rstrip('.')}; study {study.name} is kept: once the workers can start, continue with: "
                             f"tune-agent resume {study.name}") from None
@@ -300,8 +320,7 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
     except StoreError as exc:  # the store went away mid-study: what was told is kept there
         raise StoreError(f"{exc}; once the store is back, continue with: tune-agent resume {study.name}") from None
     except WorkersLostError as exc:
-        raise WorkersLostError(f"{exc}; continue with: tune-agent resume {study.name} (--workers/--ray-address "
-                               "for a cluster that is up)") from None
+        raise WorkersLostError(f"{exc}; continue with: tune-agent resume {study.name} ({exc.hint})") from None
 
 
 @cli.command()
@@ -313,10 +332,11 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
 @execution_options
 def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
            workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
-           cpus_per_trial: int, gpus_per_trial: float) -> None:
+           cpus_per_trial: int, gpus_per_trial: float, ray_working_dir: str | None) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    resources = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial)
-    early = _start_workers_early(workers, ray_address, job, resources)
+    resources, ray_working_dir = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial,
+                                                gpus_per_trial, ray_working_dir)
+    early = _start_workers_early(workers, ray_address, job, resources, ray_working_dir)
     with _abandoning(early):
         with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
             from agent.tuning.progress import ProgressReporter
@@ -335,7 +355,8 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
             if early is not None:
                 early.abandon()
             return
-    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early, resources)
+    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early, resources,
+         ray_working_dir)
 
 
 @cli.command()

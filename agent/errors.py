@@ -52,5 +52,10 @@ class StudyFailedError(TuneAgentError):
 
 
 class WorkersLostError(TuneAgentError):
-    """The cluster running a study's trials went away (a Ray head that died): the running trials
-    are closed as killed and the study can be resumed."""
+    """The cluster running a study's trials went away (a Ray head that died), or its workers cannot
+    run them (the job's code is not there): the running trials are closed as killed and the study
+    can be resumed, as ``hint`` says."""
+
+    def __init__(self, message: str, hint: str = "--workers/--ray-address for a cluster that is up") -> None:
+        super().__init__(message)
+        self.hint = hint

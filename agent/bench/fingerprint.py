@@ -7,7 +7,9 @@ carries :func:`engine_fingerprint`: a hash of every engine module's syntax tree 
 dropped, so a change of code re-runs, while comments, docstrings and layout do not.
 
 Left out as presentation, not behaviour: the command line, the benchmarks other than the one
-asking, progress lines, reports and ``doctor``.
+asking, progress lines, reports and ``doctor``. Left out as code a journalled benchmark never runs:
+Ray's start and the Ray executor (a benchmark's trials run in its own process;
+``tests/bench/test_fingerprint.py`` checks that a benchmark study does not import them).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
 PRESENTATION = ("cli.py", "bench", "examples", "tuning/progress.py", "tuning/report.py", "tuning/doctor.py")
+NOT_BENCHMARKED = ("tuning/ray_start.py", "tuning/ray_workers.py")  # a study on Ray; benchmarks run none
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -44,7 +47,7 @@ def source_fingerprint(files: Iterable[Path], root: Path) -> str:
 
 
 def _is_presentation(rel: str) -> bool:
-    return any(rel == p or rel.startswith(p + "/") for p in PRESENTATION)
+    return any(rel == p or rel.startswith(p + "/") for p in PRESENTATION + NOT_BENCHMARKED)
 
 
 @lru_cache(maxsize=None)

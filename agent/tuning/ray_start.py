@@ -50,9 +50,11 @@ class RayStart:
     would take the instance with it. :meth:`wait` blocks until Ray is up; :meth:`stop` ends an
     instance this process started; :meth:`abandon` does so without waiting, when no study follows."""
 
-    def __init__(self, capacity: int, address: str | None = None, resources: TrialResources | None = None) -> None:
+    def __init__(self, capacity: int, address: str | None = None, resources: TrialResources | None = None,
+                 working_dir: str | None = None) -> None:
         self.capacity, self.address = capacity, address
         self.resources = resources or TrialResources()
+        self.working_dir = working_dir  # shipped to every worker (Ray's runtime_env working_dir)
         self.own = False  # whether this process started the instance (and stops it)
         self._error: BaseException | None = None
         self._abandoned = False
@@ -74,12 +76,14 @@ class RayStart:
             if not ray.is_initialized():
                 # a local instance turns token authentication on and says so at WARNING on every start
                 logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+                logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)  # "pushing ..."
+                env = {"runtime_env": {"working_dir": self.working_dir}} if self.working_dir else {}
                 if self.address is None:
                     # the trials' CPUs; the GPUs are those Ray finds on this machine
                     ray.init(num_cpus=self.capacity * self.resources.cpus, include_dashboard=False,
-                             log_to_driver=False, configure_logging=False)
+                             log_to_driver=False, configure_logging=False, **env)
                 else:
-                    ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+                    ray.init(address=self.address, log_to_driver=False, configure_logging=False, **env)
                 self.own = True
             if not self._abandoned:
                 # shaped as the trials, so that the workers they warm are the ones trials get
@@ -129,14 +133,14 @@ class RayStart:
 
 
 def start_workers_early(workers: int, ray_address: str | None, job_spec: str | None = None,
-                        resources: TrialResources | None = None) -> RayStart | None:
+                        resources: TrialResources | None = None, working_dir: str | None = None) -> RayStart | None:
     """A :class:`RayStart` when the study will run on Ray (``--workers`` above 1 or a
     ``--ray-address``, and not a benchmark job, whose trials are lookups run in this process)."""
     from agent.jobs.registry import YAHPO_PREFIX
 
     if (workers <= 1 and ray_address is None) or (job_spec or "").strip().startswith(YAHPO_PREFIX):
         return None
-    return RayStart(workers, ray_address, resources)
+    return RayStart(workers, ray_address, resources, working_dir)
 
 
 def import_ray() -> Any:

@@ -8,7 +8,7 @@ what it is given and hands back finished trials one at a time, in the order they
 - :class:`QueuedExecutor`: a benchmark job (a surrogate lookup, instant) with ``capacity`` trials
   in flight that finish in the order they started: N equally fast workers, simulated exactly, so
   the benchmark measures batch BO through the same loop.
-- :class:`RayExecutor`: Ray Core tasks, one per trial, on a local Ray instance started for the
+- :class:`~agent.tuning.ray_workers.RayExecutor`: Ray Core tasks, one per trial, on a local Ray instance started for the
   study (``--workers N``) or on a cluster (``--ray-address``). Ray Core rather than Ray Tune's
   trial runner: the study already owns scheduling, state and resumption (MLflow is the record),
   so a trial is just a remote function; Tune would bring a second scheduler and a second record
@@ -22,23 +22,18 @@ what it is given and hands back finished trials one at a time, in the order they
 
 from __future__ import annotations
 
-import os
-import time
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agent.errors import TuneAgentError, WorkersLostError
+from agent.errors import TuneAgentError
 from agent.knowledge.base import TrialRecord
-from agent.tuning.pruning import pruning_state
-from agent.tuning.ray_start import RayStart, import_ray
-from agent.tuning.resources import TrialResources, fit_note, trial_slots
-from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, run_trial, train_config
+from agent.tuning.resources import TrialResources
+from agent.tuning.runner import TrialOutcome, run_trial
 from agent.tuning.study import Study
 
-WORKER_RETRIES = 1
-HEAD_CHECK_SECONDS = 5.0  # with nothing finished for this long, the Ray head is checked
-HEAD_CHECK_TRIES = 3  # refused connections, a second apart, before the cluster counts as lost
-WORKER_DIED = "worker died"
+if TYPE_CHECKING:
+    from agent.tuning.ray_start import RayStart
+
 # Trials a Ray study asks beyond its workers and holds in this process: when a trial ends, the next
 # one starts on its worker at once, and the finished one is told and the next asked while it runs.
 # Without it a worker waits out the driver's BO step (0.3-0.65 s with running points on the
@@ -130,133 +125,14 @@ class QueuedExecutor(InlineExecutor):
         self._done.clear()
 
 
-def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                  split: Any, pruning: Any = None, threads: int = 1,
-                  accelerator: str = "cpu") -> tuple[TrialOutcome, list[Any], int]:
-    """The body of a Ray task: one training run on ``threads`` torch threads (the CPUs the task
-    reserved) and ``accelerator``, and what it logged."""
-    import torch
-
-    from agent.tuning.runner import quiet_lightning
-
-    torch.set_num_threads(threads)
-    quiet_lightning()
-    logger = recording_logger()
-    outcome = train_config(job, config, number, settings, dataset, split, logger, pruning, accelerator=accelerator)
-    return outcome, logger.records, os.getpid()
-
-
-class RayExecutor:
-    """Ray Core tasks (see the module doc), each reserving ``resources`` (``--cpus-per-trial``,
-    ``--gpus-per-trial``). ``address`` None starts a local Ray instance with ``capacity`` trials'
-    CPUs (and the GPUs Ray finds) for this study and stops it at :meth:`close`."""
-
-    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
-                 address: str | None = None, ask_ahead: int = ASK_AHEAD, started: RayStart | None = None,
-                 resources: TrialResources | None = None) -> None:
-        ray = import_ray()
-        self.study, self.capacity, self.ask_ahead = study, capacity, ask_ahead
-        self.resources = resources or TrialResources()
-        self.where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        self.per_trial = self.resources.describe()
-        self._start = started or RayStart(capacity, address, self.resources)
-        self._start.wait()
-        # a task asking for more than any node has waits in Ray's queue without a word: say so
-        slots = trial_slots(ray.nodes(), self.resources)
-        if slots == 0 and self._start.own and address is None:
-            self._start.stop()
-            raise TuneAgentError(f"the local Ray instance has no room for a trial of {self.resources.describe()} "
-                                 f"(Ray found {ray.cluster_resources().get('GPU', 0):g} GPUs here)")
-        note = fit_note(slots, capacity, self.resources, self.where)
-        self.notes = [note] if note else []
-        self._task = ray.remote(max_retries=0, **self.resources.ray_options())(_remote_trial)
-        self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
-        self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
-        self._gcs = ray.get_runtime_context().gcs_address  # the head, checked while trials run
-        self._lost = False
-
-    def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
-        pruning = pruning_state(self.study.settings, self.study.trials)  # the curves finished so far
-        ref = self._task.remote(self._job, dict(trial.config), trial.number, self.study.settings,
-                                self._dataset, self._split, pruning, self.resources.cpus, self.resources.accelerator)
-        self._running[ref] = (trial, attempts)
-
-    def wait(self) -> tuple[TrialRecord, TrialOutcome]:
-        while True:
-            assert self._running, "wait() with no trial running"  # the study loop waits only on running ones
-            ended = self._next(HEAD_CHECK_SECONDS)
-            if ended is not None:
-                return ended
-            self._check_head()  # nothing finished for a while: is the cluster still there?
-
-    def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
-        return self._next(0) if self._running and not self._lost else None
-
-    def _next(self, timeout: float) -> tuple[TrialRecord, TrialOutcome] | None:
-        """The next trial to end within ``timeout`` seconds with its outcome, or None; a trial
-        whose worker died is submitted again (once) and does not count as ended."""
-        ray = import_ray()
-        while self._running:
-            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
-            if not ready:
-                return None
-            (ref,) = ready
-            trial, attempts = self._running.pop(ref)
-            start = time.perf_counter()
-            try:
-                outcome, records, _ = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:  # the task raised: a bug outside the job's own code
-                return trial, TrialOutcome(None, f"worker error: {str(exc).strip().splitlines()[-1][:400]}",
-                                           time.perf_counter() - start)
-            except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-                    ray.exceptions.ObjectLostError, ray.exceptions.RaySystemError) as exc:
-                if attempts < WORKER_RETRIES:
-                    self.submit(trial, attempts + 1)
-                    continue
-                return trial, TrialOutcome(None, f"{WORKER_DIED} {attempts + 1} times ({type(exc).__name__})",
-                                           retries=attempts)
-            replay_logged(records, self.study.kb.trial_logger(self.study.record, trial))
-            outcome.retries = attempts
-            return trial, outcome
-        return None
-
-    def _check_head(self) -> None:
-        """Raises :class:`WorkersLostError` when the cluster's head (its GCS) refuses connections
-        for a few seconds: Ray itself would end this process with a log line 60 s later."""
-        import socket
-
-        host, _, port = self._gcs.rpartition(":")
-        for attempt in range(HEAD_CHECK_TRIES):
-            try:
-                with socket.create_connection((host, int(port)), timeout=2):
-                    return
-            except OSError:
-                time.sleep(1.0)
-        self._lost = True
-        raise WorkersLostError(f"{self.where} is gone: its head at {self._gcs} refuses connections")
-
-    def cancel(self) -> None:
-        if self._lost:  # nothing left to cancel on
-            self._running.clear()
-            return
-        ray = import_ray()
-        for ref in list(self._running):
-            ray.cancel(ref, force=True)
-        self._running.clear()
-
-    def close(self) -> None:
-        if self._running:
-            self.cancel()
-        self._start.stop(shutdown=not self._lost)
-
-
 def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int = 1,
                   ray_address: str | None = None, ask_ahead: int = ASK_AHEAD,
-                  started: RayStart | None = None, resources: TrialResources | None = None) -> TrialExecutor:
+                  started: RayStart | None = None, resources: TrialResources | None = None,
+                  working_dir: str | None = None) -> TrialExecutor:
     """The executor for ``--workers``/``--ray-address``: inline for one local worker, queued for a
     benchmark job, Ray otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start
     begun by :func:`start_workers_early`, stopped here when the study does not run on Ray;
-    ``resources``: what each trial trains with)."""
+    ``resources``: what each trial trains with; ``working_dir``: a folder shipped to Ray's workers)."""
     from agent.jobs.base import BenchmarkJob
 
     if workers < 1:
@@ -271,4 +147,6 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int
                 else InlineExecutor(study, job, dataset, split))
     if not on_ray:
         return InlineExecutor(study, job, dataset, split, resources)
-    return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started, resources)
+    from agent.tuning.ray_workers import RayExecutor  # Ray only where a study runs on it
+
+    return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started, resources, working_dir)

@@ -52,3 +52,30 @@ def test_bench_fingerprint_prints_what_a_transfer_report_names(cli) -> None:  # 
     res = cli("bench", "fingerprint")
     assert res.code == 0 and res.out.strip() == engine_fingerprint("bench/transfer.py")
     assert len(res.out.strip()) == 16
+
+
+def test_a_benchmark_run_imports_none_of_the_code_its_fingerprint_leaves_out(tmp_path: Path) -> None:
+    """The Ray modules are left out of the fingerprint as code a benchmark never runs: a batch
+    benchmark (simulated workers) in a fresh process imports neither them nor Ray."""
+    import subprocess
+    import sys
+
+    from agent.bench import fingerprint
+
+    toy = Path(__file__).resolve().parent / "fixtures" / "yahpo_toy"
+    script = f"""
+import atexit, json, sys
+atexit.register(lambda: print("MODULES", json.dumps(sorted(m for m in sys.modules if m == "ray" or m.startswith("agent.")))))
+from agent.cli import main
+main(["bench", "lcbench", "--scenario", {str(toy)!r}, "--target", "cost", "--minimize", "--fidelity", "repl=5",
+      "--tasks", "2", "--seeds", "1", "--budget", "4", "--workers", "1", "--methods", "gp", "--batch", "2",
+      "--out", {str(tmp_path)!r}])
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr[-2000:]
+    (line,) = [x for x in run.stdout.splitlines() if x.startswith("MODULES ")]
+    loaded = set(json.loads(line.removeprefix("MODULES ")))
+    assert "agent.tuning.workers" in loaded and "agent.tuning.sampler" in loaded  # the engine it did run
+    left_out = {"agent." + p.removesuffix(".py").replace("/", ".") for p in fingerprint.NOT_BENCHMARKED}
+    assert not loaded & (left_out | {"ray"}), loaded & (left_out | {"ray"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -236,10 +237,12 @@ def ray_cluster(tmp_path: Path):  # noqa: ANN201
 
 
 @pytest.mark.timeout(480)  # its study's own limit is 420 s, for a machine busy with a parallel test run
-def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -> None:  # noqa: ANN001
-    """Two trials at a time on a head and a worker node; the first trial's worker SIGKILLs itself:
-    it runs again on a fresh worker, and the study ends with every trial logged exactly once."""
-    from agent.knowledge.base import TRIAL_OK
+def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, tmp_path: Path) -> None:  # noqa: ANN001
+    """Two trials at a time on a head and a worker node. The job's module is not on the nodes: the
+    study stops in one line that names --ray-working-dir, and resumes with it. Then the first
+    trial's worker SIGKILLs itself: it runs again on a fresh worker, and the study ends with every
+    trial logged exactly once."""
+    from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
 
     address, env = ray_cluster
     # what a user checks first: both nodes up, and each has what a trial needs
@@ -249,9 +252,22 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
     assert checks["ray cluster"]["status"] == "ok", doctor.stdout
     assert "2 node(s) alive, 2 CPUs" in checks["ray cluster"]["detail"]
     assert checks["ray nodes"]["status"] == "ok" and "installed on 2 of 2 node(s)" in checks["ray nodes"]["detail"]
-    run = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
-                          "tests.tuning.crash_job:job", "--trials", "5", "--epochs", "2", "--workers", "2",
-                          "--ray-address", address, "--warm-start", "none", "--study-name", "on-ray", *store.args],
+    # the job's module is in a folder of this machine only: the nodes cannot unpickle the job
+    jobs = tmp_path / "myjobs"
+    jobs.mkdir()
+    shutil.copy(REPO / "tests" / "tuning" / "crash_job.py", jobs / "crash_job.py")
+    common = ["--dataset", "iris", "--job", "crash_job:job", "--trials", "5", "--epochs", "2", "--workers", "2",
+              "--ray-address", address, "--warm-start", "none", "--study-name", "on-ray", *store.args]
+    run = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(jobs)!r}); "
+                          "from agent.cli import main; main(sys.argv[1:])", "start", *common],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=420)
+    assert run.returncode == 2, run.stderr[-2000:]
+    (line,) = run.stderr.strip().splitlines()
+    assert "no module named 'crash_job'" in line and "--ray-working-dir DIR" in line and "tune-agent resume on-ray" in line
+    assert not Path(env["CRASH_MARKER"]).exists()  # no trial ran
+    # shipped with --ray-working-dir (Ray's runtime_env), the same study resumes and finishes
+    run = subprocess.run([sys.executable, "-m", "agent.cli", "resume", "on-ray", "--workers", "2", "--ray-address",
+                          address, "--ray-working-dir", str(jobs), *store.args],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=420)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "running 2 trial(s) at once on the Ray cluster at" in run.stdout
@@ -259,7 +275,7 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store) -
     assert Path(env["CRASH_MARKER"]).exists()  # a worker really died
     kb = store.kb()
     study = kb.find_study("on-ray")
-    trials = kb.trials(study)
+    trials = [t for t in kb.trials(study) if t.state != TRIAL_KILLED]  # the slots the first try left are re-run
     assert sorted(t.number for t in trials) == list(range(5))
     assert all(t.state == TRIAL_OK for t in trials)
     assert sum(t.extra.get("worker_retries", 0) == 1 for t in trials) == 1

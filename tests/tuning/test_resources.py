@@ -65,6 +65,8 @@ def test_good_settings_pass() -> None:
     ["--gpus-per-trial", "2"],
     ["--cpus-per-trial", "0", "--workers", "2"],
     ["--cpus-per-trial", "2"],
+    ["--ray-working-dir", "/no/such/folder", "--workers", "2"],
+    ["--ray-working-dir", "."],  # no Ray: nothing to ship to
 ])
 def test_bad_resources_are_one_line_and_write_nothing(store, cli, args: list[str]) -> None:  # noqa: ANN001
     result = cli("start", "--dataset", "wine", "--job", "mlp", "--trials", "2", *args, *store.args)
