@@ -460,17 +460,31 @@ def history(tracking_uri: str | None, as_json: bool) -> None:
 @click.option("--ray-address", default=None,
               help="Also check the Ray cluster at this address: its nodes, CPUs and GPUs, and that each node can "
                    "find tune-agent, torch and Lightning installed.")
+@click.option("--job", default=None, help="With --ray-address: check that each node finds this job's module.")
+@click.option("--ray-working-dir", default=None, metavar="DIR", help="With --ray-address: ship DIR as `start` would, and look there.")
+@click.option("--cpus-per-trial", type=int, default=1, show_default=True, help="With --ray-address: count the trials that fit at once.")
+@click.option("--gpus-per-trial", type=float, default=0.0, show_default=True, help="With --ray-address: count the trials that fit at once.")
 @json_option
 @talks("checking the installation")
 def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, ray_address: str | None,
-           as_json: bool) -> None:
+           job: str | None, ray_working_dir: str | None, cpus_per_trial: int, gpus_per_trial: float, as_json: bool) -> None:
     """Check the store, the history, the meta-models, versions and threads (and a Ray cluster); exit 1
     if something is broken."""
-    from pathlib import Path
-
     from agent.tuning.doctor import healthy, render, run_doctor
+    from agent.tuning.resources import TrialResources, problem
 
-    checks = run_doctor(tracking_uri, artifact_root, Path(models_dir), ray_address)
+    resources = TrialResources(cpus_per_trial, gpus_per_trial)
+    wrong = problem(resources, on_ray=True)
+    if wrong is not None:
+        raise click.BadParameter(wrong[1], param_hint=wrong[0])
+    for option, value in (("--job", job), ("--ray-working-dir", ray_working_dir)):
+        if value is not None and ray_address is None:
+            raise click.BadParameter("checks the Ray cluster's nodes: give --ray-address too", param_hint=option)
+    if ray_working_dir is not None:
+        if not Path(ray_working_dir).is_dir():
+            raise click.BadParameter(f"{ray_working_dir} is not a folder", param_hint="--ray-working-dir")
+        ray_working_dir = str(Path(ray_working_dir).resolve())
+    checks = run_doctor(tracking_uri, artifact_root, Path(models_dir), ray_address, job, ray_working_dir, resources)
     click.echo(render(checks, as_json))
     if not healthy(checks):
         sys.exit(1)

@@ -119,8 +119,8 @@ def _environment_checks() -> list[Check]:
     threads = torch.get_num_threads()
     gpu = "CUDA available" if torch.cuda.is_available() else "no GPU (CPU training)"
     status = OK if threads <= cores else WARN
-    out.append(Check("threads", status, f"{cores} cores, torch uses {threads} intra-op threads; {gpu}; parallel workers "
-                                         "pin one thread each"))
+    out.append(Check("threads", status, f"{cores} cores, torch uses {threads} intra-op threads; {gpu}; Ray workers "
+                                         "train on --cpus-per-trial threads each"))
     return out
 
 
@@ -148,14 +148,25 @@ def ray_address_problem(address: str, timeout: float = 5.0) -> str | None:
     return None
 
 
-def _node_report() -> dict[str, Any]:
-    """Run on each node: what a trial there needs, installed or not (found, not imported: a probe
-    that imported torch would take seconds per node)."""
+def _findable(module: str) -> bool:
     import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is not there
+        return False
+
+
+def _node_report(job_module: str | None = None) -> dict[str, Any]:
+    """Run on each node: what a trial there needs, installed or not (found, not imported: a probe
+    that imported torch would take seconds per node), and whether the job's module is found
+    (in the shipped ``--ray-working-dir`` when there is one: the probe runs where a trial would)."""
     import socket
 
     report: dict[str, Any] = {"host": socket.gethostname()}
-    missing = [m for m in ("agent", "torch", "lightning") if importlib.util.find_spec(m) is None]
+    if job_module is not None:
+        report["job"] = _findable(job_module)
+    missing = [m for m in ("agent", "torch", "lightning") if not _findable(m)]
     if missing:
         report["error"] = f"{', '.join(missing)} not installed (install tune-agent there)"
         return report
@@ -166,9 +177,22 @@ def _node_report() -> dict[str, Any]:
     return report
 
 
-def _ray_checks(address: str, timeout: float = 60.0) -> list[Check]:
-    """The cluster at ``address``: nodes alive and their resources, then one task per node that
-    looks for what a trial needs (every node needs tune-agent installed)."""
+def _job_module(job: str | None) -> str | None:
+    """The module a ``--job`` spec needs on the workers (``pkg.mod:attr``); None for a built-in job."""
+    if not job or ":" not in job or job.startswith("yahpo:"):
+        return None
+    return job.split(":", 1)[0]
+
+
+def _ray_checks(address: str, timeout: float = 60.0, job: str | None = None, working_dir: str | None = None,
+                resources: Any = None) -> list[Check]:
+    """The cluster at ``address``: nodes alive and their resources, how many trials of
+    ``resources`` fit at once, then one task per node that looks for what a trial needs (every
+    node needs tune-agent installed, and ``job``'s module, or ``working_dir`` shipped to it)."""
+    from agent.tuning.resources import TrialResources, trial_slots
+
+    resources = resources or TrialResources()
+    job_module = _job_module(job)
     problem = ray_address_problem(address)
     if problem is not None:
         return [Check("ray cluster", FAIL, problem)]
@@ -181,14 +205,21 @@ def _ray_checks(address: str, timeout: float = 60.0) -> list[Check]:
     started = ray.is_initialized()
     try:
         if not started:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
+            env = {"runtime_env": {"working_dir": working_dir}} if working_dir else {}
+            ray.init(address=address, log_to_driver=False, configure_logging=False, **env)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
         gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
+        slots = trial_slots(nodes, resources)
         out = [Check("ray cluster", OK, f"{address}: ray {ray.__version__}, {len(nodes)} node(s) alive, {cpus:g} CPUs, "
-                                         f"{gpus:g} GPUs (--workers up to {int(cpus)})")]
+                                         f"{gpus:g} GPUs"),
+               Check("ray trials at once", OK if slots else WARN,
+                     f"{slots} trial(s) of {resources.describe()} fit at once (--workers up to {slots})" if slots else
+                     f"no node has {resources.describe()} for a trial (--cpus-per-trial, --gpus-per-trial): a study's "
+                     "trials would wait for a node that has")]
         probe = ray.remote(num_cpus=0, max_retries=0)(_node_report)
-        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(job_module)
                 for n in nodes]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         silent = f"no answer in {timeout:g} s (the probe needs no CPU: is the node overloaded?)"
@@ -213,13 +244,23 @@ def _ray_checks(address: str, timeout: float = 60.0) -> list[Check]:
     if differ:
         detail += f"; versions differ from this machine's (tune-agent {mine[0]}, torch {mine[1]}): {'; '.join(differ)}"
     out.append(Check("ray nodes", FAIL if broken else WARN if differ else OK, detail))
+    if job_module is not None:
+        lacking = [r["host"] for r in reports if r.get("job") is False]
+        shipped = f" in the shipped {working_dir}" if working_dir else ""
+        out.append(Check("ray job code", FAIL if lacking else OK,
+                         f"module {job_module!r} not found{shipped} on {len(lacking)} of {len(reports)} node(s) "
+                         f"({', '.join(sorted(set(lacking)))}): install it there, or ship the folder that holds it with "
+                         "--ray-working-dir DIR" if lacking else
+                         f"module {job_module!r} found{shipped} on {len(reports)} of {len(reports)} node(s)"))
     return out
 
 
 def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path,
-               ray_address: str | None = None) -> list[Check]:
+               ray_address: str | None = None, job: str | None = None, working_dir: str | None = None,
+               resources: Any = None) -> list[Check]:
     checks = _store_checks(tracking_uri, artifact_root) + _model_checks(models_dir) + _environment_checks()
-    return checks + (_ray_checks(ray_address) if ray_address else [])
+    return checks + (_ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources)
+                     if ray_address else [])
 
 
 def render(checks: list[Check], as_json: bool) -> str:

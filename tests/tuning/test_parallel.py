@@ -245,17 +245,27 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
     from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
 
     address, env = ray_cluster
-    # what a user checks first: both nodes up, and each has what a trial needs
-    doctor = subprocess.run([sys.executable, "-m", "agent.cli", "doctor", "--json", "--ray-address", address, *store.args],
-                            env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
-    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
-    assert checks["ray cluster"]["status"] == "ok", doctor.stdout
-    assert "2 node(s) alive, 2 CPUs" in checks["ray cluster"]["detail"]
-    assert checks["ray nodes"]["status"] == "ok" and "installed on 2 of 2 node(s)" in checks["ray nodes"]["detail"]
     # the job's module is in a folder of this machine only: the nodes cannot unpickle the job
     jobs = tmp_path / "myjobs"
     jobs.mkdir()
     shutil.copy(REPO / "tests" / "tuning" / "crash_job.py", jobs / "crash_job.py")
+
+    def doctor(*args: str) -> dict:
+        run = subprocess.run([sys.executable, "-m", "agent.cli", "doctor", "--json", "--ray-address", address,
+                              "--job", "crash_job:job", *args, *store.args],
+                             env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
+        return {c["name"]: c for c in json.loads(run.stdout)}
+
+    # what a user checks first: both nodes up, each has what a trial needs, but not the job's module
+    checks = doctor("--cpus-per-trial", "2")
+    assert checks["ray cluster"]["status"] == "ok", checks
+    assert "2 node(s) alive, 2 CPUs" in checks["ray cluster"]["detail"]
+    assert checks["ray nodes"]["status"] == "ok" and "installed on 2 of 2 node(s)" in checks["ray nodes"]["detail"]
+    assert checks["ray trials at once"]["status"] == "warn" and "no node has 2 CPUs" in checks["ray trials at once"]["detail"]
+    code = checks["ray job code"]
+    assert code["status"] == "fail" and "'crash_job' not found on 2 of 2" in code["detail"] and "--ray-working-dir" in code["detail"]
+    checks = doctor("--ray-working-dir", str(jobs))  # shipped as `start` would: found, and 2 one-CPU trials fit
+    assert checks["ray job code"]["status"] == "ok" and checks["ray trials at once"]["detail"].startswith("2 trial(s)")
     common = ["--dataset", "iris", "--job", "crash_job:job", "--trials", "5", "--epochs", "2", "--workers", "2",
               "--ray-address", address, "--warm-start", "none", "--study-name", "on-ray", *store.args]
     run = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(jobs)!r}); "
