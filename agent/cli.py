@@ -305,6 +305,7 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
             each = f", {executor.per_trial} each" if executor.per_trial else ""
             reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{each}{ahead}; "
                           f"{pending_note(study.sampler)}")
+            executor.say = reporter.line  # a Ray executor's later word on the cluster (a node that fits joined)
         elif resources is not None and resources.gpus > 0:
             reporter.line("trials train on the GPU (Lightning accelerator 'gpu', one device)")
         for note in executor.notes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 from agent.errors import TuneAgentError, WorkersLostError
 from agent.knowledge.base import TrialRecord
@@ -25,6 +25,7 @@ WORKER_RETRIES = 1
 HEAD_CHECK_SECONDS = 5.0  # with nothing finished for this long, the Ray head is checked
 HEAD_CHECK_TRIES = 3  # refused connections, a second apart, before the cluster counts as lost
 WORKER_DIED = "worker died"
+WAIT_REMINDER_SECONDS = 60.0  # while no trial fits the cluster, said again this often
 
 
 def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
@@ -74,6 +75,8 @@ class RayExecutor:
                                  f"(Ray found {ray.cluster_resources().get('GPU', 0):g} GPUs here)")
         note = fit_note(slots, capacity, self.resources, self.where)
         self.notes = [note] if note else []
+        self.say: Callable[[str], None] = lambda line: None  # the command line's: a node that fits joined, ...
+        self._slots, self._said_at = slots, time.monotonic()
         self._task = ray.remote(max_retries=0, **self.resources.ray_options())(_remote_trial)
         self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
         self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
@@ -93,6 +96,7 @@ class RayExecutor:
             if ended is not None:
                 return ended
             self._check_head()  # nothing finished for a while: is the cluster still there?
+            self._check_fit()  # and, when the workers did not all fit, has a node that fits joined?
 
     def poll(self) -> tuple[TrialRecord, TrialOutcome] | None:
         return self._next(0) if self._running and not self._lost else None
@@ -145,6 +149,22 @@ class RayExecutor:
                 time.sleep(1.0)
         self._lost = True
         raise WorkersLostError(f"{self.where} is gone: its head at {self._gcs} refuses connections")
+
+    def _check_fit(self) -> None:
+        """When fewer trials than the workers fit the cluster (``self.notes`` said so), counts them
+        again: a node that joined or left is said, and while none fits, a reminder once a minute."""
+        if self._slots >= self.capacity:
+            return
+        slots = trial_slots(import_ray().nodes(), self.resources)
+        now = time.monotonic()
+        if slots != self._slots:
+            self._slots, self._said_at = slots, now
+            self.say(f"{self.where} now fits {slots} trial(s) of {self.per_trial} at once"
+                     + ("" if slots else ": the trials wait for a node that has"))
+        elif slots == 0 and now - self._said_at >= WAIT_REMINDER_SECONDS:
+            self._said_at = now
+            self.say(f"still no node of {self.where} has {self.per_trial} for a trial; the trials wait "
+                     "(Ctrl-C stops the study and keeps it for `tune-agent resume`)")
 
     def cancel(self) -> None:
         if self._lost:  # nothing left to cancel on

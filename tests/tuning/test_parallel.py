@@ -297,6 +297,38 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
     assert len(history) == 2
 
 
+@pytest.mark.timeout(480)
+def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> None:  # noqa: ANN001
+    """--cpus-per-trial 2 on a cluster of one-CPU nodes: the study says no node fits and waits (as
+    for an autoscaler); a two-CPU node joins, the study says so and finishes."""
+    from agent.knowledge.base import TRIAL_OK
+
+    address, env = ray_cluster
+    study = subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
+                              "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1", "--ray-address", address,
+                              "--cpus-per-trial", "2", "--warm-start", "none", "--study-name", "waits", *store.args],
+                             env={**env, "PYTHONUNBUFFERED": "1"}, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in study.stdout:
+            lines.append(line)
+            if line.startswith("no node of the Ray cluster"):
+                break
+        assert f"no node of the Ray cluster at {address} has 2 CPUs a trial" in lines[-1], "".join(lines)
+        ray = Path(sys.executable).parent / "ray"
+        subprocess.run([str(ray), "start", "--address", address, "--num-cpus", "2", "--disable-usage-stats"],
+                       env=env, check=True, capture_output=True, timeout=120)
+        out, err = study.communicate(timeout=300)
+    finally:
+        if study.poll() is None:
+            study.kill()
+    assert study.returncode == 0, err[-2000:]
+    assert f"the Ray cluster at {address} now fits 1 trial(s) of 2 CPUs at once" in out, out
+    trials = store.kb().trials(store.kb().find_study("waits"))
+    assert sorted(t.number for t in trials) == [0, 1] and all(t.state == TRIAL_OK for t in trials)
+
+
 @pytest.mark.timeout(480)  # its study's own limit is 420 s, for a machine busy with a parallel test run
 def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store, tmp_path: Path) -> None:  # noqa: ANN001
     """`start --workers 2 --cpus-per-trial 3` on a local instance: Ray started on a background
