@@ -838,9 +838,11 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
                    "share): the ratio then measures the orchestration, not the competition for cores.")
 @click.option("--process", is_flag=True,
               help="Run each count as its own `tune-agent start` process, timed from launch to exit (imports included).")
+@click.option("--cpus-per-trial", type=int, default=1, show_default=True, help="As `start`'s, for the counts above 1.")
+@click.option("--gpus-per-trial", type=float, default=0.0, show_default=True, help="As `start`'s, for every count.")
 @click.option("--out", default="metrics/parallel.json", show_default=True)
 def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, wait: float,
-                   process: bool, out: str) -> None:
+                   process: bool, cpus_per_trial: int, gpus_per_trial: float, out: str) -> None:
     """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
     from pathlib import Path
 
@@ -851,8 +853,15 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
         check_positive(option, value)
     if not wait >= 0 or wait == float("inf"):
         raise TuneAgentError(f"--wait takes seconds, 0 or more, got {wait}")
+    from agent.tuning.resources import TrialResources, local_gpu_problem, problem
+
+    wrong = problem(TrialResources(cpus_per_trial, gpus_per_trial), on_ray=True)
+    missing = local_gpu_problem(gpus_per_trial)
+    if wrong is not None or missing is not None:
+        raise click.BadParameter(wrong[1] if wrong else missing, param_hint=wrong[0] if wrong else "--gpus-per-trial")
     config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers),
-                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0), wait=wait, process=process)
+                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0), wait=wait, process=process,
+                            cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
     report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(report, indent=2))
 

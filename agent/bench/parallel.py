@@ -43,6 +43,14 @@ class ParallelConfig:
     ask_ahead: tuple[int, ...] = (1,)  # each worker count above 1 runs once per value
     wait: float = 0.0  # seconds each training epoch also waits off the cores (WaitingJob)
     process: bool = False  # each count is its own `tune-agent start` process, timed from launch to exit
+    cpus_per_trial: int = 1  # with Ray (counts above 1): CPUs and torch threads per trial
+    gpus_per_trial: float = 0.0  # above 0: every trial trains on a GPU (a share of one on Ray)
+
+    def resources(self, workers: int) -> Any:
+        """What a trial of the ``workers`` count trains with (``start --cpus-per-trial/--gpus-per-trial``)."""
+        from agent.tuning.resources import TrialResources
+
+        return TrialResources(self.cpus_per_trial if workers > 1 else 1, self.gpus_per_trial)
 
 
 class WaitingJob:
@@ -145,10 +153,11 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
     for n, ahead in counts:
         with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
             start = time.perf_counter()
-            early = start_workers_early(n, None, job_spec)  # as `tune-agent start` begins it
+            early = start_workers_early(n, None, job_spec, config.resources(n))  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early)
+            executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early,
+                                     resources=config.resources(n))
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start
@@ -182,7 +191,10 @@ def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: i
         command = [sys.executable, "-m", "agent.cli", "start", "--dataset", config.dataset, "--job", job_spec,
                    "--trials", str(config.trials), "--epochs", str(config.epochs), "--seed", str(config.seed),
                    "--warm-start", "none", "--study-name", name, "--tracking-uri", uri,
-                   "--artifact-root", str(Path(tmp) / "art"), "--workers", str(workers), "--ask-ahead", str(ahead)]
+                   "--artifact-root", str(Path(tmp) / "art"), "--workers", str(workers), "--ask-ahead", str(ahead),
+                   "--gpus-per-trial", repr(config.gpus_per_trial)]
+        if workers > 1:
+            command += ["--cpus-per-trial", str(config.cpus_per_trial)]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -218,7 +230,12 @@ def _report(config: ParallelConfig, rows: list[dict[str, Any]], out: Path | None
                 "study that pays this process's imports (not the Ray workers'); wall time from request to last trial "
                 "logged, Ray start-up included")
     wait = f"; every training epoch also waits {config.wait:g} s off the cores" if config.wait > 0 else ""
-    report = {"config": asdict(config), "cpu_count": os.cpu_count(), "runs": rows,
+    gpu = {}
+    if config.gpus_per_trial > 0:
+        import torch
+
+        gpu = {"gpu": torch.cuda.get_device_name(0)}
+    report = {"config": asdict(config), "cpu_count": os.cpu_count(), **gpu, "runs": rows,
               "protocol": protocol + "; ratio to the first worker count" + wait}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
