@@ -8,8 +8,8 @@ what it is given and hands back finished trials one at a time, in the order they
 - :class:`QueuedExecutor`: a benchmark job (a surrogate lookup, instant) with ``capacity`` trials
   in flight that finish in the order they started: N equally fast workers, simulated exactly, so
   the benchmark measures batch BO through the same loop.
-- :class:`~agent.tuning.ray_workers.RayExecutor`: Ray Core tasks, one per trial, on a local Ray instance started for the
-  study (``--workers N``) or on a cluster (``--ray-address``). Ray Core rather than Ray Tune's
+- :class:`~agent.tuning.ray_workers.RayExecutor`: Ray Core tasks, one per trial, on a local Ray
+  instance started for the study (``--workers N``) or on a cluster (``--ray-address``). Ray Core rather than Ray Tune's
   trial runner: the study already owns scheduling, state and resumption (MLflow is the record),
   so a trial is just a remote function; Tune would bring a second scheduler and a second record
   of every trial. Workers train with a recording logger and the driver writes what they logged to
