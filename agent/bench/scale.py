@@ -24,7 +24,10 @@ def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Seque
     from agent.tuning.service import source_cache
 
     pin_threads()
-    out: dict[str, Any] = {"scenario": scenario, "task": task, "budget": budget, "runs": []}
+    from agent.bench.fingerprint import engine_fingerprint
+
+    out: dict[str, Any] = {"scenario": scenario, "task": task, "budget": budget,
+                           "engine": engine_fingerprint("bench/transfer.py"), "runs": []}
     for size in sizes:
         config = BenchConfig(scenario=scenario, history_size=size)
         job = load_job(config.job_spec)
