@@ -63,6 +63,32 @@ def run_key(bench_module: str, settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+ENVIRONMENT_PACKAGES = ("torch", "botorch", "gpytorch", "linear_operator", "scipy", "numpy", "optuna", "onnxruntime")
+
+
+def environment() -> dict[str, str]:
+    """What a report's figures also depend on besides the engine: the numerical libraries' versions
+    and the CPU. The same engine gave different lcbench curves in two sessions (stop 33, README),
+    while within a session its runs repeat exactly; reports name this so the next comparison can tell."""
+    import platform
+    from importlib import metadata
+
+    env = {"python": platform.python_version(), "machine": platform.machine()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                env["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    for name in ENVIRONMENT_PACKAGES:
+        try:
+            env[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            env[name] = "missing"
+    return env
+
+
 def journal_rows(path: Path | None) -> Iterator[dict[str, Any]]:
     """The rows of a JSON-lines journal, skipping a line cut short by an interruption."""
     if path is None or not path.exists():
@@ -89,4 +115,4 @@ def read_journal(path: Path, key: str, name: str) -> dict[tuple[str, int, str], 
     return done
 
 
-__all__ = ("engine_fingerprint", "journal_rows", "read_journal", "run_key", "source_fingerprint")
+__all__ = ("engine_fingerprint", "environment", "journal_rows", "read_journal", "run_key", "source_fingerprint")

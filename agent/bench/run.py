@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from typing import Any, Callable, Mapping, Sequence
 
-from agent.bench.fingerprint import engine_fingerprint
+from agent.bench.fingerprint import engine_fingerprint, environment
 from agent.bench.report import summarise, write_report
 from agent.bench.transfer import BenchConfig, check_methods, run_benchmark
 from agent.errors import TuneAgentError
@@ -65,6 +65,7 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     write_report(result, metrics, plots)
     report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
               **({"tag": tag} if tag else {}), "engine": engine_fingerprint("bench/transfer.py"),
+              "environment": environment(),
               **({"pending": config.pending, "ask_ahead": config.ask_ahead} if batch > 1 else {}),
               "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
                                           pending="" if batch == 1 else f" (pending points: {config.pending}"

@@ -24,10 +24,10 @@ def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Seque
     from agent.tuning.service import source_cache
 
     pin_threads()
-    from agent.bench.fingerprint import engine_fingerprint
+    from agent.bench.fingerprint import engine_fingerprint, environment
 
     out: dict[str, Any] = {"scenario": scenario, "task": task, "budget": budget,
-                           "engine": engine_fingerprint("bench/transfer.py"), "runs": []}
+                           "engine": engine_fingerprint("bench/transfer.py"), "environment": environment(), "runs": []}
     for size in sizes:
         config = BenchConfig(scenario=scenario, history_size=size)
         job = load_job(config.job_spec)

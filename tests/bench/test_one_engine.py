@@ -127,6 +127,10 @@ def test_a_tagged_side_run_writes_its_own_files(cli, tmp_path: Path) -> None:
     assert res.code == 0, res.err
     metrics = json.loads((tmp_path / "metrics" / "lcbench_side.json").read_text())
     assert metrics["tag"] == "side" and set(metrics["methods"]) == {"random"} and len(metrics["engine"]) == 16
+    import torch
+
+    # what else the figures depend on: the numerical libraries and the CPU
+    assert metrics["environment"]["torch"] == torch.__version__.split("+")[0] and "botorch" in metrics["environment"]
     assert (tmp_path / "plots" / "side" / "lcbench_regret.csv").is_file()
     assert not (tmp_path / "metrics" / "lcbench.json").exists()  # the main table is left alone
 
