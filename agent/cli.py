@@ -191,6 +191,28 @@ def talks(what: str) -> Any:
     return wrap
 
 
+def _checked_resources(cpus_per_trial: int, gpus_per_trial: float, torch_threads: int | None = None,
+                       on_ray: bool = True, here: bool = False) -> Any:
+    """The per-trial options as :class:`~agent.tuning.resources.TrialResources`, or one line, exit 2;
+    ``here``: the trials run on this machine, which then needs a GPU for ``--gpus-per-trial``."""
+    from agent.tuning.resources import TrialResources, local_gpu_problem, problem
+
+    resources = TrialResources(cpus_per_trial, gpus_per_trial, torch_threads)
+    wrong = problem(resources, on_ray)
+    if wrong is None and here:
+        missing = local_gpu_problem(gpus_per_trial)
+        wrong = None if missing is None else ("--gpus-per-trial", missing)
+    if wrong is not None:
+        raise click.BadParameter(wrong[1], param_hint=wrong[0])
+    return resources
+
+
+def _checked_folder(path: str, option: str) -> str:
+    if not Path(path).is_dir():
+        raise click.BadParameter(f"{path} is not a folder", param_hint=option)
+    return str(Path(path).resolve())
+
+
 def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0, torch_threads: int | None = None,
                    ray_address: str | None = None, cpus_per_trial: int = 1, gpus_per_trial: float = 0.0,
                    ray_working_dir: str | None = None) -> tuple[Any, str | None]:
@@ -198,23 +220,14 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
     returns the trials' :class:`~agent.tuning.resources.TrialResources` and the absolute
     ``--ray-working-dir``, which also goes first on this process's import path, so that ``--job``
     finds its module there too."""
-    from agent.tuning.resources import TrialResources, local_gpu_problem, problem
-
     if workers < 1:
         raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
     on_ray = workers > 1 or ray_address is not None
-    resources = TrialResources(cpus_per_trial, gpus_per_trial, torch_threads)
-    wrong = problem(resources, on_ray)
-    if wrong is not None:
-        raise click.BadParameter(wrong[1], param_hint=wrong[0])
     if ray_working_dir is not None:
         if not on_ray:
             raise click.BadParameter("ships a folder to Ray workers (--workers above 1 or --ray-address); a trial in "
                                      "this process imports from this machine", param_hint="--ray-working-dir")
-        if not Path(ray_working_dir).is_dir():
-            raise click.BadParameter(f"{ray_working_dir} is not a folder", param_hint="--ray-working-dir")
-        ray_working_dir = str(Path(ray_working_dir).resolve())
-        sys.path.insert(0, ray_working_dir)
+        ray_working_dir = _checked_folder(ray_working_dir, "--ray-working-dir")
     if ask_ahead < 0:
         raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
     if timeout is not None and not timeout > 0:
@@ -225,10 +238,10 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
         unreachable = ray_address_problem(ray_address)
         if unreachable is not None:
             raise click.BadParameter(unreachable, param_hint="--ray-address")
-    elif gpus_per_trial > 0:  # the trials run on this machine: is there a GPU at all?
-        missing = local_gpu_problem(gpus_per_trial)
-        if missing is not None:
-            raise click.BadParameter(missing, param_hint="--gpus-per-trial")
+    # last: a GPU wanted on this machine is looked for with torch, seconds to import
+    resources = _checked_resources(cpus_per_trial, gpus_per_trial, torch_threads, on_ray, here=ray_address is None)
+    if ray_working_dir is not None:
+        sys.path.insert(0, ray_working_dir)
     return resources, ray_working_dir
 
 
@@ -472,19 +485,13 @@ def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str,
     """Check the store, the history, the meta-models, versions and threads (and a Ray cluster); exit 1
     if something is broken."""
     from agent.tuning.doctor import healthy, render, run_doctor
-    from agent.tuning.resources import TrialResources, problem
 
-    resources = TrialResources(cpus_per_trial, gpus_per_trial)
-    wrong = problem(resources, on_ray=True)
-    if wrong is not None:
-        raise click.BadParameter(wrong[1], param_hint=wrong[0])
+    resources = _checked_resources(cpus_per_trial, gpus_per_trial)
     for option, value in (("--job", job), ("--ray-working-dir", ray_working_dir)):
         if value is not None and ray_address is None:
             raise click.BadParameter("checks the Ray cluster's nodes: give --ray-address too", param_hint=option)
     if ray_working_dir is not None:
-        if not Path(ray_working_dir).is_dir():
-            raise click.BadParameter(f"{ray_working_dir} is not a folder", param_hint="--ray-working-dir")
-        ray_working_dir = str(Path(ray_working_dir).resolve())
+        ray_working_dir = _checked_folder(ray_working_dir, "--ray-working-dir")
     checks = run_doctor(tracking_uri, artifact_root, Path(models_dir), ray_address, job, ray_working_dir, resources)
     click.echo(render(checks, as_json))
     if not healthy(checks):
@@ -853,12 +860,7 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
         check_positive(option, value)
     if not wait >= 0 or wait == float("inf"):
         raise TuneAgentError(f"--wait takes seconds, 0 or more, got {wait}")
-    from agent.tuning.resources import TrialResources, local_gpu_problem, problem
-
-    wrong = problem(TrialResources(cpus_per_trial, gpus_per_trial), on_ray=True)
-    missing = local_gpu_problem(gpus_per_trial)
-    if wrong is not None or missing is not None:
-        raise click.BadParameter(wrong[1] if wrong else missing, param_hint=wrong[0] if wrong else "--gpus-per-trial")
+    _checked_resources(cpus_per_trial, gpus_per_trial, here=True)
     config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers),
                             ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0), wait=wait, process=process,
                             cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
