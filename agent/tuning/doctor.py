@@ -179,7 +179,9 @@ def _node_report(job_module: str | None = None) -> dict[str, Any]:
 
 def _job_module(job: str | None) -> str | None:
     """The module a ``--job`` spec needs on the workers (``pkg.mod:attr``); None for a built-in job."""
-    if not job or ":" not in job or job.startswith("yahpo:"):
+    from agent.jobs.registry import YAHPO_PREFIX
+
+    if not job or ":" not in job or job.startswith(YAHPO_PREFIX):
         return None
     return job.split(":", 1)[0]
 
