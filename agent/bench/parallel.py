@@ -153,11 +153,11 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
     for n, ahead in counts:
         with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
             start = time.perf_counter()
-            early = start_workers_early(n, None, job_spec, config.resources(n))  # as `tune-agent start` begins it
+            resources = config.resources(n)
+            early = start_workers_early(n, None, job_spec, resources)  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early,
-                                     resources=config.resources(n))
+            executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early, resources=resources)
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start
