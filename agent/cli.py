@@ -560,11 +560,13 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
 @click.option("--starter", is_flag=False, flag_value=STARTER_FILE, default=None,
               help=f"Import a starter history (default {STARTER_FILE}) into the store instead of training anything.")
 @click.option("--export", "export_to", default=None, help="Write the store's finished bootstrap studies of --job to this starter file.")
+@click.option("--models-dir", default="models", show_default=True,
+              help="With --starter: where the history's source models are stored (models/source_models.jsonl).")
 @tracking_option
 @artifact_option
 def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, max_rows: int, workers: int,
-              limit: int | None, seed: int, starter: str | None, export_to: str | None, tracking_uri: str | None,
-              artifact_root: str | None) -> None:
+              limit: int | None, seed: int, starter: str | None, export_to: str | None, models_dir: str,
+              tracking_uri: str | None, artifact_root: str | None) -> None:
     """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
     from pathlib import Path
 
@@ -583,7 +585,10 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
             space = load_job(job).space.to_dict()
             click.echo(json.dumps(export_starter(kb, Path(export_to), job, space, progress=click.echo)))
         else:
+            from agent.tuning.source_models import update_for_job
+
             click.echo(json.dumps(import_starter(kb, Path(starter), progress=click.echo)))
+            click.echo(json.dumps(update_for_job(kb, models_dir, job, progress=click.echo)))
         return
 
     for option, value in (("--configs", configs), ("--epochs", epochs), ("--workers", workers), ("--max-rows", max_rows)):
@@ -639,6 +644,23 @@ def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
 
     n = stage_export(_kb(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
     click.echo(f"exported {n} historical datasets to {out}")
+
+
+@meta.command("source-models")
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--job", default=None, help="The job whose history to model [default: params.yaml export.job].")
+@params_option
+@tracking_option
+def meta_source_models(models_dir: str, job: str | None, params_file: str, tracking_uri: str | None) -> None:
+    """Fit and store the history's source GPs, signal checks and portfolios (models/source_models.jsonl):
+    what transfer surrogates load instead of fitting in every study. Only what is new is fitted."""
+    from pathlib import Path
+
+    from agent.meta.pipeline import load_params
+    from agent.tuning.source_models import update_for_job
+
+    job = job or load_params(Path(params_file)).get("export", {}).get("job", "mlp")
+    click.echo(json.dumps(update_for_job(_kb(tracking_uri), models_dir, str(job), progress=click.echo)))
 
 
 @meta.command("distances")

@@ -79,16 +79,22 @@ def source_tasks(history: Sequence[Any], space: SearchSpace, match: Any = None) 
     With ``match`` (a :class:`~agent.space.SpaceMatch`: history of another space) configurations are
     translated into ``space`` and each source informs only the matched dimensions: its GP sees
     those alone (the rest is left to the target's GP)."""
+    out = []
+    for h in sorted(history, key=lambda h: (h.name, h.key)):
+        task = source_task(h, space, match)
+        if len(task.y) >= MIN_SOURCE_POINTS:
+            out.append(task)
+    return out
+
+
+def source_task(h: Any, space: SearchSpace, match: Any = None) -> SourceTask:
+    """One historical dataset as a :class:`SourceTask`, however few its evaluations."""
     from agent.knowledge.history import surface_data
     from agent.surrogates.gp import impute_failures, normal_scores
 
     dims = None if match is None else tuple(i for i, n in enumerate(space.names) if n in match.matched)
-    out = []
-    for h in sorted(history, key=lambda h: (h.name, h.key)):
-        U, y = surface_data(h, space, match)
-        if len(y) >= MIN_SOURCE_POINTS:
-            out.append(SourceTask(h.key, h.name, U, normal_scores(impute_failures(y)), dims))
-    return out
+    U, y = surface_data(h, space, match)
+    return SourceTask(h.key, h.name, U, normal_scores(impute_failures(y)) if len(y) else y, dims)
 
 
 class SourceFits:
@@ -99,9 +105,12 @@ class SourceFits:
     response surface (:func:`agent.surrogates.rgpe.informative`), and its neighbour surface.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, store: Any = None) -> None:
         self._gps: dict[str, tuple[Any, bool]] = {}
         self._means: dict[tuple[str, ...], np.ndarray] = {}
+        self._portfolios: dict[str, np.ndarray] = {}
+        self.store = store  # a :class:`~agent.surrogates.source_store.SourceModelStore`, or None: memory only
+        self.fitted = 0  # source GPs fitted (not loaded) by this object: 0 when the store is current
 
     def mean_on(self, source: SourceTask, points: np.ndarray, inputs: "SurrogateInputs | None" = None) -> np.ndarray:
         """``source``'s GP posterior mean (`n`) at cube points ``points`` (`n x d`), cached by content."""
@@ -125,12 +134,47 @@ class SourceFits:
         kernel = inputs.kernel if inputs is not None else "plain"
         key = source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
         if key not in self._gps:
-            from agent.surrogates.rgpe import fit_source_gps, informative
+            from agent.surrogates.rgpe import fit_source_gps, informative, restore_source_gp
 
             covar = inputs.covar if inputs is not None and source.dims is None else None  # filtered: plain kernel
+            stored = self.store.fit(source.digest, kernel) if self.store is not None else None
+            if stored is not None:
+                try:
+                    model = restore_source_gp(source.U, source.y, stored["state"], covar=covar, dims=source.dims)
+                    self._gps[key] = (model, bool(stored["informative"]))
+                    return self._gps[key]
+                except (ValueError, KeyError, TypeError, RuntimeError):
+                    pass  # a record that does not fit this model (another kernel's layout): refit it
+            from agent.surrogates.gp import gp_state
+
             model = fit_source_gps([(source.U, source.y)], covar=covar, dims=source.dims)[0]
+            self.fitted += 1
             self._gps[key] = (model, informative([model])[0])
+            if self.store is not None:
+                self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1])
         return self._gps[key]
+
+    def missing(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
+        """The sources whose GP is neither in memory nor in the store: the ones a study would fit."""
+        kernel = inputs.kernel if inputs is not None else "plain"
+        return [s for s in sources
+                if (s.digest if kernel == "plain" else f"{s.digest}/{kernel}") not in self._gps
+                and (self.store is None or self.store.fit(s.digest, kernel) is None)]
+
+    def portfolio(self, sources: Sequence[SourceTask], size: int, inputs: "SurrogateInputs",
+                  compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """The greedy portfolio of ``sources`` (``compute`` makes it), kept in memory and the store."""
+        from agent.surrogates.source_store import portfolio_id
+
+        pid = portfolio_id(sources, inputs.kernel, size)
+        if pid not in self._portfolios:
+            stored = self.store.portfolio(pid) if self.store is not None else None
+            if stored is None:
+                stored = compute()
+                if self.store is not None:
+                    self.store.add_portfolio(pid, stored)
+            self._portfolios[pid] = stored
+        return self._portfolios[pid]
 
     def informative(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
         """The sources whose own response surface is predictable (the negative-transfer guard)."""

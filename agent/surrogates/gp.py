@@ -101,18 +101,9 @@ def fit_gp(
     """
     from botorch.exceptions.errors import ModelFittingError
     from botorch.fit import fit_gpytorch_mll
-    from botorch.models import SingleTaskGP
-    from botorch.models.transforms.outcome import Standardize
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
-    transform = None
-    if input_dims is not None:
-        import torch
-        from botorch.models.transforms.input import FilterFeatures
-
-        transform = FilterFeatures(torch.as_tensor(list(input_dims), dtype=torch.long))
-    model = SingleTaskGP(train_X, train_Y, mean_module=mean_module, covar_module=covar_module,
-                         outcome_transform=Standardize(m=1), input_transform=transform)
+    model = make_gp(train_X, train_Y, mean_module, covar_module, input_dims)
     warm = bool(warm_state) and train_X.shape[0] > COLD_FIT_UNTIL
     if warm:
         model.covar_module.load_state_dict(warm_state["covar"])  # type: ignore[index]
@@ -127,6 +118,45 @@ def fit_gp(
     if warm_state is not None:
         warm_state["covar"] = model.covar_module.state_dict()
         warm_state["likelihood"] = model.likelihood.state_dict()
+    return model
+
+
+def make_gp(train_X: Any, train_Y: Any, mean_module: Any = None, covar_module: Any = None, input_dims: Any = None) -> Any:
+    """The unfitted ``SingleTaskGP`` that :func:`fit_gp` fits (its priors' hyperparameters)."""
+    from botorch.models import SingleTaskGP
+    from botorch.models.transforms.outcome import Standardize
+
+    transform = None
+    if input_dims is not None:
+        import torch
+        from botorch.models.transforms.input import FilterFeatures
+
+        transform = FilterFeatures(torch.as_tensor(list(input_dims), dtype=torch.long))
+    return SingleTaskGP(train_X, train_Y, mean_module=mean_module, covar_module=covar_module,
+                        outcome_transform=Standardize(m=1), input_transform=transform)
+
+
+def gp_state(model: Any) -> dict[str, Any]:
+    """A fitted GP's hyperparameters (raw, as fitted) as plain lists: JSON keeps float64 exactly.
+    Buffers (priors, constraints, the outcome transform's statistics) are left out: the same
+    construction on the same data remakes them."""
+    return {name: {"shape": list(t.shape), "values": t.detach().double().reshape(-1).tolist()}
+            for name, t in model.named_parameters()}
+
+
+def restore_gp(train_X: Any, train_Y: Any, state: dict[str, Any], covar_module: Any = None,
+               input_dims: Any = None) -> Any:
+    """The GP :func:`fit_gp` fitted to these data, rebuilt from :func:`gp_state` without fitting
+    (same construction, then the stored hyperparameters: its posterior is the fitted one's)."""
+    import torch
+
+    model = make_gp(train_X, train_Y, covar_module=covar_module, input_dims=input_dims)
+    current = dict(model.named_parameters())
+    if set(current) != set(state):
+        raise ValueError(f"stored GP hyperparameters {sorted(state)} do not fit this model's {sorted(current)}")
+    with torch.no_grad():
+        for name, entry in state.items():
+            current[name].copy_(torch.tensor(entry["values"], dtype=current[name].dtype).reshape(entry["shape"]))
     return model
 
 

@@ -55,16 +55,35 @@ def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Call
     models = []
     with torch_threads(1):
         for X, y in sources:
-            y = impute_failures(np.asarray(y, dtype=float).reshape(-1))
-            y = np.where(np.isfinite(y), y, 0.0)
-            z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
-            model = fit_gp(torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1),
-                           covar_module=covar() if covar is not None else None, input_dims=dims)
-            model.eval()
-            for p in model.parameters():
-                p.requires_grad_(False)
-            models.append(model)
+            model = fit_gp(*_source_data(X, y), covar_module=covar() if covar is not None else None, input_dims=dims)
+            models.append(_frozen(model))
     return models
+
+
+def restore_source_gp(X: np.ndarray, y: np.ndarray, state: dict[str, Any], covar: Callable[[], Any] | None = None,
+                      dims: Sequence[int] | None = None) -> Model:
+    """The GP :func:`fit_source_gps` fits to one source, rebuilt from its stored hyperparameters
+    (:func:`agent.surrogates.gp.gp_state`) without fitting."""
+    from agent.surrogates.gp import restore_gp
+
+    with torch_threads(1):
+        return _frozen(restore_gp(*_source_data(X, y), state, covar_module=covar() if covar is not None else None,
+                                  input_dims=dims))
+
+
+def _source_data(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
+    """A source's training tensors: failures imputed with its worst value, y standardised."""
+    y = impute_failures(np.asarray(y, dtype=float).reshape(-1))
+    y = np.where(np.isfinite(y), y, 0.0)
+    z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
+    return torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1)
+
+
+def _frozen(model: Any) -> Any:
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
 
 
 def source_signal(model: Any) -> float:

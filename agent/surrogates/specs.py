@@ -105,6 +105,10 @@ def portfolio(inputs: SurrogateInputs, sources: Sequence[SourceTask], size: int)
     """``size`` history configurations (cube points `size x d`) chosen greedily across sources."""
     if not sources:
         return np.empty((0, inputs.space.dim))
+    return inputs.fits.portfolio(sources, size, inputs, lambda: _portfolio(inputs, sources, size))
+
+
+def _portfolio(inputs: SurrogateInputs, sources: Sequence[SourceTask], size: int) -> np.ndarray:
     pooled = inputs.space.snap(np.concatenate([s.U for s in sources]))
     _, first = np.unique(np.round(pooled, 9), axis=0, return_index=True)
     candidates = pooled[np.sort(first)]  # distinct configurations, in the order the sources list them

@@ -328,7 +328,32 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     reporter.end(study, study.best(trials), timing)
     if trace_plot:
         _log_report(study, reporter)
+        if not timing.timed_out:
+            _add_source_model(study, reporter)
     return timing
+
+
+def _add_source_model(study: Study, reporter: Any) -> None:
+    """The ended study's dataset joins the stored source models (one GP fit; the portfolios of the
+    history with it), so the next study looks it up instead of fitting it. A by-product: one that
+    cannot be made is a note, and the next study fits what is missing."""
+    from agent.errors import StoreError
+    from agent.tuning.source_models import update_source_models
+
+    s = study.settings
+    start = time.perf_counter()
+    try:
+        done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel)
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        reporter.line(f"source models not updated: {type(exc).__name__}: {exc}")
+        return
+    if "not_written" in done:
+        reporter.line(f"source models not updated: cannot write {done['not_written']}")
+    elif done["fitted"]:
+        reporter.line(f"source models: {done['fitted']} GP(s) fitted and stored in {done['file']} "
+                      f"({done['sources']} sources, {time.perf_counter() - start:.1f} s)")
 
 
 def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:

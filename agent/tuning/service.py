@@ -18,7 +18,7 @@ from agent.config import HTS_SAMPLERS, StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
-from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs, source_tasks
+from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs
 from agent.tuning.sampler import BoSampler, HtsSampler, RandomSampler, Sampler, TpeSampler
 from agent.tuning.study import Study
 
@@ -106,17 +106,14 @@ def open_store(tracking_uri: str | None, artifact_root: str | None) -> Knowledge
     return open_knowledge_base(tracking_uri, artifact_root)
 
 
-def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exclude: str) -> list[SourceTask]:
-    """The history of this job and space; when there is none, that of the other job/space sharing
-    the most hyperparameters (translated, each source informing only the matched dimensions)."""
-    from agent.knowledge.history import compatible_history, load_history
+def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exclude: str,
+                     fits: SourceFits | None = None, progress: Callable[[str], None] | None = None) -> list[SourceTask]:
+    """The history of this job and space (unchanged datasets from the source-model store of
+    ``fits``); when there is none, that of the other job/space sharing the most hyperparameters
+    (translated, each source informing only the matched dimensions)."""
+    from agent.tuning.source_models import history_sources
 
-    history = load_history(kb, job=settings.job_name, space_signature=space.signature(), with_samples=False,
-                           exclude_fingerprints={exclude})
-    if history:
-        return source_tasks(history, space)
-    history, match, _ = compatible_history(kb, space, with_samples=False, exclude_fingerprints={exclude})
-    return source_tasks(history, space, match) if match is not None else []
+    return history_sources(kb, settings.job_name, space, exclude, fits.store if fits is not None else None, progress)
 
 
 def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
@@ -133,17 +130,22 @@ def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
 
 def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: Any, requested: str,
                  exclude_fingerprint: str, fits: SourceFits | None = None,
-                 recorded: SurrogatePlan | None = None) -> Planned:
+                 recorded: SurrogatePlan | None = None, progress: Callable[[str], None] | None = None) -> Planned:
     """The study's sampler: ``random``/``tpe``, or BO on the surrogate the registry resolves.
 
     With ``recorded`` (a resumed study) the same surrogate is rebuilt on the same sources and
     meta-model, with the same initial configurations; anything missing or changed is refused.
+    Without ``fits`` (the benchmark's per-worker cache) source models come from, and new ones go
+    to, ``models_dir/source_models.jsonl`` (:mod:`agent.tuning.source_models`).
     """
     from agent.surrogates import registry
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.source_models import fit_missing
 
     models_dir = Path(settings.models_dir)
+    fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
     if settings.sampler in HTS_SAMPLERS:
-        sources = _history_sources(kb, settings, space, exclude_fingerprint)
+        sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress)
         if recorded is not None:
             sources = _recorded_sources(sources, recorded)
         if not sources:
@@ -168,16 +170,17 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     if settings.sampler != "bo":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
-    sources = _history_sources(kb, settings, space, exclude_fingerprint) if needs_history or recorded else []
+    sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress) if needs_history or recorded else []
     if recorded is not None:
         sources = _recorded_sources(sources, recorded)
     inputs = SurrogateInputs(space, tuple(sources), models_dir, settings.seed, settings.k, settings.prior_mean or "constant",
-                             tuple(n.key for n in getattr(warm, "neighbours", ())), fits or SourceFits(), settings.kernel)
+                             tuple(n.key for n in getattr(warm, "neighbours", ())), fits, settings.kernel)
     resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)
     version = registry.get(resolution.name).meta_model_version(models_dir)
     if recorded is not None and version != recorded.meta_model:
         raise StudyError(f"the {resolution.name} meta-model in {models_dir} changed since the study started "
                          f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original")
+    fit_missing(fits, _sources_used(resolution.name, inputs), inputs, progress)
     surrogate = registry.prepare(resolution, inputs)
     if recorded is not None:
         initial = list(recorded.initial)
@@ -186,6 +189,17 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     plan = SurrogatePlan("bo", requested, surrogate.name, surrogate.note, str(models_dir), version,
                          tuple(s.key for s in sources), tuple(initial))
     return Planned(plan, surrogate)
+
+
+def _sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
+    """The sources whose GPs preparing ``surrogate`` needs: all of them, except for ``gp`` with a
+    constant or the meta-feature neighbours' prior mean."""
+    if surrogate != "gp" or inputs.prior_mean == "observations" or (
+            inputs.prior_mean == "neighbours" and not inputs.neighbour_keys):
+        return list(inputs.sources)
+    if inputs.prior_mean == "neighbours":
+        return [s for s in inputs.sources if s.key in set(inputs.neighbour_keys)]
+    return []
 
 
 def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> list[SourceTask]:
@@ -253,7 +267,7 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Calla
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     warm = _plan_warm_start(kb, job, data, sample, summary, req)
     settings = _settings(req, job, data, warm, n_init=req.n_init or 1)  # validates before anything is written
-    planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits)
+    planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits, progress=echo)
     n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
     settings = _settings(req, job, data, warm, n_init)
     if warm.message:

@@ -1,0 +1,148 @@
+"""The history's source models kept current: read and fitted once, then looked up by every study.
+
+:func:`history_sources` is how a study reads its sources: a historical dataset whose studies are
+unchanged since it was stored (same :func:`study_stamp`) comes from ``models_dir/source_models.jsonl``
+without reading a trial; the rest are read from the tracking store and stored. :func:`fit_missing`
+fits the GPs the store lacks, with a progress line, before a surrogate is prepared.
+:func:`update_source_models` brings the file up to date for one job's history — every source's GP,
+its signal check and the portfolios a new dataset's study starts from — and is what
+``tune-agent meta source-models`` (the ``source-models`` DVC stage), ``bootstrap --starter`` and
+the end of every study run; after it, a study on a new dataset fits no source GP at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from agent.knowledge.base import KnowledgeBase, StudyRecord
+from agent.surrogates.contract import MIN_SOURCE_POINTS, SourceFits, SourceTask, SurrogateInputs, source_task, source_tasks
+from agent.surrogates.source_store import SourceModelStore
+
+Progress = Callable[[str], None]
+PROGRESS_EVERY = 2.0  # seconds between progress lines of a long phase
+
+
+def study_stamp(studies: Sequence[StudyRecord]) -> str | None:
+    """What a historical dataset's stored data depends on: its studies' ids, states and best
+    values. None while one of them runs (its trials are still coming)."""
+    if any(s.status == "running" for s in studies):
+        return None
+    rows = sorted((s.study_id, s.status, repr(s.best_value)) for s in studies)
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:20]
+
+
+class _Ticker:
+    """Says a long phase's progress at most every :data:`PROGRESS_EVERY` seconds, with an ETA."""
+
+    def __init__(self, progress: Progress | None, what: str, total: int) -> None:
+        self.progress, self.what, self.total = progress, what, total
+        self.start = self.last = time.perf_counter()
+
+    def tick(self, done: int) -> None:
+        now = time.perf_counter()
+        if self.progress is None or now - self.last < PROGRESS_EVERY or done >= self.total:
+            return
+        self.last = now
+        eta = (now - self.start) / done * (self.total - done) if done else float("nan")
+        self.progress(f"  {self.what}: {done}/{self.total}" + (f", about {eta:.0f} s left" if done else ""))
+
+
+def history_sources(kb: KnowledgeBase, job_name: str, space: Any, exclude_fingerprint: str | None,
+                    store: SourceModelStore | None = None, progress: Progress | None = None,
+                    studies: list[StudyRecord] | None = None) -> list[SourceTask]:
+    """The sources of this job and space (:func:`agent.surrogates.contract.source_tasks`, sorted by
+    name), unchanged ones from ``store``; when there are none, those of the other job/space sharing
+    the most hyperparameters (translated, read from the tracking store)."""
+    from agent.knowledge.history import compatible_history, group_studies, load_history
+
+    listed = studies if studies is not None else kb.list_studies()
+    groups = {key: group for key, group in group_studies(listed, job_name, space.signature()).items()
+              if group[0].fingerprint != exclude_fingerprint}
+    if not groups:
+        history, match, _ = compatible_history(kb, space, with_samples=False,
+                                               exclude_fingerprints={exclude_fingerprint or ""}, studies=listed)
+        return source_tasks(history, space, match) if match is not None else []
+    found: list[SourceTask] = []
+    todo: list[tuple[list[StudyRecord], str | None]] = []
+    for key, group in groups.items():
+        stamp = study_stamp(group) if store is not None else None
+        task = store.source(key, stamp) if store is not None and stamp is not None else None
+        if task is not None:
+            found.append(task)
+        else:
+            todo.append((group, stamp))
+    if todo and progress is not None and store is not None and len(todo) > 1:
+        progress(f"history: reading {len(todo)} of {len(groups)} datasets' trials (new since {store.path} was updated)")
+    ticker = _Ticker(progress if store is not None else None, "datasets read", len(todo))
+    for i, (group, stamp) in enumerate(todo):
+        loaded = load_history(kb, job=job_name, space_signature=space.signature(), with_samples=False, studies=group)
+        # a dataset without a finished trial is stored too (empty), so it is not read again
+        task = source_task(loaded[0], space) if loaded else SourceTask(
+            f"{group[0].fingerprint}/{group[0].job}/{group[0].space_signature}", group[0].dataset,
+            np.empty((0, space.dim)), np.empty(0))
+        found.append(task)
+        if store is not None and stamp is not None:
+            store.add_source(task, stamp)
+        ticker.tick(i + 1)
+    return sorted((t for t in found if len(t.y) >= MIN_SOURCE_POINTS), key=lambda t: (t.name, t.key))
+
+
+def fit_missing(fits: SourceFits, sources: Sequence[SourceTask], inputs: SurrogateInputs,
+                progress: Progress | None = None) -> int:
+    """Fits (and stores) the GPs of ``sources`` the store lacks; says so when there are any."""
+    missing = fits.missing(sources, inputs)
+    if not missing:
+        return 0
+    where = fits.store.path if fits.store is not None else "memory"
+    if progress is not None and len(missing) > 1:
+        progress(f"source models: fitting {len(missing)} of {len(sources)} source GPs not in {where} "
+                 "(once: `tune-agent meta source-models` or `dvc repro` builds them ahead)")
+    ticker = _Ticker(progress, "source GPs fitted", len(missing))
+    for i, source in enumerate(missing):
+        fits.gp(source, inputs)
+        ticker.tick(i + 1)
+    return len(missing)
+
+
+def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
+                         progress: Progress | None = None) -> dict[str, Any]:
+    """Brings ``models_dir/source_models.jsonl`` up to date with the history of ``job_name`` in
+    ``space``: every source's data and GP, and the portfolios a study on a dataset new to the
+    history starts from (``portfolio_gp``'s, and the transfer surrogates' over the sources that
+    pass the signal check). Returns counts and seconds."""
+    from agent.surrogates.specs import PORTFOLIO_SIZE, portfolio
+
+    start = time.perf_counter()
+    store = SourceModelStore(models_dir)
+    fits = SourceFits(store)
+    sources = history_sources(kb, job_name, space, None, store, progress)
+    inputs = SurrogateInputs(space, tuple(sources), Path(models_dir), fits=fits, kernel=kernel)
+    fit_missing(fits, sources, inputs, progress)
+    if sources:
+        portfolio(inputs, sources, PORTFOLIO_SIZE)
+        useful = fits.informative(sources, inputs)
+        if useful:
+            portfolio(inputs, useful, 1)
+    return {"sources": len(sources), "fitted": fits.fitted, "file": str(store.path),
+            "seconds": round(time.perf_counter() - start, 1), **({"not_written": store.write_error}
+                                                                 if store.write_error else {})}
+
+
+def update_for_job(kb: KnowledgeBase, models_dir: Path | str, job_spec: str,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """:func:`update_source_models` for the history of job ``job_spec`` (its space, the kernel a
+    study of it gets by default)."""
+    from agent.jobs import load_job
+    from agent.surrogates.arc import resolve_kernel
+
+    job = load_job(job_spec)
+    if progress is not None:
+        progress(f"source models of job {job.name}: reading the history in {kb.tracking_uri}")
+    return {"job": job.name, **update_source_models(kb, models_dir, job.name, job.space,
+                                                    resolve_kernel("auto", job.space), progress)}

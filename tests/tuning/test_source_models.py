@@ -1,0 +1,135 @@
+"""Source models built once: a study whose stored source models are current fits no source GP,
+loads the same models it would have fitted (the same suggestions), and a new study adds one.
+
+History: the first studies of the committed starter history (real mlp runs on real tables),
+written into a real sqlite MLflow store as `bootstrap --starter` writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STARTER = REPO / "starter" / "mlp.npz"
+N_SOURCES = 7
+
+
+def _starter_entries(first: int, count: int) -> tuple[list[dict], list[dict]]:
+    archive = np.load(STARTER, allow_pickle=False)
+    data = json.loads(archive["header"].tobytes().decode())
+    entries = []
+    for i in range(first, first + count):
+        entry = dict(data["studies"][i])
+        entry["sample"] = (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None
+        entries.append(entry)
+    return entries, data["space"]
+
+
+@pytest.fixture
+def history(store):  # noqa: ANN201
+    from agent.knowledge.starter import write_entries
+
+    entries, space = _starter_entries(0, N_SOURCES)
+    kb = store.kb()
+    write_entries(kb, entries, space, "test")
+    return kb
+
+
+def _plan(kb, models: Path, fits=None, surrogate: str = "rgpe"):  # noqa: ANN001, ANN202
+    from agent.config import StudySettings
+    from agent.jobs import load_job
+    from agent.tuning.service import plan_sampler
+
+    job = load_job("mlp")
+    settings = StudySettings(job="mlp", job_name=job.name, dataset="wine", dataset_name="wine", fingerprint="new",
+                             space_signature=job.space.signature(), metric="val_loss", mode="min", trials=5,
+                             models_dir=str(models), surrogate=surrogate)
+    lines: list[str] = []
+    planned = plan_sampler(kb, job.space, settings, None, surrogate, "new", fits, progress=lines.append)
+    return planned, lines
+
+
+def test_current_source_models_mean_zero_fits_and_the_same_plan(history, tmp_path: Path) -> None:
+    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.source_models import update_for_job
+
+    models = tmp_path / "models"
+    built = update_for_job(history, models, "mlp")
+    assert built["sources"] == N_SOURCES and built["fitted"] == N_SOURCES
+    assert update_for_job(history, models, "mlp")["fitted"] == 0  # nothing new: nothing fitted
+
+    fits = SourceFits(SourceModelStore(models))
+    planned, lines = _plan(history, models, fits)
+    assert fits.fitted == 0, lines
+    assert not any("fitting" in line for line in lines)
+    fresh, _ = _plan(history, tmp_path / "elsewhere", SourceFits())  # no store: everything fitted here
+    assert planned.plan.source_keys == fresh.plan.source_keys
+    assert planned.plan.initial == fresh.plan.initial  # the same portfolio start
+    import torch
+
+    X = torch.rand(64, planned.surrogate.inputs.space.dim, dtype=torch.double, generator=torch.Generator().manual_seed(0))
+    for a, b in zip(planned.surrogate.models, fresh.surrogate.models):
+        with torch.no_grad():
+            assert torch.equal(a.posterior(X).mean, b.posterior(X).mean)  # loaded = fitted, bit for bit
+
+
+def test_a_new_study_adds_one_fit_and_a_missing_store_fits_with_a_progress_line(history, store, tmp_path: Path) -> None:
+    from agent.knowledge.starter import write_entries
+    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.source_models import update_for_job
+
+    models = tmp_path / "models"
+    fits = SourceFits(SourceModelStore(models))
+    _, lines = _plan(history, models, fits)  # no source models yet: fitted once, with a line saying so
+    assert fits.fitted == N_SOURCES
+    assert any(f"fitting {N_SOURCES} of {N_SOURCES} source GPs" in line for line in lines), lines
+
+    entries, space = _starter_entries(N_SOURCES, 1)
+    write_entries(history, entries, space, "test")  # a study ends: one more dataset in the history
+    assert update_for_job(history, models, "mlp")["fitted"] == 1
+    fits = SourceFits(SourceModelStore(models))
+    planned, _ = _plan(history, models, fits)
+    assert fits.fitted == 0 and len(planned.plan.source_keys) == N_SOURCES + 1
+
+
+def test_a_damaged_line_is_skipped_and_an_unwritable_store_still_plans(history, tmp_path: Path) -> None:
+    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_store import FILE, SourceModelStore
+    from agent.tuning.source_models import update_for_job
+
+    models = tmp_path / "models"
+    update_for_job(history, models, "mlp")
+    path = models / FILE
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1] + [lines[-1][: len(lines[-1]) // 2], "not json"]) + "\n")  # a crash mid-line
+    fits = SourceFits(SourceModelStore(models))
+    _plan(history, models, fits)
+    assert fits.fitted <= 1  # at most the record cut short is fitted again
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # models dir under a file: no one, root included, can write there
+    store = SourceModelStore(blocked / "models")
+    fits = SourceFits(store)
+    planned, _ = _plan(history, blocked / "models", fits)
+    assert store.write_error is not None and "a-file" in store.write_error
+    assert fits.fitted == N_SOURCES and planned.surrogate is not None  # the study is planned all the same
+
+
+def test_a_study_that_ends_stores_its_dataset_as_a_source(history, store, cli, tmp_path: Path) -> None:
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.source_models import update_for_job
+
+    models = tmp_path / "models"
+    update_for_job(history, models, "mlp")
+    res = cli("start", "--dataset", "iris?fraction=0.3", "--job", "mlp", "--trials", "5", "--epochs", "1",
+              "--surrogate", "rgpe", "--models-dir", str(models), *store.args)
+    assert res.code == 0, res.err
+    assert "source models: 1 GP(s) fitted" in res.out
+    assert "fitting" not in res.out  # the history's sources were all stored
+    assert update_for_job(history, models, "mlp")["fitted"] == 0
+    assert len(SourceModelStore(models)) == N_SOURCES + 1
