@@ -587,8 +587,11 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
         else:
             from agent.tuning.source_models import update_for_job
 
-            click.echo(json.dumps(import_starter(kb, Path(starter), progress=click.echo)))
-            click.echo(json.dumps(update_for_job(kb, models_dir, job, progress=click.echo)))
+            imported = import_starter(kb, Path(starter), progress=click.echo)
+            built = update_for_job(kb, models_dir, job, progress=click.echo)
+            click.echo(f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
+                       f"-> {built['file']}" + (f" (not written: {built['not_written']})" if "not_written" in built else ""))
+            click.echo(json.dumps(imported))
         return
 
     for option, value in (("--configs", configs), ("--epochs", epochs), ("--workers", workers), ("--max-rows", max_rows)):

@@ -37,6 +37,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=order)  # stable: each file's own order is kept
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _repo_models_untouched():  # noqa: ANN202
+    """Studies in tests that keep the default ``--models-dir models`` store their source models in
+    the repository's ``models/``; the file is removed again unless it was there before."""
+    path = REPO / "models" / "source_models.jsonl"
+    existed = path.exists()
+    yield
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
 @dataclass
 class Store:
     root: Path

@@ -157,9 +157,13 @@ class SourceFits:
     def missing(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
         """The sources whose GP is neither in memory nor in the store: the ones a study would fit."""
         kernel = inputs.kernel if inputs is not None else "plain"
-        return [s for s in sources
-                if (s.digest if kernel == "plain" else f"{s.digest}/{kernel}") not in self._gps
-                and (self.store is None or self.store.fit(s.digest, kernel) is None)]
+        out, seen = [], set()
+        for s in sources:  # two sources with the same content (ranks on one configuration set) are one fit
+            key = s.digest if kernel == "plain" else f"{s.digest}/{kernel}"
+            if key not in seen and key not in self._gps and (self.store is None or self.store.fit(s.digest, kernel) is None):
+                seen.add(key)
+                out.append(s)
+        return out
 
     def portfolio(self, sources: Sequence[SourceTask], size: int, inputs: "SurrogateInputs",
                   compute: Callable[[], np.ndarray]) -> np.ndarray:

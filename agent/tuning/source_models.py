@@ -101,7 +101,7 @@ def fit_missing(fits: SourceFits, sources: Sequence[SourceTask], inputs: Surroga
         return 0
     where = fits.store.path if fits.store is not None else "memory"
     if progress is not None and len(missing) > 1:
-        progress(f"source models: fitting {len(missing)} of {len(sources)} source GPs not in {where} "
+        progress(f"source models: fitting {len(missing)} source GPs ({len(sources)} sources) not in {where} "
                  "(once: `tune-agent meta source-models` or `dvc repro` builds them ahead)")
     ticker = _Ticker(progress, "source GPs fitted", len(missing))
     for i, source in enumerate(missing):

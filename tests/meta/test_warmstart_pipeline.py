@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_bootstrap_shares_one_configuration_set(built) -> None:
 def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
     store, repo = built
     for path in ("models/metafeature_extractor.pt", "models/metafeature_index.json", "data/distances.json", "models/tnp.pt",
-                 "models/warm_start.json",
+                 "models/warm_start.json", "models/source_models.jsonl",
                  "metrics/warmstart.json", "metrics/train_metafeatures.json", "plots/regret.csv", "plots/regret.png"):
         assert (repo / path).exists(), path
     report = json.loads((repo / "metrics/warmstart.json").read_text())
@@ -231,9 +232,14 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
     assert json.loads(res.out.splitlines()[-1])["studies"] == len(SPECS) and starter.stat().st_size < 1_000_000
     (tmp_path / "fresh").mkdir()
     fresh = Store(tmp_path / "fresh")
-    res = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts)
+    models = tmp_path / "models"
+    res = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts,
+              "--models-dir", str(models))
     assert res.code == 0, res.err
     assert json.loads(res.out.splitlines()[-1])["imported"] == len(SPECS)
+    # built once, here (bootstrap datasets that rank the shared configurations alike are one fit)
+    assert re.search(rf"source models: {len(SPECS)} sources, [1-{len(SPECS)}] GP\(s\) fitted", res.out), res.out
+    assert (models / "source_models.jsonl").is_file()
 
     def view(kb):  # noqa: ANN001, ANN202
         return [(h.key, h.name, h.source, dict(h.summary), [(dict(e.config), e.value) for e in h.evaluations],
@@ -241,7 +247,9 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
                 for h in load_history(kb, job="mlp") if h.studies[0].startswith("bootstrap-")]
 
     assert view(fresh.kb()) == view(store.kb())
-    again = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts)
+    again = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts,
+                "--models-dir", str(models))
+    assert f"{len(SPECS)} sources, 0 GP(s) fitted" in again.out
     assert json.loads(again.out.splitlines()[-1]) | {"seconds": 0} == {"imported": 0, "skipped": len(SPECS), "seconds": 0}
     res = cli("neighbors", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--warm-start", "handcrafted",
               "--tracking-uri", fresh.uri)

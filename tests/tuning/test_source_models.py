@@ -87,7 +87,7 @@ def test_a_new_study_adds_one_fit_and_a_missing_store_fits_with_a_progress_line(
     fits = SourceFits(SourceModelStore(models))
     _, lines = _plan(history, models, fits)  # no source models yet: fitted once, with a line saying so
     assert fits.fitted == N_SOURCES
-    assert any(f"fitting {N_SOURCES} of {N_SOURCES} source GPs" in line for line in lines), lines
+    assert any(f"fitting {N_SOURCES} source GPs ({N_SOURCES} sources)" in line for line in lines), lines
 
     entries, space = _starter_entries(N_SOURCES, 1)
     write_entries(history, entries, space, "test")  # a study ends: one more dataset in the history
