@@ -405,7 +405,7 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
         raise TuneAgentError("give exactly one of --value or --failed")
     if trial < 1:
         raise TuneAgentError(f"trials are numbered from 1, got {trial}")
-    study, _ = open_study(study_name, kb=_kb(tracking_uri))
+    study, _ = open_study(study_name, kb=_kb(tracking_uri), with_sampler=False)
     record = study.tell(study.trial_by_number(trial - 1), value=value, failed=failed)
     study.set_status("finished" if study.remaining() <= 0 else "running")
     click.echo(f"trial {trial}: {record.state}")
@@ -422,7 +422,7 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
     """Print the best configuration of a study as JSON (and register its model with --register)."""
     from agent.tuning.service import load_study_data, open_study
 
-    study, job = open_study(study_name, kb=_kb(tracking_uri))
+    study, job = open_study(study_name, kb=_kb(tracking_uri), with_sampler=False)
     trial = study.best()
     if trial is None:
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
@@ -450,7 +450,7 @@ def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
     from agent.tuning.report import write_report
     from agent.tuning.service import open_study
 
-    study, job = open_study(study_name, kb=_kb(tracking_uri))
+    study, job = open_study(study_name, kb=_kb(tracking_uri), with_sampler=False)
     page = write_report(study.kb, study.record, job.space, Path(out or f"report-{study_name}"))
     click.echo(f"report of {study_name}: {page} (and report/report.html on the study run)")
 

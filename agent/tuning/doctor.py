@@ -76,6 +76,25 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[C
     return out
 
 
+def _source_model_checks(tracking_uri: str | None, artifact_root: str | None, models_dir: Path) -> list[Check]:
+    """How much of the history a study loads instead of fitting (models/source_models.jsonl)."""
+    from agent.errors import TuneAgentError
+    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.tuning.source_models import coverage
+
+    try:
+        stored, total = coverage(MlflowKnowledgeBase(tracking_uri, artifact_root).list_studies(), models_dir)
+    except TuneAgentError as exc:
+        return [Check("source models", FAIL, str(exc))]
+    if total == 0:
+        return []
+    if stored == total:
+        return [Check("source models", OK, f"all {total} historical datasets stored in {models_dir}: studies fit no source GP")]
+    return [Check("source models", WARN, f"{stored} of {total} historical datasets stored in {models_dir}: a transfer "
+                                         "surrogate fits the rest at its start; `tune-agent meta source-models` "
+                                         "(or `dvc repro`) fits them once")]
+
+
 def _model_checks(models_dir: Path) -> list[Check]:
     out = []
     extractor, index = models_dir / "metafeature_extractor.pt", models_dir / "metafeature_index.json"
@@ -260,7 +279,10 @@ def _ray_checks(address: str, timeout: float = 60.0, job: str | None = None, wor
 def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path,
                ray_address: str | None = None, job: str | None = None, working_dir: str | None = None,
                resources: Any = None) -> list[Check]:
-    checks = _store_checks(tracking_uri, artifact_root) + _model_checks(models_dir) + _environment_checks()
+    checks = _store_checks(tracking_uri, artifact_root)
+    if any(c.name == "store reachable" and c.status == OK for c in checks):
+        checks += _source_model_checks(tracking_uri, artifact_root, models_dir)
+    checks += _model_checks(models_dir) + _environment_checks()
     return checks + (_ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources)
                      if ray_address else [])
 

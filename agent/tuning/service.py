@@ -327,8 +327,11 @@ def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> 
 
 
 def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | None = None,
-               models_dir: str | None = None, kb: KnowledgeBase | None = None) -> tuple[Study, Any]:
-    """Loads a stored study, its job and the sampler it was planned with; refuses what changed."""
+               models_dir: str | None = None, kb: KnowledgeBase | None = None,
+               with_sampler: bool = True) -> tuple[Study, Any]:
+    """Loads a stored study, its job and (``with_sampler``) the sampler it was planned with;
+    refuses what changed. Commands that only read or record results (best, report, tell) pass
+    ``with_sampler=False``: rebuilding a transfer surrogate is work no line they print needs."""
     from agent.jobs import load_job
     from agent.knowledge.mlflow_store import store_exists
     from agent.tuning.warmstart import WarmStart
@@ -348,6 +351,8 @@ def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | 
     settings = study.settings
     if models_dir is not None and models_dir != settings.models_dir:
         raise StudyError(f"study {name!r} was planned with --models-dir {settings.models_dir}, not {models_dir}")
+    if not with_sampler:
+        return study, job
     if tags.get(PLAN_TAG):
         recorded = SurrogatePlan.from_record(tags[PLAN_TAG])
         planned = plan_sampler(kb, job.space, settings, warm, recorded.requested, record.fingerprint, recorded=recorded)

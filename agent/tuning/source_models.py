@@ -146,3 +146,20 @@ def update_for_job(kb: KnowledgeBase, models_dir: Path | str, job_spec: str,
         progress(f"source models of job {job.name}: reading the history in {kb.tracking_uri}")
     return {"job": job.name, **update_source_models(kb, models_dir, job.name, job.space,
                                                     resolve_kernel("auto", job.space), progress)}
+
+
+def coverage(studies: Sequence[StudyRecord], models_dir: Path | str) -> tuple[int, int]:
+    """(historical datasets whose data and GP are stored in ``models_dir``, all of them): what
+    ``doctor`` reports. A dataset with too few trials to be a source counts as stored once read."""
+    from agent.knowledge.history import group_studies
+
+    store = SourceModelStore(models_dir)
+    groups = group_studies(list(studies))
+    stored = 0
+    for key, group in groups.items():
+        stamp = study_stamp(group)
+        task = store.source(key, stamp) if stamp is not None else None
+        if task is not None and (len(task.y) < MIN_SOURCE_POINTS
+                                 or any(store.fit(task.digest, kernel) is not None for kernel in ("plain", "arc"))):
+            stored += 1
+    return stored, len(groups)
