@@ -923,16 +923,27 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
 @click.option("--repeats", type=int, default=5, show_default=True)
 @click.option("--dataset", default="iris", show_default=True)
 @click.option("--job", default="mlp", show_default=True)
-@click.option("--out", default="metrics/startup.json", show_default=True)
-def bench_startup(repeats: int, dataset: str, job: str, out: str) -> None:
+@click.option("--out", default=None, help="[default: metrics/startup.json, with --warm metrics/startup_warm.json]")
+@click.option("--warm", "starter", is_flag=False, flag_value=STARTER_FILE, default=None,
+              help=f"Warm against cold on a starter history (default {STARTER_FILE}): time to first trial of the "
+                   "default warm-started study, a cold one, and one with no stored source models.")
+@click.option("--no-refit", is_flag=True, help="With --warm: skip the run without stored source models (minutes).")
+def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool) -> None:
     """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
     from pathlib import Path
 
-    from agent.bench.startup import run_startup_bench
+    from agent.bench.startup import run_startup_bench, run_warm_startup_bench
     from agent.config import check_positive
 
     check_positive("--repeats", repeats)
-    report = run_startup_bench(repeats, dataset, job)
+    if starter is not None:
+        if not Path(starter).is_file():
+            raise TuneAgentError(f"starter history not found: {starter}")
+        report = run_warm_startup_bench(Path(starter), repeats, job, refit=not no_refit,
+                                        say=lambda line: click.echo(line, err=True))
+    else:
+        report = run_startup_bench(repeats, dataset, job)
+    out = out or ("metrics/startup_warm.json" if starter is not None else "metrics/startup.json")
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")

@@ -224,6 +224,9 @@ class SearchSpace:
     def snap(self, U: np.ndarray) -> np.ndarray:
         """Rounds points (`n x d`) to the configurations they decode to."""
         U = np.atleast_2d(np.asarray(U, dtype=float))
+        if len(U) > 64:  # histories repeat configurations (a bootstrap shares one set): each distinct row once
+            rows, inverse = np.unique(U, axis=0, return_inverse=True)
+            return np.stack([self.encode(self.decode(u)) for u in rows])[inverse.reshape(-1)]
         return np.stack([self.encode(self.decode(u)) for u in U])
 
     def active_mask(self, U: np.ndarray) -> np.ndarray:

@@ -86,3 +86,69 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
             "runs": {m: [{k: v for k, v in r.items() if k != "tail"} for r in runs] for m, runs in rows.items()},
             "protocol": "fresh process and fresh embedded store per run; first output: the first non-blank bytes "
                         "on the terminal (a pseudo-terminal) or the pipe; first trial: the line 'trial 1/'"}
+
+
+def _table(path: Path, seed: int) -> Path:
+    """A CSV new to any history: a random 80% of scikit-learn's wine table (its own fingerprint)."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True, as_frame=True)
+    frame = X.assign(label=y)
+    rows = np.random.default_rng(seed).permutation(len(frame))[: int(0.8 * len(frame))]
+    frame.iloc[np.sort(rows)].to_csv(path, index=False)
+    return path
+
+
+def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", refit: bool = True,
+                           say: Any = print) -> dict[str, Any]:
+    """Time to first trial of the default warm-started ``start`` against a cold one (``--warm-start
+    none --surrogate gp``) on the starter history, each run on a CSV new to the history, piped,
+    alternated; and (``refit``) once with no stored source models, as every study ran before they
+    were stored. The history is imported and its source models built once, by ``bootstrap --starter``."""
+    exe = str(Path(sys.executable).with_name("tune-agent"))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        store = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]
+        models = root / "models"
+        say(f"importing {starter} and building its source models (once)")
+        start = time.perf_counter()
+        built = subprocess.run([exe, "bootstrap", "--starter", str(starter), "--models-dir", str(models), *store],
+                               capture_output=True, text=True, timeout=3600)
+        if built.returncode != 0:
+            raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
+        bootstrap_s = time.perf_counter() - start
+        arms = {"warm": [], "cold": []}
+        runs: dict[str, list[dict[str, Any]]] = {"warm": [], "cold": [], "warm, no stored source models": []}
+        plan = [(arm, i) for i in range(repeats) for arm in arms]
+        if refit:
+            plan.append(("warm, no stored source models", repeats))
+        for n, (arm, i) in enumerate(plan):
+            table = _table(root / f"table-{n}.csv", seed=n)
+            extra = ["--warm-start", "none", "--surrogate", "gp"] if arm == "cold" else []
+            folder = models if arm != "warm, no stored source models" else root / "empty-models"
+            args = [exe, "start", "--dataset", str(table), "--job", job, "--trials", "1", "--epochs", "1",
+                    "--study-name", f"{arm.split(',')[0]}-{n}", "--models-dir", str(folder), *extra, *store]
+            run = _timed_run(args, root, False, b"trial 1/", timeout=3600)
+            runs[arm].append({k: v for k, v in run.items() if k != "tail"})
+            say(f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s" if run["first_trial_s"] is not None
+                else f"{arm} {i + 1}: no trial started (exit {run['exit']}): {run['tail'][-200:]}")
+    summary: dict[str, Any] = {}
+    for arm, rows in runs.items():
+        firsts = sorted(r["first_trial_s"] for r in rows if r["first_trial_s"] is not None)
+        if firsts:
+            summary[arm] = {"median_first_trial_s": round(firsts[len(firsts) // 2], 2), "runs": len(rows),
+                            "all_exit_0": all(r["exit"] == 0 for r in rows)}
+    if "warm" in summary and "cold" in summary:
+        summary["warm_over_cold"] = round(summary["warm"]["median_first_trial_s"] / summary["cold"]["median_first_trial_s"], 2)
+    if "warm" in summary and "warm, no stored source models" in summary:
+        summary["refit_over_warm"] = round(summary["warm, no stored source models"]["median_first_trial_s"]
+                                           / summary["warm"]["median_first_trial_s"], 1)
+    return {"command": f"tune-agent start --dataset TABLE.csv --job {job} --trials 1 --epochs 1 [--warm-start none "
+                       "--surrogate gp]", "history": str(starter), "bootstrap_seconds": round(bootstrap_s, 1),
+            "summary": summary, "runs": runs,
+            "protocol": "one store with the starter history and its source models (bootstrap --starter); each run a "
+                        "fresh process, piped, on a CSV new to the history (80% of wine's rows, its own seed); warm "
+                        "and cold alternated; first trial: the line 'trial 1/'; the refit run points --models-dir at "
+                        "an empty folder"}
