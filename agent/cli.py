@@ -260,7 +260,7 @@ def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahea
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(), workers, ray_address, timeout, ask_ahead, early, resources,
+    _run(study, job, dataset, split, ProgressReporter(whole_process=True), workers, ray_address, timeout, ask_ahead, early, resources,
          ray_working_dir)
 
 
@@ -360,7 +360,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
             check_resume_matches(study, job_obj, job, dataset)
             data, split = load_study_data(study, job_obj)
         closed = study.recover()
-        reporter = ProgressReporter()
+        reporter = ProgressReporter(whole_process=True)
         for t in closed:
             reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
         if study.remaining() <= 0:

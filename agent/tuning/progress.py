@@ -7,6 +7,7 @@ text, one line per event, so logs stay greppable.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TrialRecord
@@ -21,8 +22,9 @@ class ProgressReporter:
     under the lines: trials done of the budget, elapsed time and the estimate of what is left, the
     best so far, and the running trial's epoch with its latest metric."""
 
-    def __init__(self, stream: TextIO | None = None, rich: bool | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, rich: bool | None = None, whole_process: bool = False) -> None:
         self.stream = stream or sys.stdout
+        self.whole_process = whole_process  # the command's own process: its closing line counts from launch
         self.rich = self.stream.isatty() if rich is None else rich
         self._console = None
         self._progress: Any = None
@@ -114,10 +116,28 @@ class ProgressReporter:
             self.line(f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s summed over "
                       f"{timing.workers} workers ({100 * timing.utilisation:.0f}% of their time)")
         elif timing.wall_seconds > 0:
-            self.line(
-                f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s, "
-                f"agent overhead {100 * timing.overhead:.1f}%"
-            )
+            age = process_seconds() if self.whole_process else None
+            if age is not None and age > timing.wall_seconds:  # the overhead of the whole command, start-up included
+                self.line(f"process {age:.1f} s since launch ({age - timing.wall_seconds:.1f} s before the first trial: "
+                          f"imports, data, warm start, surrogate), trials {timing.wall_seconds:.1f} s, Trainer.fit "
+                          f"{timing.fit_seconds:.1f} s: agent overhead {100 * (1 - timing.fit_seconds / age):.1f}%")
+            else:
+                self.line(
+                    f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s, "
+                    f"agent overhead {100 * timing.overhead:.1f}%"
+                )
+
+
+def process_seconds() -> float | None:
+    """Seconds since this process was launched (Linux's /proc), or None where that is unknown."""
+    import os
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, counted after the command name
+        return float(Path("/proc/uptime").read_text().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class SilentReporter:
