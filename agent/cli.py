@@ -919,6 +919,37 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
     click.echo(json.dumps(report, indent=2))
 
 
+@bench.command("sources")
+@click.option("--sizes", default="240,2400,10000", show_default=True, help="Numbers of source datasets in the history.")
+@click.option("--methods", default="gp,rgpe", show_default=True)
+@click.option("--target", default="3945", show_default=True, help="The lcbench task studied (held out of the history).")
+@click.option("--budget", type=int, default=12, show_default=True)
+@click.option("--fit-up-to", type=int, default=240, show_default=True,
+              help="Above this many sources, each task's first fitted GP is reused for its other sources (fitting "
+                   "10,000 GPs takes about an hour on 2 cores).")
+@click.option("--out", default="metrics/sources.json", show_default=True)
+def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to: int, out: str) -> None:
+    """Preparation and suggestion seconds of a study as the history grows to thousands of datasets."""
+    from pathlib import Path
+
+    from agent.bench.sources import measure_sources
+    from agent.config import check_positive
+
+    check_positive("--budget", budget)
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise TuneAgentError(f"--sizes must be whole numbers separated by commas, got {sizes!r}") from None
+    for n in counts:
+        check_positive("--sizes", n)
+    report = measure_sources(counts, [m.strip() for m in methods.split(",") if m.strip()], target, budget=budget,
+                             fit_up_to=fit_up_to, progress=lambda line: click.echo(line, err=True))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report["runs"], indent=2))
+
+
 @bench.command("startup")
 @click.option("--repeats", type=int, default=5, show_default=True)
 @click.option("--dataset", default="iris", show_default=True)

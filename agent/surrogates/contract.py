@@ -25,6 +25,8 @@ import numpy as np
 from agent.space import SearchSpace
 
 MIN_SOURCE_POINTS = 5
+# A source GP's means over more than MEAN_CHUNK_ABOVE candidates are taken MEAN_CHUNK at a time.
+MEAN_CHUNK_ABOVE, MEAN_CHUNK = 4096, 512
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class SourceFits:
 
     def __init__(self, store: Any = None) -> None:
         self._gps: dict[str, tuple[Any, bool]] = {}
+        self._r2: dict[str, float] = {}  # each fitted or loaded source GP's leave-one-out R² (its signal)
         self._means: dict[tuple[str, ...], np.ndarray] = {}
         self._portfolios: dict[str, np.ndarray] = {}
         self.store = store  # a :class:`~agent.surrogates.source_store.SourceModelStore`, or None: memory only
@@ -125,7 +128,11 @@ class SourceFits:
             model = self.gp(source, inputs)[0]
             with torch_threads(1), torch.no_grad(), gpytorch.settings.skip_posterior_variances():
                 X = torch.as_tensor(points, dtype=torch.double)
-                self._means[key] = model.posterior(X).mean.reshape(-1).numpy()
+                # GPyTorch still builds the test points' prior covariance (`n x n`): 0.4 s and 470 MB at
+                # 7,680 candidates, so a large set goes in chunks (the means agree to ~1e-15)
+                step = len(X) if len(X) <= MEAN_CHUNK_ABOVE else MEAN_CHUNK
+                self._means[key] = torch.cat([model.posterior(X[i:i + step]).mean.reshape(-1)
+                                              for i in range(0, len(X), step)]).numpy()
         return self._means[key]
 
     def gp(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[Any, bool]:
@@ -134,7 +141,7 @@ class SourceFits:
         kernel = inputs.kernel if inputs is not None else "plain"
         key = source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
         if key not in self._gps:
-            from agent.surrogates.rgpe import fit_source_gps, informative, restore_source_gp
+            from agent.surrogates.rgpe import fit_source_gps, restore_source_gp
 
             covar = inputs.covar if inputs is not None and source.dims is None else None  # filtered: plain kernel
             stored = self.store.fit(source.digest, kernel) if self.store is not None else None
@@ -142,17 +149,32 @@ class SourceFits:
                 try:
                     model = restore_source_gp(source.U, source.y, stored["state"], covar=covar, dims=source.dims)
                     self._gps[key] = (model, bool(stored["informative"]))
+                    self._r2[key] = float(stored["r2"])
                     return self._gps[key]
                 except (ValueError, KeyError, TypeError, RuntimeError):
                     pass  # a record that does not fit this model (another kernel's layout): refit it
             from agent.surrogates.gp import gp_state
+            from agent.surrogates.rgpe import SIGNAL_MIN_R2, source_signal
 
             model = fit_source_gps([(source.U, source.y)], covar=covar, dims=source.dims)[0]
             self.fitted += 1
-            self._gps[key] = (model, informative([model])[0])
+            self._r2[key] = source_signal(model)
+            self._gps[key] = (model, self._r2[key] >= SIGNAL_MIN_R2)  # as rgpe.informative decides
             if self.store is not None:
-                self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1])
+                self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1], self._r2[key])
         return self._gps[key]
+
+    def verdict(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[bool, float]:
+        """(whether the source's GP passes the signal check, its leave-one-out R²), from the store
+        without rebuilding the GP when it is there."""
+        kernel = inputs.kernel if inputs is not None else "plain"
+        key = source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
+        if key not in self._gps and self.store is not None:
+            stored = self.store.fit(source.digest, kernel)
+            if stored is not None and "r2" in stored:
+                return bool(stored["informative"]), float(stored["r2"])
+        informative = self.gp(source, inputs)[1]
+        return informative, self._r2[key]
 
     def missing(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
         """The sources whose GP is neither in memory nor in the store: the ones a study would fit."""
@@ -182,7 +204,7 @@ class SourceFits:
 
     def informative(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
         """The sources whose own response surface is predictable (the negative-transfer guard)."""
-        return [s for s in sources if self.gp(s, inputs)[1]]
+        return [s for s in sources if self.verdict(s, inputs)[0]]
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ class SourceModelStore:
             self._portfolios[record["id"]] = _unarray(record["points"])
 
     def fit(self, digest: str, kernel: str) -> dict[str, Any] | None:
-        """``{"state": ..., "informative": bool}`` of the source with this content, or None."""
+        """``{"state": ..., "informative": bool, "r2": float}`` of the source with this content, or None."""
         self._load()
         assert self._fits is not None
         return self._fits.get((digest, kernel))
@@ -127,9 +127,9 @@ class SourceModelStore:
         return len(self._fits)
 
     # -- writing ---------------------------------------------------------------------------------
-    def add_fit(self, digest: str, kernel: str, state: dict[str, Any], informative: bool) -> None:
+    def add_fit(self, digest: str, kernel: str, state: dict[str, Any], informative: bool, r2: float) -> None:
         self._append([{"type": "fit", "digest": digest, "kernel": kernel, "revision": FIT_REVISION,
-                       "informative": bool(informative), "state": state}])
+                       "informative": bool(informative), "r2": float(r2), "state": state}])
 
     def add_source(self, task: SourceTask, stamp: str) -> None:
         self._append([{"type": "source", "key": task.key, "name": task.name, "stamp": stamp, "U": _array(task.U),

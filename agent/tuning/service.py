@@ -140,7 +140,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     """
     from agent.surrogates import registry
     from agent.surrogates.source_store import SourceModelStore
-    from agent.tuning.source_models import fit_missing
+    from agent.tuning.source_models import MAX_SOURCES, fit_missing, most_relevant
 
     models_dir = Path(settings.models_dir)
     fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
@@ -173,6 +173,8 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress) if needs_history or recorded else []
     if recorded is not None:
         sources = _recorded_sources(sources, recorded)
+    elif len(sources) > MAX_SOURCES:
+        sources = most_relevant(sources, getattr(warm, "ranked", ()), fits, space, settings.kernel, progress)
     inputs = SurrogateInputs(space, tuple(sources), models_dir, settings.seed, settings.k, settings.prior_mean or "constant",
                              tuple(n.key for n in getattr(warm, "neighbours", ())), fits, settings.kernel)
     resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)

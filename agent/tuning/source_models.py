@@ -25,6 +25,9 @@ from agent.surrogates.contract import MIN_SOURCE_POINTS, SourceFits, SourceTask,
 from agent.surrogates.source_store import SourceModelStore
 
 Progress = Callable[[str], None]
+# Sources a transfer surrogate attends to at most: each costs a GP in every RGPE suggestion and in
+# the portfolio; beyond this (the starter history has 239) the most relevant are kept (bench sources).
+MAX_SOURCES = 256
 PROGRESS_EVERY = 2.0  # seconds between progress lines of a long phase
 
 
@@ -110,6 +113,28 @@ def fit_missing(fits: SourceFits, sources: Sequence[SourceTask], inputs: Surroga
     return len(missing)
 
 
+def most_relevant(sources: list[SourceTask], ranked: Sequence[str], fits: SourceFits, space: Any, kernel: str,
+                  progress: Progress | None = None) -> list[SourceTask]:
+    """The :data:`MAX_SOURCES` sources a surrogate attends to when the history holds more: the first
+    in ``ranked`` (the warm start's keys, nearest by meta-features first) or, without a ranking (a
+    benchmark task has no data for meta-features), those whose own surfaces are the most
+    predictable (the signal check's R², stored with the source models). Sorted by name."""
+    if len(sources) <= MAX_SOURCES:
+        return list(sources)
+    if ranked:
+        order = {key: i for i, key in enumerate(ranked)}
+        keep, why = sorted(sources, key=lambda s: order.get(s.key, len(order)))[:MAX_SOURCES], "nearest by meta-features"
+    else:
+        inputs = SurrogateInputs(space, tuple(sources), fits=fits, kernel=kernel)
+        fit_missing(fits, sources, inputs, progress)
+        signal = {s.key: fits.verdict(s, inputs)[1] for s in sources}
+        keep = sorted(sources, key=lambda s: -signal[s.key] if np.isfinite(signal[s.key]) else np.inf)[:MAX_SOURCES]
+        why = "with the most predictable surfaces"
+    if progress is not None:
+        progress(f"history: {len(sources)} source datasets; the surrogate attends to the {MAX_SOURCES} {why}")
+    return sorted(keep, key=lambda s: (s.name, s.key))
+
+
 def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
                          progress: Progress | None = None) -> dict[str, Any]:
     """Brings ``models_dir/source_models.jsonl`` up to date with the history of ``job_name`` in
@@ -124,9 +149,11 @@ def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: st
     sources = history_sources(kb, job_name, space, None, store, progress)
     inputs = SurrogateInputs(space, tuple(sources), Path(models_dir), fits=fits, kernel=kernel)
     fit_missing(fits, sources, inputs, progress)
-    if sources:
-        portfolio(inputs, sources, PORTFOLIO_SIZE)
-        useful = fits.informative(sources, inputs)
+    attended = most_relevant(sources, (), fits, space, kernel)  # a new dataset's sources without meta-features
+    if attended:
+        inputs = SurrogateInputs(space, tuple(attended), Path(models_dir), fits=fits, kernel=kernel)
+        portfolio(inputs, attended, PORTFOLIO_SIZE)
+        useful = fits.informative(attended, inputs)
         if useful:
             portfolio(inputs, useful, 1)
     return {"sources": len(sources), "fitted": fits.fitted, "file": str(store.path),

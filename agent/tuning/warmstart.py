@@ -55,6 +55,9 @@ class WarmStart:
     history: tuple[HistoricalDataset, ...] = field(default=(), repr=False, compare=False)
     distance_ratio: float | None = None  # nearest distance / the history's median nearest-neighbour distance
     far: bool = False  # farther from everything than any historical dataset: neighbours seed nothing
+    # every historical dataset's key, nearest first: which sources a transfer surrogate keeps when
+    # the history has more than it attends to (not recorded: a resumed study keeps its plan's sources)
+    ranked: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def seeds(self) -> list[tuple[dict[str, Any], str]]:
@@ -212,7 +215,8 @@ def plan_warm_start(
     else:
         message = f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"
     return WarmStart(featurizer.method, tuple(neighbours), message, prior, tuple(history),
-                     distance_ratio=None if near is None else near.ratio, far=far)
+                     distance_ratio=None if near is None else near.ratio, far=far,
+                     ranked=tuple(history[n.index].key for n in found))
 
 
 def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:
