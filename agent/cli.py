@@ -60,9 +60,9 @@ STARTER_FILE = "starter/mlp.npz"
 
 
 def surrogate_choices() -> tuple[str, ...]:
-    from agent.surrogates.registry import choices
+    from agent.surrogates.names import CHOICES  # the names only: --help imports neither numpy nor torch
 
-    return choices()
+    return CHOICES
 
 
 def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

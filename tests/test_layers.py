@@ -23,3 +23,18 @@ def test_import_contracts_are_kept() -> None:
     res = subprocess.run([str(exe), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "Contracts: 2 kept, 0 broken." in res.stdout
+
+
+def test_help_imports_neither_numpy_nor_torch() -> None:
+    """`tune-agent --help` and `start --help` build every option, --surrogate's choices included,
+    from names alone (agent/surrogates/names.py), which the registry must agree with."""
+    probe = ("import sys\nfrom agent.cli import main\n"
+             "for args in (['--help'], ['start', '--help']):\n"
+             "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
+             "print('HEAVY', sorted(m for m in ('numpy', 'torch') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "--surrogate" in res.stdout and "HEAVY []" in res.stdout, res.stdout[-500:] + res.stderr[-500:]
+    from agent.surrogates import registry
+    from agent.surrogates.names import CHOICES
+
+    assert CHOICES == registry.choices()

@@ -22,7 +22,7 @@ from agent.errors import TuneAgentError
 from agent.surrogates.contract import Surrogate, SurrogateInputs, SurrogateSpec
 from agent.surrogates.specs import BUILTIN_SPECS, TNP_FILE, TNP_META
 
-AUTO = "auto"
+from agent.surrogates.names import AUTO
 # On lcbench a TNP meta-trained on 27 source tasks beats RGPE at every reported trial count;
 # paper 004 meta-trains on tens of tasks, and a network meta-trained on a handful would overfit.
 TNP_MIN_SOURCES = 20

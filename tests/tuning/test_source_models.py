@@ -133,3 +133,28 @@ def test_a_study_that_ends_stores_its_dataset_as_a_source(history, store, cli, t
     assert "fitting" not in res.out  # the history's sources were all stored
     assert update_for_job(history, models, "mlp")["fitted"] == 0
     assert len(SourceModelStore(models)) == N_SOURCES + 1
+
+
+def test_a_history_larger_than_the_surrogate_attends_to_keeps_the_most_relevant(history, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.jobs import load_job
+    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning import source_models
+    from agent.tuning.source_models import history_sources, most_relevant, update_for_job
+
+    models = tmp_path / "models"
+    update_for_job(history, models, "mlp")
+    monkeypatch.setattr(source_models, "MAX_SOURCES", 3)
+    space = load_job("mlp").space
+    fits = SourceFits(SourceModelStore(models))
+    sources = history_sources(history, "mlp", space, None, fits.store)
+    ranked = [s.key for s in reversed(sources)]  # a warm start's order: nearest first
+    lines: list[str] = []
+    kept = most_relevant(sources, ranked, fits, space, "plain", lines.append)
+    assert {s.key for s in kept} == set(ranked[:3]) and "nearest by meta-features" in lines[0]
+    kept = most_relevant(sources, (), fits, space, "plain", lines.append)  # no ranking: the most predictable surfaces
+    r2 = sorted((fits.verdict(s)[1] for s in sources), reverse=True)
+    assert sorted((fits.verdict(s)[1] for s in kept), reverse=True) == r2[:3] and fits.fitted == 0
+    fresh = SourceFits()  # the stored verdicts are the ones a fit gives
+    assert [fits.verdict(s)[0] for s in sources] == [fresh.verdict(s)[0] for s in sources]
