@@ -71,7 +71,10 @@ def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
         summary[name] = {"reached_target": f"{len(reached)}/{len(seeds)}",
                          "median_ratio_where_reached": round(float(np.median(reached)), 3) if reached else None,
                          "mean_wall_seconds": round(float(np.mean([s["runs"][name]["wall_seconds"] for s in seeds])), 1),
-                         "mean_best": float(np.mean([s["runs"][name]["best"] for s in seeds]))}
+                         # a pruner whose every trial was stopped before the time ran out (a busy machine) has none
+                         "mean_best": (float(np.mean(bests)) if (bests := [s["runs"][name]["best"] for s in seeds
+                                                                           if s["runs"][name]["best"] is not None])
+                                       else None)}
     budget = (f"the others get {first!r}'s wall time as --timeout and {SAME_TIME_TRIALS}x its trials"
               if config.same_time else "every pruner the same trials")
     report = {"config": asdict(config), "summary": summary, "seeds": seeds,

@@ -42,6 +42,8 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
         "seeds": result["seeds"],
         "methods": methods,
         "suggest_seconds": {m: round(s, 5) for m, s in result["suggest_seconds"].items()},
+        # median seconds from a run's start (its store already holding the history) to its first suggestion
+        "first_trial_seconds": {m: round(s, 3) for m, s in result.get("first_trial_seconds", {}).items()},
         "wall_seconds": round(result["wall_seconds"], 2),
         "runs_from_journal": result.get("runs_from_journal", {}),
     }

@@ -51,36 +51,10 @@ def synthetic_history(job: Any, target: str, size: int, points: int, seed: int =
     return kb
 
 
-def transplanted_source_models(kb: Any, models: Path, job: Any) -> int:
-    """Source models for a synthetic history too large to fit here: each task's first source is
-    fitted and its hyperparameters stored for every source of that task, with each source's own
-    signal check (its R² under those hyperparameters). What a study loads is the same kind of
-    record a fit would store; only how the hyperparameters were found differs. Returns the fits."""
-    from agent.surrogates.contract import SourceFits
-    from agent.surrogates.gp import gp_state
-    from agent.surrogates.rgpe import SIGNAL_MIN_R2, restore_source_gp, source_signal
-    from agent.surrogates.source_store import SourceModelStore
-    from agent.tuning.source_models import history_sources
-
-    store = SourceModelStore(models)
-    sources = history_sources(kb, job.name, job.space, None, store)
-    fits = SourceFits(store)
-    templates: dict[str, dict[str, Any]] = {}
-    for source in sources:
-        task = source.name.split("-", 1)[1]
-        if task not in templates:
-            templates[task] = gp_state(fits.gp(source)[0])
-            continue
-        if store.fit(source.digest, "plain") is None:
-            r2 = source_signal(restore_source_gp(source.U, source.y, templates[task]))
-            store.add_fit(source.digest, "plain", templates[task], r2 >= SIGNAL_MIN_R2, r2)
-    return fits.fitted
-
-
 def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"), target: str = "3945",
                     points: int = 30, budget: int = 12, scenario: str = "lcbench", fit_up_to: int = 240,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Above ``fit_up_to`` sources the source models are transplanted (:func:`transplanted_source_models`)."""
+    """Above ``fit_up_to`` sources the source models are transplanted (:func:`agent.tuning.source_models.transplanted_source_models`)."""
     from agent.bench.fingerprint import engine_fingerprint, environment
     from agent.bench.transfer import pin_threads
     from agent.config import StudyConfig
@@ -89,7 +63,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
     from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.source_models import update_source_models
+    from agent.tuning.source_models import transplanted_source_models, update_source_models
 
     pin_threads()
     spec = f"yahpo:{scenario}"
@@ -104,7 +78,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
             models = Path(tmp) / "models"
             start = time.perf_counter()
             if size > fit_up_to:
-                transplanted_source_models(kb, models, job)
+                transplanted_source_models(kb, models, job.name, job.space)
             built = update_source_models(kb, models, job.name, job.space)  # then the portfolios
             build_s = time.perf_counter() - start
             if progress is not None:

@@ -190,3 +190,27 @@ def coverage(studies: Sequence[StudyRecord], models_dir: Path | str) -> tuple[in
                                  or any(store.fit(task.digest, kernel) is not None for kernel in ("plain", "arc"))):
             stored += 1
     return stored, len(groups)
+
+
+def transplanted_source_models(kb: KnowledgeBase, models: Path | str, job_name: str, space: Any) -> int:
+    """Source models for a benchmark history too large to fit here (``bench sources``): sources are
+    named ``<id>-<task>``; each task's first source is fitted and its hyperparameters stored for every
+    source of that task, with each source's own signal check (its R² under those hyperparameters).
+    What a study loads is the same kind of record a fit stores; only how the hyperparameters were
+    found differs. Returns the number of fits."""
+    from agent.surrogates.gp import gp_state
+    from agent.surrogates.rgpe import SIGNAL_MIN_R2, restore_source_gp, source_signal
+
+    store = SourceModelStore(models)
+    sources = history_sources(kb, job_name, space, None, store)
+    fits = SourceFits(store)
+    templates: dict[str, dict[str, Any]] = {}
+    for source in sources:
+        task = source.name.split("-", 1)[1]
+        if task not in templates:
+            templates[task] = gp_state(fits.gp(source)[0])
+            continue
+        if store.fit(source.digest, "plain") is None:
+            r2 = source_signal(restore_source_gp(source.U, source.y, templates[task]))
+            store.add_fit(source.digest, "plain", templates[task], r2 >= SIGNAL_MIN_R2, r2)
+    return fits.fitted
