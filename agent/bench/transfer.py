@@ -39,14 +39,21 @@ from agent.errors import TuneAgentError
 
 QUICK_TASKS, QUICK_SEEDS = 4, 2
 TNP_FOLDS = 5
-SAMPLER_METHODS = ("random", "tpe", "hts", "hts-anchored")
+
+
+def sampler_methods() -> tuple[str, ...]:
+    """The samplers that are methods of their own (random, tpe, hts, ...: the sampler registry's
+    entries that need no surrogate)."""
+    from agent.tuning.sampler_registry import without_surrogate
+
+    return without_surrogate()
 
 
 def method_names() -> tuple[str, ...]:
     """Every method the benchmark can run: the samplers and the registry's surrogates."""
     from agent.tuning.service import surrogate_names
 
-    return (*SAMPLER_METHODS, *surrogate_names())
+    return (*sampler_methods(), *surrogate_names())
 
 
 def check_methods(methods: Sequence[str]) -> None:
@@ -183,8 +190,9 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     from agent.tuning.service import prepare_study
     from agent.tuning.workers import make_executor
 
-    sampler = method if method in SAMPLER_METHODS else "bo"
-    surrogate = "gp" if method in SAMPLER_METHODS else method
+    own = method in sampler_methods()
+    sampler = method if own else "bo"
+    surrogate = "gp" if own else method
     req = StudyConfig(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
                        warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir, pending=pending)
     start = time.perf_counter()

@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agent.config import HTS_SAMPLERS, StudyConfig, StudySettings
+from agent.config import StudyConfig, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs
-from agent.tuning.sampler import BoSampler, HtsSampler, RandomSampler, Sampler, TpeSampler
+from agent.tuning.sampler import Sampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
@@ -66,14 +66,11 @@ class Planned:
     preferred: str | None = None  # HTS's source: the warm start's nearest neighbour
 
     def sampler(self, space: Any, settings: StudySettings) -> Sampler:
-        """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs)."""
-        if settings.sampler in HTS_SAMPLERS:
-            after = BoSampler(space, settings, self.surrogate) if self.surrogate is not None else None
-            return HtsSampler(space, settings, self.sources, self.preferred, anchored=settings.sampler == "hts-anchored",
-                              after=after)
-        if self.surrogate is None:
-            return (RandomSampler if settings.sampler == "random" else TpeSampler)(space, settings)
-        return BoSampler(space, settings, self.surrogate, self.plan.initial)
+        """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs),
+        built by its entry in the sampler registry."""
+        from agent.tuning import sampler_registry
+
+        return sampler_registry.get(settings.sampler).build(space, settings, self)
 
 
 def surrogate_names() -> tuple[str, ...]:
@@ -142,9 +139,12 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     from agent.surrogates.source_store import SourceModelStore
     from agent.tuning.source_models import MAX_SOURCES, fit_missing, most_relevant
 
+    from agent.tuning import sampler_registry
+
     models_dir = Path(settings.models_dir)
     fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
-    if settings.sampler in HTS_SAMPLERS:
+    spec = sampler_registry.get(settings.sampler)
+    if spec.plan == "sources":
         sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress)
         if recorded is not None:
             sources = _recorded_sources(sources, recorded)
@@ -156,18 +156,18 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
         else:
             preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
             why = "nearest neighbour"
-        note = (f"sampler: {settings.sampler} (paper 001{'' if settings.sampler == 'hts' else ', map anchored at the identity'}) "
+        note = (f"sampler: {settings.sampler} (paper 001{', map anchored at the identity' if spec.hands_over else ''}) "
                 f"from {len(sources)} candidate sources"
                 + (f", source {next(s.name for s in sources if s.key == preferred)} ({why})" if preferred
                    else ", source chosen after the initial design"))
         after = None
-        if settings.sampler == "hts-anchored":  # BO on a plain GP of the target's trials once the mapping stalls
+        if spec.hands_over:  # BO on a plain GP of the target's trials once the mapping stalls
             plain = SurrogateInputs(space, (), models_dir, settings.seed, settings.k, "constant", (), SourceFits(),
                                     settings.kernel)
             after = registry.prepare(registry.resolve("gp", plain), plain)
         return Planned(SurrogatePlan(settings.sampler, requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
                        after, sources=tuple(sources), preferred=preferred)
-    if settings.sampler != "bo":
+    if spec.plan == "none":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
     sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress) if needs_history or recorded else []

@@ -1,0 +1,107 @@
+"""The sampler registry: every way a study can choose its next configuration, registered once.
+
+As :mod:`agent.surrogates.registry` does for surrogates: each :class:`SamplerSpec` says what its
+plan needs from the history (``plan``) and how the sampler is built from the plan
+(:meth:`SamplerSpec.build`). The study services (:func:`agent.tuning.service.plan_sampler`,
+``Planned.sampler``), ``resume`` (through the recorded plan) and the benchmark's method list read
+it; the names alone live in :data:`agent.config.SAMPLERS` so that option parsing and ``--help``
+stay light (a test checks both agree), and ``tests/tuning/test_sampler_contract.py`` runs every
+registered sampler through the same ask/tell/resume checks.
+
+- ``bo``: BO on the surrogate the surrogate registry resolves (plan ``surrogate``).
+- ``random``, ``tpe``: no history, no surrogate (plan ``none``).
+- ``hts``, ``hts-anchored``: paper 001's learned map of a source's best configurations, and ours
+  anchored at the identity that hands over to BO on a plain GP (plan ``sources``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from agent.errors import TuneAgentError
+
+PLANS = ("surrogate", "sources", "none")
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """A registry entry.
+
+    Attributes:
+        plan: what planning reads before the first trial: ``surrogate`` (the history's sources and
+            a prepared surrogate), ``sources`` (candidate source tasks, as HTS maps one), ``none``.
+        build: ``(space, settings, planned) -> Sampler``, ``planned`` being the study's
+            :class:`agent.tuning.service.Planned`.
+        hands_over: with plan ``sources``, whether a plain-GP BO sampler follows the sources' phase.
+    """
+
+    name: str
+    summary: str
+    plan: str
+    build: Callable[[Any, Any, Any], Any]
+    hands_over: bool = False
+
+    def __post_init__(self) -> None:
+        if self.plan not in PLANS:
+            raise ValueError(f"sampler {self.name!r}: plan must be one of {PLANS}, got {self.plan!r}")
+
+
+def _bo(space: Any, settings: Any, planned: Any) -> Any:
+    from agent.tuning.sampler import BoSampler
+
+    return BoSampler(space, settings, planned.surrogate, planned.plan.initial)
+
+
+def _random(space: Any, settings: Any, planned: Any) -> Any:
+    from agent.tuning.sampler import RandomSampler
+
+    return RandomSampler(space, settings)
+
+
+def _tpe(space: Any, settings: Any, planned: Any) -> Any:
+    from agent.tuning.sampler import TpeSampler
+
+    return TpeSampler(space, settings)
+
+
+def _hts(anchored: bool) -> Callable[[Any, Any, Any], Any]:
+    def build(space: Any, settings: Any, planned: Any) -> Any:
+        from agent.tuning.sampler import BoSampler, HtsSampler
+
+        after = BoSampler(space, settings, planned.surrogate) if planned.surrogate is not None else None
+        return HtsSampler(space, settings, planned.sources, planned.preferred, anchored=anchored, after=after)
+
+    return build
+
+
+REGISTRY: dict[str, SamplerSpec] = {s.name: s for s in (
+    SamplerSpec("bo", "Bayesian optimisation on the --surrogate (the product's default)", "surrogate", _bo),
+    SamplerSpec("random", "uniform random configurations", "none", _random),
+    SamplerSpec("tpe", "Optuna's TPESampler behind the sampler contract", "none", _tpe),
+    SamplerSpec("hts", "paper 001: a learned map of a similar dataset's best configurations", "sources", _hts(False)),
+    SamplerSpec("hts-anchored", "paper 001's map anchored at the identity, then BO on a plain GP once it stalls",
+                "sources", _hts(True), hands_over=True),
+)}
+
+
+def register(spec: SamplerSpec) -> None:
+    """Adds ``spec``; a name taken by another spec is a programming error."""
+    if spec.name in REGISTRY and REGISTRY[spec.name] is not spec:
+        raise ValueError(f"sampler {spec.name!r} is already registered")
+    REGISTRY[spec.name] = spec
+
+
+def get(name: str) -> SamplerSpec:
+    if name not in REGISTRY:
+        raise TuneAgentError(f"--sampler must be one of {', '.join(REGISTRY)}, got {name!r}")
+    return REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def without_surrogate() -> tuple[str, ...]:
+    """The samplers that are methods of their own beside the surrogates (the benchmark's list)."""
+    return tuple(name for name, spec in REGISTRY.items() if spec.plan != "surrogate")
