@@ -79,7 +79,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
             start = time.perf_counter()
             if size > fit_up_to:
                 transplanted_source_models(kb, models, job.name, job.space)
-            built = update_source_models(kb, models, job.name, job.space)  # then the portfolios
+            update_source_models(kb, models, job.name, job.space)  # then the portfolios
             build_s = time.perf_counter() - start
             if progress is not None:
                 progress(f"{size} sources: history written in {history_s:.0f} s, source models built in {build_s:.0f} s")

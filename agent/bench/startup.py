@@ -91,7 +91,6 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
 def _table(path: Path, seed: int) -> Path:
     """A CSV new to any history: a random 80% of scikit-learn's wine table (its own fingerprint)."""
     import numpy as np
-    import pandas as pd
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True, as_frame=True)

@@ -25,6 +25,9 @@ import numpy as np
 from agent.space import SearchSpace
 
 MIN_SOURCE_POINTS = 5
+# Bump when :func:`agent.surrogates.rgpe.fit_source_gps` changes what it fits: stored source fits
+# (and the portfolios made from them, :mod:`agent.surrogates.source_store`) of another revision are ignored.
+FIT_REVISION = 1
 # A source GP's means over more than MEAN_CHUNK_ABOVE candidates are taken MEAN_CHUNK at a time.
 MEAN_CHUNK_ABOVE, MEAN_CHUNK = 4096, 512
 
@@ -97,6 +100,14 @@ def source_task(h: Any, space: SearchSpace, match: Any = None) -> SourceTask:
     dims = None if match is None else tuple(i for i, n in enumerate(space.names) if n in match.matched)
     U, y = surface_data(h, space, match)
     return SourceTask(h.key, h.name, U, normal_scores(impute_failures(y)) if len(y) else y, dims)
+
+
+def portfolio_id(sources: Sequence[SourceTask], kernel: str, size: int) -> str:
+    """The key of one portfolio: its sources' digests (in order), the kernel, the size and the fit revision."""
+    h = hashlib.sha256(f"{kernel}/{size}/{FIT_REVISION}".encode())
+    for s in sources:
+        h.update(s.digest.encode())
+    return h.hexdigest()[:24]
 
 
 class SourceFits:
@@ -190,8 +201,6 @@ class SourceFits:
     def portfolio(self, sources: Sequence[SourceTask], size: int, inputs: "SurrogateInputs",
                   compute: Callable[[], np.ndarray]) -> np.ndarray:
         """The greedy portfolio of ``sources`` (``compute`` makes it), kept in memory and the store."""
-        from agent.surrogates.source_store import portfolio_id
-
         pid = portfolio_id(sources, inputs.kernel, size)
         if pid not in self._portfolios:
             stored = self.store.portfolio(pid) if self.store is not None else None

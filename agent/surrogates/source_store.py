@@ -28,19 +28,17 @@ older fit records are then ignored (and refitted once).
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
-from agent.surrogates.contract import SourceTask
+from agent.surrogates.contract import FIT_REVISION, SourceTask, portfolio_id  # noqa: F401 - re-exported
 
 FILE = "source_models.jsonl"
 FORMAT = 1
-FIT_REVISION = 1
 
 
 def _array(a: np.ndarray) -> dict[str, Any]:
@@ -50,14 +48,6 @@ def _array(a: np.ndarray) -> dict[str, Any]:
 
 def _unarray(entry: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(entry["b64"]), dtype="<f8").reshape(entry["shape"]).copy()
-
-
-def portfolio_id(sources: Sequence[SourceTask], kernel: str, size: int) -> str:
-    """The key of one portfolio: its sources' digests (in order), the kernel and the size."""
-    h = hashlib.sha256(f"{kernel}/{size}/{FIT_REVISION}".encode())
-    for s in sources:
-        h.update(s.digest.encode())
-    return h.hexdigest()[:24]
 
 
 class SourceModelStore:

@@ -23,7 +23,7 @@ def _warm_worker(threads: int = 1) -> int:
     import lightning.pytorch  # noqa: F401
     import torch
 
-    import agent.tuning.runner  # noqa: F401
+    import agent.tuning.trial  # noqa: F401
 
     torch.set_num_threads(threads)
     return os.getpid()

@@ -17,9 +17,8 @@ from agent.knowledge.base import TrialRecord
 from agent.tuning.pruning import pruning_state
 from agent.tuning.ray_start import RayStart, import_ray
 from agent.tuning.resources import TrialResources, fit_note, trial_slots
-from agent.tuning.runner import TrialOutcome, recording_logger, replay_logged, train_config
+from agent.tuning.trial import TrialOutcome, recording_logger, replay_logged, train_config
 from agent.tuning.study import Study
-from agent.tuning.workers import ASK_AHEAD
 
 WORKER_RETRIES = 1
 HEAD_CHECK_SECONDS = 5.0  # with nothing finished for this long, the Ray head is checked
@@ -35,7 +34,7 @@ def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, 
     reserved) and ``accelerator``, and what it logged."""
     import torch
 
-    from agent.tuning.runner import quiet_lightning
+    from agent.tuning.trial import quiet_lightning
 
     torch.set_num_threads(threads)
     quiet_lightning()
@@ -46,7 +45,7 @@ def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, 
 
 def _missing_module(exc: BaseException) -> str | None:
     """The module a Ray task could not import, when that is why it failed: the job's own failures
-    are caught inside the task (:func:`~agent.tuning.runner.train_config`), so a missing module
+    are caught inside the task (:func:`~agent.tuning.trial.train_config`), so a missing module
     here is one the worker needs to unpickle the job or run tune-agent at all."""
     found = re.search(r"ModuleNotFoundError: No module named '([^']+)'", str(exc))
     return found.group(1) if found else None
@@ -58,7 +57,7 @@ class RayExecutor:
     CPUs (and the GPUs Ray finds) for this study and stops it at :meth:`close`."""
 
     def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
-                 address: str | None = None, ask_ahead: int = ASK_AHEAD, started: RayStart | None = None,
+                 address: str | None = None, ask_ahead: int = 1, started: RayStart | None = None,  # workers.ASK_AHEAD
                  resources: TrialResources | None = None, working_dir: str | None = None) -> None:
         ray = import_ray()
         self.study, self.capacity, self.ask_ahead = study, capacity, ask_ahead

@@ -8,30 +8,19 @@ a failed trial with its reason and the study goes on; Ctrl-C closes the running 
 
 from __future__ import annotations
 
-import logging
-import math
 import time
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from agent.errors import StudyFailedError, WorkersLostError
 from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
-from agent.tuning.pruning import PruningState, curve_metrics, pruning_callback, pruning_state
+from agent.tuning.pruning import curve_metrics
 from agent.tuning.study import Study
-
-
-@dataclass
-class TrialOutcome:
-    value: float | None
-    reason: str = ""
-    fit_seconds: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-    retries: int = 0  # times its worker died and it ran again (agent.tuning.workers)
-    pruned: bool = False  # stopped by the pruner: ``value`` is the last one it reached
-    curve: dict[int, float] = field(default_factory=dict)  # per-epoch metric, kept when a pruner runs
+from agent.tuning.trial import (TrialOutcome, quiet_lightning, recording_logger, replay_logged, run_trial,  # noqa: F401 - re-exported
+                                train_config)
+from agent.tuning.workers import InlineExecutor
 
 
 @dataclass
@@ -53,176 +42,6 @@ class StudyTiming:
         """Share of the workers' wall time spent in ``Trainer.fit``."""
         return self.fit_seconds / (self.wall_seconds * self.workers) if self.wall_seconds > 0 else 0.0
 
-
-def _guard_callback(time_limit: float | None) -> Any:
-    import lightning.pytorch as pl
-
-    class TrialGuard(pl.Callback):
-        """Stops a trial whose loss stops being finite or whose time is up, and says why."""
-
-        def __init__(self) -> None:
-            self.reason = ""
-            self.start = time.perf_counter()
-
-        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, idx: int) -> None:
-            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-            if loss is not None and not bool(np.isfinite(float(loss))):
-                self.reason = f"diverged: non-finite training loss at epoch {trainer.current_epoch}"
-                trainer.should_stop = True
-            elif time_limit is not None and time.perf_counter() - self.start > time_limit:
-                self.reason = f"time limit of {time_limit:g} s exceeded at epoch {trainer.current_epoch}"
-                trainer.should_stop = True
-
-    return TrialGuard()
-
-
-def quiet_lightning() -> None:
-    """Lightning's banners and hints would drown the study's own progress lines."""
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module=r"lightning\..*")
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-
-
-def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -> TrialOutcome:
-    """Queries a benchmark job's surrogate once; a failure is the trial's outcome, never raised."""
-    start = time.perf_counter()
-    try:
-        value = float(job.evaluate(dict(trial.config), task))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure of the job is the trial's outcome
-        return TrialOutcome(None, f"{type(exc).__name__}: {str(exc).strip()[:400]}", time.perf_counter() - start)
-    seconds = time.perf_counter() - start
-    if not math.isfinite(value):
-        return TrialOutcome(None, f"diverged: {study.settings.metric} is {value}", seconds)
-    return TrialOutcome(value, "", seconds, {study.settings.metric: value})
-
-
-def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None,
-              on_epoch: EpochListener | None = None, accelerator: str = "cpu") -> TrialOutcome:
-    """Trains ``job`` once with ``trial.config`` in this process, logging live to the trial's run;
-    never raises for a failure inside the trial. ``on_epoch(trial_number, epoch, epochs, metrics)``
-    hears each finished epoch (the terminal's progress display); ``accelerator`` is Lightning's
-    (``cpu`` or ``gpu``: :class:`agent.tuning.resources.TrialResources`)."""
-    from agent.jobs.base import BenchmarkJob
-
-    if isinstance(job, BenchmarkJob):
-        return run_benchmark_trial(study, trial, job, dataset)
-    return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
-                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials),
-                        on_epoch=on_epoch, accelerator=accelerator)
-
-
-EpochListener = Callable[[int, int, int, Mapping[str, float]], None]
-
-
-def _epoch_callback(number: int, on_epoch: EpochListener) -> Any:
-    import lightning.pytorch as pl
-
-    class EpochProgress(pl.Callback):
-        def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
-            if trainer.sanity_checking:
-                return
-            metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
-            on_epoch(number, trainer.current_epoch + 1, int(trainer.max_epochs or 0), metrics)
-
-    return EpochProgress()
-
-
-def recording_logger() -> Any:
-    """A Lightning logger that keeps what a trial logged, for a worker that cannot reach the store:
-    the driver replays it into the trial's run (:func:`replay_logged`)."""
-    from lightning.pytorch.loggers import Logger
-
-    class RecordingLogger(Logger):
-        def __init__(self) -> None:
-            super().__init__()
-            self.records: list[tuple[str, Any, int | None]] = []
-
-        @property
-        def name(self) -> str:
-            return "recording"
-
-        @property
-        def version(self) -> int:
-            return 0
-
-        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-            items = params.items() if isinstance(params, Mapping) else vars(params).items()
-            self.records.append(("params", {k: v for k, v in items if isinstance(v, (int, float, str, bool))}, None))
-
-        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-            self.records.append(("metrics", {k: float(v) for k, v in metrics.items()}, step))
-
-    return RecordingLogger()
-
-
-def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> None:
-    """Writes a :func:`recording_logger`'s records through ``logger`` (the trial's store logger)."""
-    for kind, payload, step in records:
-        if kind == "params":
-            logger.log_hyperparams(payload)
-        else:
-            logger.log_metrics(payload, step)
-    logger.finalize("success")
-
-
-def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                 split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None,
-                 on_epoch: EpochListener | None = None, keep: list[Any] | None = None,
-                 accelerator: str = "cpu") -> TrialOutcome:
-    """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
-    ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
-    never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`).
-    ``keep`` (a list) receives the trained ``(module, datamodule)``."""
-    import lightning.pytorch as pl
-
-    seed = settings.seed * 1009 + number
-    pl.seed_everything(seed, workers=False, verbose=False)
-    guard = _guard_callback(settings.time_limit)
-    callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
-    if on_epoch is not None:
-        callbacks.append(_epoch_callback(number, on_epoch))
-    start = time.perf_counter()
-    assert split is not None, "a training job needs its train/validation split"
-    try:
-        module, datamodule = job.build(config, dataset, split[0], split[1], seed)
-        trainer = pl.Trainer(
-            max_epochs=settings.epochs,
-            accelerator=accelerator,
-            devices=1,
-            logger=logger,
-            callbacks=callbacks,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            log_every_n_steps=1,
-            num_sanity_val_steps=0,
-        )
-        trainer.fit(module, datamodule=datamodule)
-        if keep is not None:
-            keep.append((module, datamodule))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure of the user's job is the trial's outcome
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return TrialOutcome(None, f"{type(exc).__name__}: {message}"[:500], time.perf_counter() - start)
-    fit_seconds = time.perf_counter() - start
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
-    if guard.reason:
-        return TrialOutcome(None, guard.reason, fit_seconds, metrics)
-    curve = dict(pruning.curve) if pruning is not None else {}
-    if pruning is not None and pruning.reason:
-        return TrialOutcome(metrics.get(settings.metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve)
-    if settings.metric not in metrics:
-        return TrialOutcome(None, f"job logged no metric {settings.metric!r} (has {sorted(metrics)})", fit_seconds, metrics)
-    value = metrics[settings.metric]
-    if not math.isfinite(value):
-        return TrialOutcome(None, f"diverged: {settings.metric} is {value}", fit_seconds, metrics)
-    return TrialOutcome(value, "", fit_seconds, metrics, curve=curve)
-
-
 def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
               trace_plot: bool = True, executor: Any = None, timeout: float | None = None) -> StudyTiming:
     """Asks, trains and tells until the budget is spent; returns where the time went.
@@ -238,8 +57,6 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     ``trace_plot`` False skips the trace figure (the benchmark runs thousands of studies).
     """
     from collections import deque
-
-    from agent.tuning.workers import InlineExecutor
 
     quiet_lightning()
     executor = executor if executor is not None else InlineExecutor(study, job, dataset, split)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TrialRecord
 from agent.tuning.resources import TrialResources
-from agent.tuning.runner import TrialOutcome, run_trial
+from agent.tuning.trial import TrialOutcome, run_trial
 from agent.tuning.study import Study
 
 if TYPE_CHECKING:
