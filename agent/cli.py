@@ -253,24 +253,32 @@ def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahea
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
     resources, ray_working_dir = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial,
                                                 gpus_per_trial, ray_working_dir)
+    execution = _execution(workers, ray_address, timeout, ask_ahead, resources, ray_working_dir)
     req = _request(kwargs)
-    early = _start_workers_early(workers, ray_address, req.job, resources, ray_working_dir)
+    early = _start_workers_early(execution, req.job)
     with _abandoning(early), _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
         from agent.tuning.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
-    _run(study, job, dataset, split, ProgressReporter(whole_process=True), workers, ray_address, timeout, ask_ahead, early, resources,
-         ray_working_dir)
+    _run(study, job, dataset, split, ProgressReporter(whole_process=True), execution, early)
 
 
-def _start_workers_early(workers: int, ray_address: str | None, job_spec: str | None, resources: Any,
-                         working_dir: str | None) -> Any:
+def _execution(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, resources: Any,
+               working_dir: str | None) -> Any:
+    """The checked execution options as one :class:`~agent.tuning.resources.ExecutionSettings`."""
+    from agent.tuning.resources import ExecutionSettings
+
+    return ExecutionSettings(workers, ray_address, timeout, ask_ahead, resources, working_dir)
+
+
+def _start_workers_early(execution: Any, job_spec: str | None) -> Any:
     """Ray's start begun now, on a background thread, to overlap the imports and the preparation
     that follow (:class:`agent.tuning.ray_start.RayStart`); None when the study runs in this process."""
     from agent.tuning.ray_start import start_workers_early
 
-    return start_workers_early(workers, ray_address, job_spec, resources, working_dir)
+    return start_workers_early(execution.workers, execution.ray_address, job_spec, execution.resources,
+                               execution.working_dir)
 
 
 @contextlib.contextmanager
@@ -296,9 +304,7 @@ def create(**kwargs: Any) -> None:
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 
 
-def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers: int,
-         ray_address: str | None, timeout: float | None, ask_ahead: int, early: Any = None,
-         resources: Any = None, working_dir: str | None = None) -> None:
+def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, execution: Any, early: Any = None) -> None:
     from agent.errors import StoreError, WorkersLostError
     from agent.tuning.runner import run_study
     from agent.tuning.workers import make_executor
@@ -306,12 +312,12 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, workers:
     try:
         try:
             with _abandoning(early):
-                executor = make_executor(study, job, dataset, split, workers, ray_address, ask_ahead, early, resources,
-                                         working_dir)
+                executor = make_executor(study, job, dataset, split, execution, early)
         except TuneAgentError as exc:  # the study is in the store; the workers are what failed
             raise type(exc)(f"{str(exc).rstrip('.')}; study {study.name} is kept: once the workers can start, continue with: "
                             f"tune-agent resume {study.name}") from None
-        if workers > 1 or ray_address:
+        resources, timeout = execution.resources, execution.timeout
+        if execution.parallel:
             from agent.tuning.sampler import pending_note
 
             ahead = f", {executor.ask_ahead} more asked ahead" if executor.ask_ahead else ""
@@ -350,7 +356,8 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
     """Continue an interrupted study from what MLflow holds."""
     resources, ray_working_dir = _check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial,
                                                 gpus_per_trial, ray_working_dir)
-    early = _start_workers_early(workers, ray_address, job, resources, ray_working_dir)
+    execution = _execution(workers, ray_address, timeout, ask_ahead, resources, ray_working_dir)
+    early = _start_workers_early(execution, job)
     with _abandoning(early):
         with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
             from agent.tuning.progress import ProgressReporter
@@ -369,8 +376,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
             if early is not None:
                 early.abandon()
             return
-    _run(study, job_obj, data, split, reporter, workers, ray_address, timeout, ask_ahead, early, resources,
-         ray_working_dir)
+    _run(study, job_obj, data, split, reporter, execution, early)
 
 
 @cli.command()

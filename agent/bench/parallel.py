@@ -128,6 +128,7 @@ def _waiting_env(config: ParallelConfig) -> Iterator[None]:
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyConfig
     from agent.tuning.progress import SilentReporter
+    from agent.tuning.resources import ExecutionSettings
     from agent.tuning.ray_start import start_workers_early
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
@@ -157,7 +158,8 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
             early = start_workers_early(n, None, job_spec, resources)  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = make_executor(study, job, data, split, n, ask_ahead=ahead, started=early, resources=resources)
+            executor = make_executor(study, job, data, split, ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources),
+                                     started=early)
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start

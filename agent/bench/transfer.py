@@ -188,6 +188,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
+    from agent.tuning.resources import ExecutionSettings
     from agent.tuning.workers import make_executor
 
     own = method in sampler_methods()
@@ -200,7 +201,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     if timings is not None:
         timings["prepare_s"] = time.perf_counter() - start
     timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False,
-                       executor=make_executor(study, job, data, None, batch, ask_ahead=ask_ahead))
+                       executor=make_executor(study, job, data, None, ExecutionSettings(workers=batch, ask_ahead=ask_ahead)))
     trials = sorted((t for t in study.trials() if t.state in COUNTED_STATES), key=lambda t: t.number)
     configs = [dict(t.config) for t in trials]
     values = [study.settings.sign * t.value if t.state == TRIAL_OK and t.value is not None else np.nan for t in trials]

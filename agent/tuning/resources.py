@@ -22,6 +22,33 @@ EPS = 1e-6  # Ray keeps resources in units of 1/10000: 1 / 0.1 must count as 10 
 
 
 @dataclass(frozen=True)
+class ExecutionSettings:
+    """How a study's trials run, checked once at the CLI edge and passed down whole (``start``,
+    ``resume``, ``bench parallel`` -> :func:`agent.tuning.workers.make_executor` -> the executor).
+
+    Attributes:
+        workers: trials at once (``--workers``); above 1, or with ``ray_address``, on Ray.
+        ray_address: a Ray cluster (``--ray-address``); None: a local Ray instance when ``workers`` > 1.
+        timeout: seconds of this ``start``/``resume`` after which no trial starts (``--timeout``).
+        ask_ahead: trials asked beyond the workers (``--ask-ahead``).
+        resources: what each trial trains with (CPUs and torch threads, a GPU share).
+        working_dir: a folder shipped to Ray's workers (``--ray-working-dir``).
+    """
+
+    workers: int = 1
+    ray_address: str | None = None
+    timeout: float | None = None
+    ask_ahead: int = 1
+    resources: "TrialResources | None" = None
+    working_dir: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether trials run on Ray workers (a surrogate-benchmark job aside)."""
+        return self.workers > 1 or self.ray_address is not None
+
+
+@dataclass(frozen=True)
 class TrialResources:
     cpus: int = 1  # on Ray: CPUs a trial's task reserves, and its torch threads
     gpus: float = 0.0  # above 0: the trial trains on a GPU (on Ray, this share of one)

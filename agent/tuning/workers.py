@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TrialRecord
-from agent.tuning.resources import TrialResources
+from agent.tuning.resources import ExecutionSettings, TrialResources
 from agent.tuning.trial import TrialOutcome, run_trial
 from agent.tuning.study import Study
 
@@ -125,16 +125,17 @@ class QueuedExecutor(InlineExecutor):
         self._done.clear()
 
 
-def make_executor(study: Study, job: Any, dataset: Any, split: Any, workers: int = 1,
-                  ray_address: str | None = None, ask_ahead: int = ASK_AHEAD,
-                  started: RayStart | None = None, resources: TrialResources | None = None,
-                  working_dir: str | None = None) -> TrialExecutor:
-    """The executor for ``--workers``/``--ray-address``: inline for one local worker, queued for a
-    benchmark job, Ray otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start
-    begun by :func:`start_workers_early`, stopped here when the study does not run on Ray;
-    ``resources``: what each trial trains with; ``working_dir``: a folder shipped to Ray's workers)."""
+def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: ExecutionSettings | None = None,
+                  started: RayStart | None = None) -> TrialExecutor:
+    """The executor for ``execution`` (:class:`~agent.tuning.resources.ExecutionSettings`; default:
+    one trial at a time here): inline for one local worker, queued for a benchmark job, Ray
+    otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start begun by
+    :func:`start_workers_early`, stopped here when the study does not run on Ray)."""
     from agent.jobs.base import BenchmarkJob
 
+    execution = execution if execution is not None else ExecutionSettings(ask_ahead=ASK_AHEAD)
+    workers, ray_address, ask_ahead = execution.workers, execution.ray_address, execution.ask_ahead
+    resources, working_dir = execution.resources, execution.working_dir
     if workers < 1:
         raise TuneAgentError(f"--workers must be at least 1, got {workers}")
     if ask_ahead < 0:

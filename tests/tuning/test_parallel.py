@@ -166,12 +166,13 @@ def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # no
     from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
+    from agent.tuning.resources import ExecutionSettings
     from agent.tuning.workers import QueuedExecutor, make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=12, seed=0, study_name="queued", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts, pending=pending)
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
-    executor = make_executor(study, job, data, None, workers=4)
+    executor = make_executor(study, job, data, None, ExecutionSettings(workers=4))
     assert isinstance(executor, QueuedExecutor) and executor.capacity == 4
     timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False, executor=executor)
     trials = study.trials()
@@ -191,6 +192,7 @@ def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # 
     from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
+    from agent.tuning.resources import ExecutionSettings
     from agent.tuning.workers import make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=8, seed=0, study_name="kept", warm_start="none",
@@ -203,7 +205,8 @@ def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # 
         def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
             seen.append((list(trials), study.trials()))
 
-    run_study(study, job, data, None, Comparing(), trace_plot=False, executor=make_executor(study, job, data, None, workers=3))
+    run_study(study, job, data, None, Comparing(), trace_plot=False,
+              executor=make_executor(study, job, data, None, ExecutionSettings(workers=3)))
     assert len(seen) == 8
     for kept, stored in seen:
         assert kept == stored
@@ -457,6 +460,7 @@ def _events(store, name: str, ahead: int, timeout: float | None = None, training
     from agent.tuning.progress import SilentReporter
     from agent.tuning.runner import run_study
     from agent.tuning.service import prepare_study
+    from agent.tuning.resources import ExecutionSettings
     from agent.tuning.workers import make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name=name, warm_start="none",
@@ -471,7 +475,7 @@ def _events(store, name: str, ahead: int, timeout: float | None = None, training
         def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
             events.append(("end", trial.number, 0))
 
-    executor = make_executor(study, job, data, None, workers=3, ask_ahead=ahead)
+    executor = make_executor(study, job, data, None, ExecutionSettings(workers=3, ask_ahead=ahead))
     finish = executor.wait
 
     def training_wait():  # noqa: ANN202

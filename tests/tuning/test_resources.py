@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.tuning.resources import TrialResources, fit_note, problem, trial_slots
+from agent.tuning.resources import ExecutionSettings, TrialResources, fit_note, problem, trial_slots
 
 
 def _node(cpus: float, gpus: float = 0.0, alive: bool = True) -> dict:
@@ -104,7 +104,7 @@ def test_the_gpu_setting_reaches_lightning(store) -> None:  # noqa: ANN001
     req = StudyConfig(dataset="iris", job="agent.jobs.examples:logistic", trials=1, epochs=1, seed=0,
                       study_name="gpu", warm_start="none", tracking_uri=store.uri, artifact_root=store.artifacts)
     study, job, data, split = prepare_study(req, echo=lambda _: None)
-    executor = make_executor(study, job, data, split, resources=TrialResources(gpus=1))
+    executor = make_executor(study, job, data, split, ExecutionSettings(resources=TrialResources(gpus=1)))
     assert isinstance(executor, InlineExecutor) and executor.resources.accelerator == "gpu"
     if torch.cuda.is_available():
         run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
