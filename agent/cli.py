@@ -1289,6 +1289,25 @@ def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: st
     click.echo(json.dumps(measure_neighbour_search(dataset, n_history, Path(models_dir))))
 
 
+def _environment_names(group: click.Group, path: str = "TUNE_AGENT") -> None:
+    """Every option of every command reads ``TUNE_AGENT_<OPTION>`` (``TUNE_AGENT_TRACKING_URI``,
+    ``TUNE_AGENT_TRIALS``: one setting for every command that has the option, as README says) and,
+    winning over it, click's per-command ``TUNE_AGENT_<COMMAND>_<OPTION>``
+    (``TUNE_AGENT_START_TRIALS``); ``--help`` shows both."""
+    for name, command in group.commands.items():
+        here = f"{path}_{name.replace('-', '_').upper()}"
+        for param in command.params:
+            if isinstance(param, click.Option) and param.envvar is None and param.name:
+                option = param.name.upper()
+                param.envvar = [f"{here}_{option}", f"TUNE_AGENT_{option}"]
+                param.show_envvar = True
+        if isinstance(command, click.Group):
+            _environment_names(command, here)
+
+
+_environment_names(cli)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one line and an exit code."""
     import warnings
