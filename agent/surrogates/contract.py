@@ -25,7 +25,7 @@ import numpy as np
 from agent.space import SearchSpace
 
 MIN_SOURCE_POINTS = 5
-# Bump when :func:`agent.surrogates.rgpe.fit_source_gps` changes what it fits: stored source fits
+# Bump when :func:`agent.surrogates.source_gp.fit_source_gps` changes what it fits: stored source fits
 # (and the portfolios made from them, :mod:`agent.surrogates.source_store`) of another revision are ignored.
 FIT_REVISION = 1
 # A source GP's means over more than MEAN_CHUNK_ABOVE candidates are taken MEAN_CHUNK at a time.
@@ -102,6 +102,12 @@ def source_task(h: Any, space: SearchSpace, match: Any = None) -> SourceTask:
     return SourceTask(h.key, h.name, U, normal_scores(impute_failures(y)) if len(y) else y, dims)
 
 
+def _fit_key(source: SourceTask, inputs: "SurrogateInputs | None") -> tuple[str, str]:
+    """(the kernel a source's GP is fitted with, the key of that fit in memory)."""
+    kernel = inputs.kernel if inputs is not None else "plain"
+    return kernel, source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
+
+
 def portfolio_id(sources: Sequence[SourceTask], kernel: str, size: int) -> str:
     """The key of one portfolio: its sources' digests (in order), the kernel, the size and the fit revision."""
     h = hashlib.sha256(f"{kernel}/{size}/{FIT_REVISION}".encode())
@@ -115,7 +121,7 @@ class SourceFits:
 
     A study makes a fresh one; the benchmark keeps one per worker, where a task is a source for
     every other target. Holds each source's GP (frozen, eval mode), whether that GP carries a
-    response surface (:func:`agent.surrogates.rgpe.informative`), and its neighbour surface.
+    response surface (:func:`agent.surrogates.source_gp.informative`), and its neighbour surface.
     """
 
     def __init__(self, store: Any = None) -> None:
@@ -149,10 +155,9 @@ class SourceFits:
     def gp(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[Any, bool]:
         """(the source's GP, whether it passes the signal check); with the kernel of ``inputs``
         (the arc kernel in a conditional space), BoTorch's default without."""
-        kernel = inputs.kernel if inputs is not None else "plain"
-        key = source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
+        kernel, key = _fit_key(source, inputs)
         if key not in self._gps:
-            from agent.surrogates.rgpe import fit_source_gps, restore_source_gp
+            from agent.surrogates.source_gp import fit_source_gps, restore_source_gp
 
             covar = inputs.covar if inputs is not None and source.dims is None else None  # filtered: plain kernel
             stored = self.store.fit(source.digest, kernel) if self.store is not None else None
@@ -165,12 +170,12 @@ class SourceFits:
                 except (ValueError, KeyError, TypeError, RuntimeError):
                     pass  # a record that does not fit this model (another kernel's layout): refit it
             from agent.surrogates.gp import gp_state
-            from agent.surrogates.rgpe import SIGNAL_MIN_R2, source_signal
+            from agent.surrogates.source_gp import SIGNAL_MIN_R2, source_signal
 
             model = fit_source_gps([(source.U, source.y)], covar=covar, dims=source.dims)[0]
             self.fitted += 1
             self._r2[key] = source_signal(model)
-            self._gps[key] = (model, self._r2[key] >= SIGNAL_MIN_R2)  # as rgpe.informative decides
+            self._gps[key] = (model, self._r2[key] >= SIGNAL_MIN_R2)  # as source_gp.informative decides
             if self.store is not None:
                 self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1], self._r2[key])
         return self._gps[key]
@@ -178,8 +183,7 @@ class SourceFits:
     def verdict(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[bool, float]:
         """(whether the source's GP passes the signal check, its leave-one-out R²), from the store
         without rebuilding the GP when it is there."""
-        kernel = inputs.kernel if inputs is not None else "plain"
-        key = source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
+        kernel, key = _fit_key(source, inputs)
         if key not in self._gps and self.store is not None:
             stored = self.store.fit(source.digest, kernel)
             if stored is not None and "r2" in stored:
@@ -189,10 +193,9 @@ class SourceFits:
 
     def missing(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
         """The sources whose GP is neither in memory nor in the store: the ones a study would fit."""
-        kernel = inputs.kernel if inputs is not None else "plain"
         out, seen = [], set()
         for s in sources:  # two sources with the same content (ranks on one configuration set) are one fit
-            key = s.digest if kernel == "plain" else f"{s.digest}/{kernel}"
+            kernel, key = _fit_key(s, inputs)
             if key not in seen and key not in self._gps and (self.store is None or self.store.fit(s.digest, kernel) is None):
                 seen.add(key)
                 out.append(s)

@@ -21,7 +21,7 @@ line cut short by a crash is skipped):
 - ``portfolio``: the greedy portfolio's cube points for one set of sources (their digests), one
   kernel and one size.
 
-Bump :data:`FIT_REVISION` when :func:`agent.surrogates.rgpe.fit_source_gps` changes what it fits:
+Bump :data:`FIT_REVISION` when :func:`agent.surrogates.source_gp.fit_source_gps` changes what it fits:
 older fit records are then ignored (and refitted once).
 """
 

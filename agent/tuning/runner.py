@@ -159,6 +159,8 @@ def _add_source_model(study: Study, reporter: Any) -> None:
 
     s = study.settings
     start = time.perf_counter()
+    # seconds (a GP fit, the history's portfolios): said first, so the end of a study is never silent
+    reporter.line(f"source models: adding this study's dataset to {s.models_dir}")
     try:
         done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel)
     except StoreError:

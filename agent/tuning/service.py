@@ -103,16 +103,6 @@ def open_store(tracking_uri: str | None, artifact_root: str | None) -> Knowledge
     return open_knowledge_base(tracking_uri, artifact_root)
 
 
-def _history_sources(kb: KnowledgeBase, settings: StudySettings, space: Any, exclude: str,
-                     fits: SourceFits | None = None, progress: Callable[[str], None] | None = None) -> list[SourceTask]:
-    """The history of this job and space (unchanged datasets from the source-model store of
-    ``fits``); when there is none, that of the other job/space sharing the most hyperparameters
-    (translated, each source informing only the matched dimensions)."""
-    from agent.tuning.source_models import history_sources
-
-    return history_sources(kb, settings.job_name, space, exclude, fits.store if fits is not None else None, progress)
-
-
 def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
     """The source key of study ``name`` (``--source``); one line when it is not usable history."""
     study = kb.find_study(name)
@@ -137,7 +127,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     """
     from agent.surrogates import registry
     from agent.surrogates.source_store import SourceModelStore
-    from agent.tuning.source_models import MAX_SOURCES, fit_missing, most_relevant
+    from agent.tuning.source_models import MAX_SOURCES, fit_missing, history_sources, most_relevant, sources_used
 
     from agent.tuning import sampler_registry
 
@@ -145,7 +135,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
     spec = sampler_registry.get(settings.sampler)
     if spec.plan == "sources":
-        sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress)
+        sources = history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress)
         if recorded is not None:
             sources = _recorded_sources(sources, recorded)
         if not sources:
@@ -170,7 +160,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     if spec.plan == "none":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
-    sources = _history_sources(kb, settings, space, exclude_fingerprint, fits, progress) if needs_history or recorded else []
+    sources = history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress) if needs_history or recorded else []
     if recorded is not None:
         sources = _recorded_sources(sources, recorded)
     elif len(sources) > MAX_SOURCES:
@@ -182,7 +172,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     if recorded is not None and version != recorded.meta_model:
         raise StudyError(f"the {resolution.name} meta-model in {models_dir} changed since the study started "
                          f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original")
-    fit_missing(fits, _sources_used(resolution.name, inputs), inputs, progress)
+    fit_missing(fits, sources_used(resolution.name, inputs), inputs, progress)
     surrogate = registry.prepare(resolution, inputs)
     if recorded is not None:
         initial = list(recorded.initial)
@@ -191,17 +181,6 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     plan = SurrogatePlan("bo", requested, surrogate.name, surrogate.note, str(models_dir), version,
                          tuple(s.key for s in sources), tuple(initial))
     return Planned(plan, surrogate)
-
-
-def _sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
-    """The sources whose GPs preparing ``surrogate`` needs: all of them, except for ``gp`` with a
-    constant or the meta-feature neighbours' prior mean."""
-    if surrogate != "gp" or inputs.prior_mean == "observations" or (
-            inputs.prior_mean == "neighbours" and not inputs.neighbour_keys):
-        return list(inputs.sources)
-    if inputs.prior_mean == "neighbours":
-        return [s for s in inputs.sources if s.key in set(inputs.neighbour_keys)]
-    return []
 
 
 def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> list[SourceTask]:

@@ -135,6 +135,17 @@ def most_relevant(sources: list[SourceTask], ranked: Sequence[str], fits: Source
     return sorted(keep, key=lambda s: (s.name, s.key))
 
 
+def sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
+    """The sources whose GPs preparing ``surrogate`` needs: all of them, except for ``gp`` with a
+    constant or the meta-feature neighbours' prior mean."""
+    if surrogate != "gp" or inputs.prior_mean == "observations" or (
+            inputs.prior_mean == "neighbours" and not inputs.neighbour_keys):
+        return list(inputs.sources)
+    if inputs.prior_mean == "neighbours":
+        return [s for s in inputs.sources if s.key in set(inputs.neighbour_keys)]
+    return []
+
+
 def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
                          progress: Progress | None = None) -> dict[str, Any]:
     """Brings ``models_dir/source_models.jsonl`` up to date with the history of ``job_name`` in
@@ -199,7 +210,7 @@ def transplanted_source_models(kb: KnowledgeBase, models: Path | str, job_name: 
     What a study loads is the same kind of record a fit stores; only how the hyperparameters were
     found differs. Returns the number of fits."""
     from agent.surrogates.gp import gp_state
-    from agent.surrogates.rgpe import SIGNAL_MIN_R2, restore_source_gp, source_signal
+    from agent.surrogates.source_gp import SIGNAL_MIN_R2, restore_source_gp, source_signal
 
     store = SourceModelStore(models)
     sources = history_sources(kb, job_name, space, None, store)
