@@ -193,9 +193,9 @@ def talks(what: str) -> Any:
 
 def _checked_resources(cpus_per_trial: int, gpus_per_trial: float, torch_threads: int | None = None,
                        on_ray: bool = True, here: bool = False) -> Any:
-    """The per-trial options as :class:`~agent.tuning.resources.TrialResources`, or one line, exit 2;
+    """The per-trial options as :class:`~agent.execution.resources.TrialResources`, or one line, exit 2;
     ``here``: the trials run on this machine, which then needs a GPU for ``--gpus-per-trial``."""
-    from agent.tuning.resources import TrialResources, local_gpu_problem, problem
+    from agent.execution.resources import TrialResources, local_gpu_problem, problem
 
     resources = TrialResources(cpus_per_trial, gpus_per_trial, torch_threads)
     wrong = problem(resources, on_ray)
@@ -217,7 +217,7 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
                    ray_address: str | None = None, cpus_per_trial: int = 1, gpus_per_trial: float = 0.0,
                    ray_working_dir: str | None = None) -> tuple[Any, str | None]:
     """The execution options checked (one line, exit 2, before anything loads or is written);
-    returns the trials' :class:`~agent.tuning.resources.TrialResources` and the absolute
+    returns the trials' :class:`~agent.execution.resources.TrialResources` and the absolute
     ``--ray-working-dir``, which also goes first on this process's import path, so that ``--job``
     finds its module there too."""
     if workers < 1:
@@ -233,7 +233,7 @@ def _check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 
     if timeout is not None and not timeout > 0:
         raise click.BadParameter(f"must be positive seconds, got {timeout}", param_hint="--timeout")
     if ray_address is not None:  # refused in seconds, where ray.init would retry for minutes
-        from agent.tuning.doctor import ray_address_problem
+        from agent.ops.doctor import ray_address_problem
 
         unreachable = ray_address_problem(ray_address)
         if unreachable is not None:
@@ -257,7 +257,7 @@ def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahea
     req = _request(kwargs)
     early = _start_workers_early(execution, req.job)
     with _abandoning(early), _preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
-        from agent.tuning.progress import ProgressReporter
+        from agent.execution.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=_lazy_kb(req))
@@ -266,16 +266,16 @@ def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahea
 
 def _execution(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, resources: Any,
                working_dir: str | None) -> Any:
-    """The checked execution options as one :class:`~agent.tuning.resources.ExecutionSettings`."""
-    from agent.tuning.resources import ExecutionSettings
+    """The checked execution options as one :class:`~agent.execution.resources.ExecutionSettings`."""
+    from agent.execution.resources import ExecutionSettings
 
     return ExecutionSettings(workers, ray_address, timeout, ask_ahead, resources, working_dir)
 
 
 def _start_workers_early(execution: Any, job_spec: str | None) -> Any:
     """Ray's start begun now, on a background thread, to overlap the imports and the preparation
-    that follow (:class:`agent.tuning.ray_start.RayStart`); None when the study runs in this process."""
-    from agent.tuning.ray_start import start_workers_early
+    that follow (:class:`agent.execution.ray_start.RayStart`); None when the study runs in this process."""
+    from agent.execution.ray_start import start_workers_early
 
     return start_workers_early(execution.workers, execution.ray_address, job_spec, execution.resources,
                                execution.working_dir)
@@ -306,8 +306,8 @@ def create(**kwargs: Any) -> None:
 
 def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, execution: Any, early: Any = None) -> None:
     from agent.errors import StoreError, WorkersLostError
-    from agent.tuning.runner import run_study
-    from agent.tuning.workers import make_executor
+    from agent.execution.runner import run_study
+    from agent.execution.workers import make_executor
 
     try:
         try:
@@ -318,7 +318,7 @@ def _run(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, executio
                             f"tune-agent resume {study.name}") from None
         resources, timeout = execution.resources, execution.timeout
         if execution.parallel:
-            from agent.tuning.sampler import pending_note
+            from agent.samplers.base import pending_note
 
             ahead = f", {executor.ask_ahead} more asked ahead" if executor.ask_ahead else ""
             each = f", {executor.per_trial} each" if executor.per_trial else ""
@@ -360,7 +360,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
     early = _start_workers_early(execution, job)
     with _abandoning(early):
         with _preparing(f"opening study {study_name}: loading libraries, data and trials"):
-            from agent.tuning.progress import ProgressReporter
+            from agent.execution.progress import ProgressReporter
             from agent.tuning.service import check_resume_matches, load_study_data, open_study
 
             study, job_obj = open_study(study_name, kb=_kb(tracking_uri, artifact_root))
@@ -434,7 +434,7 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
     out = {"study": study_name, "trial": trial.number + 1, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
     if register_as is not None:
-        from agent.tuning.models import register_best
+        from agent.ops.models import register_best
 
         if not register_as.strip():
             raise TuneAgentError("--register needs a model name")
@@ -467,7 +467,7 @@ def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
 @talks("reading the store")
 def history(tracking_uri: str | None, as_json: bool) -> None:
     """List studies and the datasets they ran on."""
-    from agent.tuning.history import history_rows, render_history
+    from agent.ops.history import history_rows, render_history
 
     kb = _kb(tracking_uri)
     click.echo(json.dumps(history_rows(kb), indent=2) if as_json else render_history(kb))
@@ -490,7 +490,7 @@ def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str,
            job: str | None, ray_working_dir: str | None, cpus_per_trial: int, gpus_per_trial: float, as_json: bool) -> None:
     """Check the store, the history, the meta-models, versions and threads (and a Ray cluster); exit 1
     if something is broken."""
-    from agent.tuning.doctor import healthy, render, run_doctor
+    from agent.ops.doctor import healthy, render, run_doctor
 
     resources = _checked_resources(cpus_per_trial, gpus_per_trial)
     for option, value in (("--job", job), ("--ray-working-dir", ray_working_dir)):
@@ -577,7 +577,7 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
     from pathlib import Path
 
     from agent.config import check_positive
-    from agent.tuning.bootstrap import run_bootstrap, source_specs
+    from agent.pipeline.bootstrap import run_bootstrap, source_specs
 
     if starter is not None or export_to is not None:
         from agent.knowledge.starter import export_starter, import_starter
@@ -649,7 +649,7 @@ def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
     """Export trials, dataset samples and summaries from the tracking store."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params, stage_export
+    from agent.pipeline.stages import load_params, stage_export
 
     n = stage_export(_kb(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
     click.echo(f"exported {n} historical datasets to {out}")
@@ -665,7 +665,7 @@ def meta_source_models(models_dir: str, job: str | None, params_file: str, track
     what transfer surrogates load instead of fitting in every study. Only what is new is fitted."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params
+    from agent.pipeline.stages import load_params
     from agent.tuning.source_models import update_for_job
 
     job = job or load_params(Path(params_file)).get("export", {}).get("job", "mlp")
@@ -678,7 +678,7 @@ def meta_distances(params_file: str) -> None:
     """Target distances between historical datasets (paper 003 eq. 2, or EMD)."""
     from pathlib import Path
 
-    from agent.meta.pipeline import DISTANCES_FILE, load_params, stage_distances
+    from agent.pipeline.stages import DISTANCES_FILE, load_params, stage_distances
 
     D = stage_distances(load_params(Path(params_file)).get("distances", {}))
     click.echo(f"wrote {DISTANCES_FILE}: {len(D)} x {len(D)}")
@@ -692,7 +692,7 @@ def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> N
     """Train the Siamese meta-feature extractor (logged to MLflow)."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params, stage_train
+    from agent.pipeline.stages import load_params, stage_train
 
     params = load_params(Path(params_file)).get("meta_features", {})
     summary = stage_train(_kb(tracking_uri), params, Path(models_dir),
@@ -707,8 +707,8 @@ def meta_train_transfer(models_dir: str, params_file: str) -> None:
     """Meta-train the Transferable Neural Process surrogate on the exported history."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params
-    from agent.tuning.metamodels import stage_train_transfer
+    from agent.pipeline.stages import load_params
+    from agent.pipeline.metamodels import stage_train_transfer
 
     params = load_params(Path(params_file)).get("transfer", {})
     click.echo(json.dumps(stage_train_transfer(params, Path(models_dir), Path("metrics/train_transfer.json"))))
@@ -720,8 +720,8 @@ def evaluate_cmd(params_file: str) -> None:
     """Leave-one-source-out warm-start replay of every dataset; writes metrics/warmstart.json."""
     from pathlib import Path
 
-    from agent.meta.pipeline import load_params
-    from agent.tuning.evaluation import stage_evaluate
+    from agent.pipeline.stages import load_params
+    from agent.pipeline.evaluation import stage_evaluate
 
     params = load_params(Path(params_file))
     report = stage_evaluate(params.get("evaluate", {}), params.get("meta_features", {}),
@@ -1078,7 +1078,7 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
     else:
         raise TuneAgentError(f"--no-table needs the table already in {path}")
     if bo_seeds > 0:
-        from agent.tuning.arc_table import kernel_bo_comparison, run_studies
+        from agent.pipeline.arc_table import kernel_bo_comparison, run_studies
 
         for kernel in ("arc", "plain"):  # studies arc-bo-<kernel>-<seed>, seeds 0..N-1
             run_studies(dataset, job_name, bo_seeds, trials, epochs, f"arc-bo-{kernel}-", tracking_uri, artifact_root,
@@ -1097,7 +1097,7 @@ def _arc_table(job: Any, job_name: str, dataset: str, studies: int, trials: int,
                tracking_uri: str | None, artifact_root: str | None, start: float) -> dict[str, Any]:
     import time
 
-    from agent.tuning.arc_table import MODELS, PAPER, collect, nmse_table, run_studies
+    from agent.pipeline.arc_table import MODELS, PAPER, collect, nmse_table, run_studies
 
     run_studies(dataset, job_name, studies, trials, epochs, prefix, tracking_uri, artifact_root, kernel="plain",
                 echo=click.echo)
@@ -1139,7 +1139,7 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
     from pathlib import Path
 
     from agent.bench.warmstart_e2e import METHODS, E2EConfig, run_e2e
-    from agent.meta.pipeline import load_params
+    from agent.pipeline.stages import load_params
     from agent.config import check_positive
 
     for option, value in (("--targets", targets), ("--seeds", seeds), ("--trials", trials), ("--epochs", epochs),

@@ -17,12 +17,12 @@ INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
 SAMPLERS = ("bo", "random", "tpe", "hts", "hts-anchored")
 HTS_SAMPLERS = ("hts", "hts-anchored")  # paper 001, and ours with the map anchored at the identity
-# How running trials (parallel workers) enter a BO step (agent/tuning/sampler.py): auto (what the
+# How running trials (parallel workers) enter a BO step (agent/samplers/bo.py): auto (what the
 # surrogate declares: joint for the GP family, liar for the TNP), joint (qLogEI/qUCB over the
 # running points as X_pending), believer (the model conditioned on its own mean there) or liar
 # (the running points as observations at the worst score). Measured in `bench lcbench --batch`.
 PENDING = ("auto", "joint", "believer", "liar")
-PRUNERS = ("none", "median", "asha")  # early stopping of trials on the per-epoch metric (agent/tuning/pruning.py)
+PRUNERS = ("none", "median", "asha")  # early stopping of trials on the per-epoch metric (agent/execution/pruning.py)
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
 PRIOR_MEANS = ("neighbours", "observations", "constant")

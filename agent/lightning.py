@@ -25,8 +25,8 @@ import lightning.pytorch as pl
 import numpy as np
 
 from agent.config import StudyConfig
-from agent.tuning.pruning import Pruner, PruningState, curve_metrics, study_curves
-from agent.tuning.trial import quiet_lightning
+from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
+from agent.execution.trial import quiet_lightning
 from agent.tuning.study import Study, TrialHandle
 
 __all__ = ["TuneAgentCallback", "create_study", "open_study", "quiet_lightning"]

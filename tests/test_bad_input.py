@@ -81,7 +81,7 @@ def test_bad_start_input(case, extra, needle, store, cli, tmp_path, monkeypatch)
 def test_workers_that_cannot_start_keep_the_study_and_say_how_to_resume(store, cli, monkeypatch) -> None:
     """Ray failing to start (here: not importable, as on a broken install) after the study was
     created: one line that names the study and the resume command; the study holds no trial."""
-    import agent.tuning.ray_start as ray_start
+    import agent.execution.ray_start as ray_start
     from agent.errors import TuneAgentError
 
     def no_ray():

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
-PRESENTATION = ("cli.py", "bench", "examples", "tuning/progress.py", "tuning/report.py", "tuning/doctor.py")
-NOT_BENCHMARKED = ("tuning/ray_start.py", "tuning/ray_workers.py")  # a study on Ray; benchmarks run none
+PRESENTATION = ("cli.py", "bench", "examples", "execution/progress.py", "tuning/report.py", "ops/doctor.py")
+NOT_BENCHMARKED = ("execution/ray_start.py", "execution/ray_workers.py")  # a study on Ray; benchmarks run none
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:

@@ -79,7 +79,7 @@ _WORKER: dict[str, Any] = {}
 def _init(space: list[dict[str, Any]]) -> None:
     import torch
 
-    from agent.tuning.runner import quiet_lightning
+    from agent.execution.runner import quiet_lightning
 
     torch.set_num_threads(1)
     quiet_lightning()
@@ -91,8 +91,8 @@ def _run(source: dict[str, Any], target: dict[str, Any], seed: int, methods: Seq
     from agent.config import StudyConfig
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.starter import write_entries
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
 
     out: dict[str, Any] = {}

@@ -48,7 +48,7 @@ class ParallelConfig:
 
     def resources(self, workers: int) -> Any:
         """What a trial of the ``workers`` count trains with (``start --cpus-per-trial/--gpus-per-trial``)."""
-        from agent.tuning.resources import TrialResources
+        from agent.execution.resources import TrialResources
 
         return TrialResources(self.cpus_per_trial if workers > 1 else 1, self.gpus_per_trial)
 
@@ -127,12 +127,12 @@ def _waiting_env(config: ParallelConfig) -> Iterator[None]:
 
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyConfig
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.resources import ExecutionSettings
-    from agent.tuning.ray_start import start_workers_early
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.ray_start import start_workers_early
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.workers import make_executor
+    from agent.execution.workers import make_executor
 
     job_spec = WAITING_SPEC if config.wait > 0 else config.job
     counts = [(n, a) for n in config.workers for a in (config.ask_ahead if n > 1 else (0,))]

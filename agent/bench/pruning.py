@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from agent.tuning.progress import SilentReporter
+from agent.execution.progress import SilentReporter
 
 SAME_TIME_TRIALS = 3
 
@@ -90,7 +90,7 @@ def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
 def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyConfig
     from agent.knowledge.base import TRIAL_PRUNED
-    from agent.tuning.runner import run_study
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
 
     runs: dict[str, dict[str, Any]] = {}

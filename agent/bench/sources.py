@@ -60,8 +60,8 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
     from agent.config import StudyConfig
     from agent.jobs import load_job
     from agent.knowledge.base import TRIAL_OK
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
     from agent.tuning.source_models import transplanted_source_models, update_source_models
 

@@ -4,7 +4,7 @@ Every run is an ordinary study of the surrogate-benchmark job (``--job yahpo:SCE
 :mod:`agent.jobs.yahpo`): the other tasks' histories are imported into a fresh knowledge base with
 the code of ``tune-agent import``, the study is created by :func:`agent.tuning.service.prepare_study`
 (warm start off, the method as ``--sampler``/``--surrogate``) and driven by ``Study.ask``/``tell``
-with :func:`agent.tuning.runner.run_trial` — exactly what ``tune-agent start`` runs. Methods are the
+with :func:`agent.execution.runner.run_trial` — exactly what ``tune-agent start`` runs. Methods are the
 samplers ``random`` and ``tpe`` and every surrogate of the registry.
 
 Protocol (LCBench defaults: Zimmer et al. 2021 through YAHPO Gym, Pfisterer et al. 2022):
@@ -44,7 +44,7 @@ TNP_FOLDS = 5
 def sampler_methods() -> tuple[str, ...]:
     """The samplers that are methods of their own (random, tpe, hts, ...: the sampler registry's
     entries that need no surrogate)."""
-    from agent.tuning.sampler_registry import without_surrogate
+    from agent.samplers.registry import without_surrogate
 
     return without_surrogate()
 
@@ -81,7 +81,7 @@ class BenchConfig:
     reference_seed: int = 12345
     control: str = "none"  # "shuffled": each source's responses permuted (negative-transfer control)
     cache_dir: str = "data/bench-cache"
-    batch: int = 1  # trials in flight per study (parallel workers, simulated; see agent.tuning.workers)
+    batch: int = 1  # trials in flight per study (parallel workers, simulated; see agent.execution.workers)
     pending: str = "auto"  # how those running trials enter a BO step (agent.config.PENDING)
     ask_ahead: int = 0  # trials asked beyond the batch, each started when one ends (start --ask-ahead)
 
@@ -160,7 +160,7 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
     Named by the TNP settings and the training sources' contents, so a control's shuffled
     histories never reuse a network meta-trained on the real ones.
     """
-    from agent.tuning.metamodels import history_sources, tnp_key, tnp_settings, tnp_trained, train_tnp
+    from agent.pipeline.metamodels import history_sources, tnp_key, tnp_settings, tnp_trained, train_tnp
 
     settings = tnp_settings(tnp_params)
     tasks = [t for i, t in enumerate(job.scenario.instances) if fold_of(i) != fold]
@@ -178,18 +178,18 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
                timings: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
     """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
     [--workers batch --ask-ahead ask_ahead --pending pending]`` runs it: the product's study loop, with ``batch`` trials
-    in flight (:class:`agent.tuning.workers.QueuedExecutor`).
+    in flight (:class:`agent.execution.workers.QueuedExecutor`).
 
     Returns the configurations in trial order, the objective values (maximised) and the seconds
     each ``ask`` took; ``timings`` (if given) gets ``prepare_s``, the study's preparation.
     """
     from agent.config import StudyConfig
     from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.resources import ExecutionSettings
-    from agent.tuning.workers import make_executor
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.workers import make_executor
 
     own = method in sampler_methods()
     sampler = method if own else "bo"

@@ -80,7 +80,7 @@ _WORKER: dict[str, Any] = {}
 def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:
     import torch
 
-    from agent.tuning.runner import quiet_lightning
+    from agent.execution.runner import quiet_lightning
     from agent.tuning.service import source_cache
 
     torch.set_num_threads(1)
@@ -100,8 +100,8 @@ def _history_without(source: str) -> Any:
 
 def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str) -> dict[str, Any]:
     from agent.config import StudyConfig
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
 
     source = target["summary"]["source"]
@@ -134,14 +134,14 @@ def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]]
                       progress: Callable[[str], None] = print) -> None:
     """For each held-out ``source``, the meta-models the pipeline would build from the history
     without it, saved where the fold methods' studies read them (:func:`fold_models_dir`): the
-    meta-feature extractor (``extractor``: :func:`agent.meta.pipeline.train_without_source` with
-    ``params["meta_features"]``) and the TNP (``tnp``: :func:`agent.tuning.metamodels.train_tnp`
+    meta-feature extractor (``extractor``: :func:`agent.pipeline.stages.train_without_source` with
+    ``params["meta_features"]``) and the TNP (``tnp``: :func:`agent.pipeline.metamodels.train_tnp`
     with ``params["transfer"]``). Kept across resumed runs."""
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.history import load_history
     from agent.knowledge.starter import write_entries
     from agent.meta.neighbours import EXTRACTOR_FILE
-    from agent.tuning.metamodels import TNP_FILE
+    from agent.pipeline.metamodels import TNP_FILE
 
     files = {"extractor": EXTRACTOR_FILE, "tnp": TNP_FILE}
     todo = [(s, k) for s in sources for k in kinds if not (fold_models_dir(root, s) / files[k]).exists()]
@@ -155,12 +155,12 @@ def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]]
         folder = fold_models_dir(root, source)
         folder.mkdir(parents=True, exist_ok=True)
         if kind == "extractor":
-            from agent.meta.pipeline import train_without_source
+            from agent.pipeline.stages import train_without_source
 
             train_without_source(history, dict(params.get("meta_features") or {}), source, normalisation).save(
                 folder / EXTRACTOR_FILE)
         else:
-            from agent.tuning.metamodels import train_tnp_without_source
+            from agent.pipeline.metamodels import train_tnp_without_source
 
             train_tnp_without_source(history, job, source, folder, params.get("transfer"))
         progress(f"{kind} without {source} ({i}/{len(todo)}, {time.perf_counter() - start:.0f} s)")

@@ -49,6 +49,7 @@ TRIAL_KILLED = "killed"
 TRIAL_RUNNING = "running"
 TRIAL_PRUNED = "pruned"  # stopped early by the study's pruner; its value is the last one it reached
 COUNTED_STATES = (TRIAL_OK, TRIAL_FAILED, TRIAL_PRUNED)
+CURVE_PREFIX = "curve_"  # a trial's per-epoch values in its extra fields: curve_1, curve_2, ...
 IMPORT_ORIGIN = "import"
 
 

@@ -3,7 +3,7 @@
 
 A surrogate is prepared once per study (fit the source GPs, load a meta-trained network, pick a
 portfolio) and then asked, at every BO step, for a BoTorch ``Model`` of the target
-(:meth:`Surrogate.step_model`). The sampler (:class:`agent.tuning.sampler.BoSampler`) owns
+(:meth:`Surrogate.step_model`). The sampler (:class:`agent.samplers.bo.BoSampler`) owns
 everything else — initial design, failure imputation, normal scores, the acquisition, interleaved
 random steps, the cold-start fallback — so a surrogate only decides what it knows.
 

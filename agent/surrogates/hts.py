@@ -22,7 +22,7 @@ cannot predict a held-out trial, the source's best configurations are tried as t
 learns to, the paper's map takes over.
 
 Everything here is a pure function of the evaluations and a seed; the sampler around it
-(:class:`agent.tuning.sampler.HtsSampler`) decides slots and keeps no state the trials do not hold.
+(:class:`agent.samplers.bo.HtsSampler`) decides slots and keeps no state the trials do not hold.
 """
 
 from __future__ import annotations

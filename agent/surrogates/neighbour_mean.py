@@ -22,7 +22,7 @@ from gpytorch.means import Mean
 
 def fit_neighbour_surface(U: np.ndarray, y: np.ndarray) -> Any:
     """A GP on a neighbour's cube points `n x d` and maximised values `n`, as normal scores
-    (the same rank transform the target's values get in :class:`agent.tuning.sampler.BoSampler`)."""
+    (the same rank transform the target's values get in :class:`agent.samplers.bo.BoSampler`)."""
     from agent.surrogates.gp import fit_gp, impute_failures, normal_scores
 
     z = normal_scores(impute_failures(np.asarray(y, dtype=float)))

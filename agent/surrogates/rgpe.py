@@ -12,7 +12,7 @@ unit variance before fitting, the ensemble is formed on that standardised target
 :class:`RGPE`'s posterior is mapped back to the caller's units (so ``best_f = train_Y.max()`` is
 right for LogEI). Everything that touches BoTorch is double precision.
 
-Prediction is fast because the GPs that :func:`agent.tuning.bo.fit_gp` builds (constant mean, ARD
+Prediction is fast because the GPs that :func:`agent.samplers.acquisition.fit_gp` builds (constant mean, ARD
 RBF or Matérn-5/2 with or without an outputscale, Gaussian noise, ``Standardize``) are stacked: their training data, `K^-1 y` and
 Cholesky inverses are padded to one `s x N` batch, so all members are evaluated in one batched
 kernel call. Any other BoTorch model falls back to a loop over ``model.posterior``.

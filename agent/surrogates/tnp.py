@@ -305,7 +305,7 @@ class TNPModel(SingleOutputModel):
         self.source_similarity = similarity  # `M`: cosine similarity of each source to the target
         self.prep_dtype = next(net.parameters()).dtype
 
-    # Acquisition search budget (see agent.tuning.bo.optimize_on_space): a TNP forward/backward
+    # Acquisition search budget (see agent.samplers.acquisition.optimize_on_space): a TNP forward/backward
     # costs ~10x a GP's, so fewer L-BFGS restarts and iterations from a larger batched random start.
     acq_budget = {"num_restarts": 2, "raw_samples": 512, "maxiter": 30}
 

@@ -19,7 +19,7 @@ from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs
-from agent.tuning.sampler import Sampler
+from agent.samplers.base import Sampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
@@ -68,7 +68,7 @@ class Planned:
     def sampler(self, space: Any, settings: StudySettings) -> Sampler:
         """The sampler for ``settings`` (whose ``n_init`` may depend on the plan's initial configs),
         built by its entry in the sampler registry."""
-        from agent.tuning import sampler_registry
+        from agent.samplers import registry as sampler_registry
 
         return sampler_registry.get(settings.sampler).build(space, settings, self)
 
@@ -129,7 +129,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     from agent.surrogates.source_store import SourceModelStore
     from agent.tuning.source_models import MAX_SOURCES, fit_missing, history_sources, most_relevant, sources_used
 
-    from agent.tuning import sampler_registry
+    from agent.samplers import registry as sampler_registry
 
     models_dir = Path(settings.models_dir)
     fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
@@ -194,7 +194,7 @@ def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> lis
 
 def _initial_configs(space: Any, warm: Any, surrogate: Any) -> list[tuple[dict[str, Any], str]]:
     """Warm-start seeds, then the surrogate's start points, without repeats."""
-    from agent.tuning.bo import point_key
+    from agent.samplers.acquisition import point_key
 
     out: list[tuple[dict[str, Any], str]] = []
     seen: set[tuple[float, ...]] = set()

@@ -31,7 +31,8 @@ from agent.knowledge.base import (
     TrialRecord,
 )
 from agent.space import SearchSpace
-from agent.tuning.sampler import BoSampler, Sampler
+from agent.samplers.base import Sampler
+from agent.samplers.bo import BoSampler
 
 
 def cold_sampler(space: SearchSpace, settings: StudySettings) -> BoSampler:

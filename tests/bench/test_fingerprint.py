@@ -36,7 +36,7 @@ def test_engine_fingerprint_covers_the_sampler_not_the_cli() -> None:
 
     files = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")]
     engine = [f for f in files if not fingerprint._is_presentation(f)]
-    assert "tuning/sampler.py" in engine and "tuning/bo.py" in engine and "surrogates/gp.py" in engine
+    assert "samplers/bo.py" in engine and "samplers/acquisition.py" in engine and "surrogates/gp.py" in engine
     assert "cli.py" not in engine and not any(f.startswith("bench/") for f in engine)
     assert engine_fingerprint("bench/transfer.py") != engine_fingerprint("bench/hts_pairs.py")
 
@@ -76,6 +76,6 @@ main(["bench", "lcbench", "--scenario", {str(toy)!r}, "--target", "cost", "--min
     assert run.returncode == 0, run.stderr[-2000:]
     (line,) = [x for x in run.stdout.splitlines() if x.startswith("MODULES ")]
     loaded = set(json.loads(line.removeprefix("MODULES ")))
-    assert "agent.tuning.workers" in loaded and "agent.tuning.sampler" in loaded  # the engine it did run
+    assert "agent.execution.workers" in loaded and "agent.samplers.bo" in loaded  # the engine it did run
     left_out = {"agent." + p.removesuffix(".py").replace("/", ".") for p in fingerprint.NOT_BENCHMARKED}
     assert not loaded & (left_out | {"ray"}), loaded & (left_out | {"ray"})

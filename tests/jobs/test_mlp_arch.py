@@ -43,7 +43,7 @@ def test_an_mlp_arch_study_warm_starts_from_mlp_history(store, cli) -> None:
     name and type, says which in one line, seeds from a neighbour and runs RGPE on that history."""
     import json
 
-    from agent.tuning.bootstrap import run_bootstrap
+    from agent.pipeline.bootstrap import run_bootstrap
 
     summary = run_bootstrap("mlp", ["wine", "breast-cancer?fraction=0.3&seed=2"], configs=6, epochs=1, seed=0,
                             tracking_uri=store.uri, artifact_root=store.artifacts, echo=lambda _: None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.meta.distance import (
+from agent.pipeline.distances import (
     NORMALISATIONS,
     emd_distance_matrix,
     error_matrix,

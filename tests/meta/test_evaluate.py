@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.meta.evaluate import best_rows, rank_correlation, source_folds, summarise, table_regrets
+from agent.pipeline.evaluation_tables import best_rows, rank_correlation, source_folds, summarise, table_regrets
 from agent.meta.neighbours import distinct_first
-from agent.tuning.evaluation import portfolio_rows
+from agent.pipeline.evaluation import portfolio_rows
 
 
 def test_source_folds_keep_each_source_whole_and_balance_datasets() -> None:

@@ -60,7 +60,7 @@ def built(tmp_path_factory):  # noqa: ANN201
 
     root = tmp_path_factory.mktemp("kb")
     store = Store(root)
-    from agent.tuning.bootstrap import run_bootstrap
+    from agent.pipeline.bootstrap import run_bootstrap
 
     summary = run_bootstrap("mlp", SPECS, configs=6, epochs=1, seed=0, tracking_uri=store.uri,
                             artifact_root=store.artifacts, echo=lambda _: None)
@@ -113,7 +113,7 @@ def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
 def test_evaluate_resumes_from_its_journal(built, tmp_path) -> None:
     """A stage killed mid-way (a target missing, a line cut) replays only what is missing and
     reports the same figures as the uninterrupted run."""
-    from agent.tuning.evaluation import stage_evaluate
+    from agent.pipeline.evaluation import stage_evaluate
 
     _, repo = built
     journal = tmp_path / "evaluate"

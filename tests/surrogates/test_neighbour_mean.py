@@ -43,7 +43,7 @@ def _gp_step(space: SearchSpace, neighbour: tuple, U: np.ndarray, y: np.ndarray)
     from agent.surrogates.contract import SourceTask, SurrogateInputs
     from agent.surrogates.gp import normal_scores
     from agent.surrogates.specs import GpSurrogate
-    from agent.tuning.sampler import BoSampler
+    from agent.samplers.bo import BoSampler
 
     source = SourceTask("n", "neighbour", neighbour[0], normal_scores(neighbour[1]))
     surrogate = GpSurrogate(SurrogateInputs(space, (source,), prior_mean="neighbours", neighbour_keys=("n",)))

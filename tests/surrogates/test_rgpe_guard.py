@@ -53,7 +53,7 @@ def _run(name: str, sources: tuple, models_dir, seed: int, steps: int = 10) -> l
     from agent.space import Float, SearchSpace
     from agent.surrogates import registry
     from agent.surrogates.contract import SurrogateInputs
-    from agent.tuning.sampler import BoSampler
+    from agent.samplers.bo import BoSampler
 
     space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
     surrogate = registry.prepare(registry.Resolution(name), SurrogateInputs(space, sources, models_dir, seed=seed))
@@ -79,7 +79,7 @@ def test_tnp_stands_aside_when_the_history_is_noise(tmp_path) -> None:
     from agent.surrogates import registry
     from agent.surrogates.contract import SurrogateInputs
     from agent.space import Float, SearchSpace
-    from agent.tuning.metamodels import tnp_settings, train_tnp
+    from agent.pipeline.metamodels import tnp_settings, train_tnp
 
     rng = np.random.default_rng(4)
     tasks = [(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(4))]

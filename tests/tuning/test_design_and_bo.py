@@ -10,8 +10,8 @@ from agent.space import INACTIVE, Categorical, Condition, Float, Int, SearchSpac
 from agent.config import INIT_METHODS, StudySettings
 from agent.surrogates.gp import impute_failures
 from agent.surrogates.gp import ucb_beta
-from agent.design import initial_design
-from agent.tuning.bo import build_acquisition, optimize_on_space, structural_fixings
+from agent.samplers.design import initial_design
+from agent.samplers.acquisition import build_acquisition, optimize_on_space, structural_fixings
 from agent.tuning.study import cold_sampler
 
 
@@ -82,7 +82,7 @@ def test_bo_step_handles_categoricals_and_failures() -> None:
 def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     """Interleaved random search (SMAC's): steps 4, 8, ... after the design; 0 turns it off."""
     from agent.knowledge.base import TRIAL_OK, TrialRecord
-    from agent.tuning.bo import interleaved_random, random_unseen
+    from agent.samplers.acquisition import interleaved_random, random_unseen
 
     assert [s for s in range(1, 13) if interleaved_random(s, 4)] == [4, 8, 12]
     assert not any(interleaved_random(s, every=0) for s in range(1, 13))
@@ -114,7 +114,7 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
 
 def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:
     from agent.knowledge.base import TRIAL_OK, TrialRecord
-    from agent.tuning.sampler import FALLBACK_ORIGIN, stalled
+    from agent.samplers.bo import FALLBACK_ORIGIN, stalled
 
     def trials(values: list[float], origins: list[str]) -> list[TrialRecord]:
         return [TrialRecord(str(i), i, TRIAL_OK, {}, v, o) for i, (v, o) in enumerate(zip(values, origins))]
@@ -139,7 +139,7 @@ def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
     from agent.surrogates.contract import StepModel, Surrogate, SurrogateInputs
     from agent.surrogates.gp import fit_gp
     from agent.surrogates.specs import GpSurrogate
-    from agent.tuning.sampler import FALLBACK_ORIGIN, BoSampler
+    from agent.samplers.bo import FALLBACK_ORIGIN, BoSampler
 
     space = SearchSpace([Float("x", 0.0, 1.0), Float("z", 0.0, 1.0)])
 

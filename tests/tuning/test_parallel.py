@@ -1,6 +1,6 @@
 """Parallel trials: running trials are pending points of the BO step, N trials stay in flight,
 and on a real two-node Ray cluster a worker killed mid-trial costs a retry, never a trial; Ray's
-start is begun before the study is prepared (agent.tuning.ray_start). Every test that starts Ray
+start is begun before the study is prepared (agent.execution.ray_start). Every test that starts Ray
 is in this file, so that a parallel test run (pytest-xdist, --dist loadfile) runs them one at a
 time: the cluster fixture's `ray stop --force` stops every Ray instance on the machine."""
 
@@ -23,7 +23,7 @@ from agent.config import StudySettings
 from agent.space import Float, SearchSpace
 from agent.surrogates.contract import SurrogateInputs
 from agent.surrogates.specs import GpSurrogate
-from agent.tuning.sampler import BoSampler
+from agent.samplers.bo import BoSampler
 
 TOY = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "yahpo_toy"
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_the_believer_keeps_the_mean_and_shrinks_the_variance_at_running_points(
     import torch
 
     from agent.surrogates.gp import fit_gp
-    from agent.tuning.bo import believed
+    from agent.samplers.acquisition import believed
 
     space, U, y = _bowl()
     model = fit_gp(torch.as_tensor(U), torch.as_tensor(y).reshape(-1, 1))
@@ -141,7 +141,7 @@ def test_a_model_botorch_cannot_condition_is_refitted_on_its_belief() -> None:
     ("liar", "joint", "liar"), ("joint", "liar", "liar"), ("believer", "liar", "believer"),
 ])
 def test_the_pending_setting_applies_where_the_posterior_allows(setting: str, declared: str, used: str) -> None:
-    from agent.tuning.sampler import pending_strategy
+    from agent.samplers.bo import pending_strategy
 
     space, _, _ = _bowl()
     surrogate = GpSurrogate(SurrogateInputs(space, seed=0))
@@ -163,11 +163,11 @@ def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # no
     whichever way the running trials enter the BO step."""
     from agent.config import StudyConfig
     from agent.knowledge.base import TRIAL_OK
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.resources import ExecutionSettings
-    from agent.tuning.workers import QueuedExecutor, make_executor
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.workers import QueuedExecutor, make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=12, seed=0, study_name="queued", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts, pending=pending)
@@ -189,11 +189,11 @@ def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # 
     slot (a resumed study) before that slot's re-run."""
     from agent.config import StudyConfig
     from agent.knowledge.base import TRIAL_KILLED
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.resources import ExecutionSettings
-    from agent.tuning.workers import make_executor
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.workers import make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=8, seed=0, study_name="kept", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts)
@@ -427,7 +427,7 @@ def test_tpe_sees_running_trials_only_through_its_constant_liar() -> None:
     worker asking while the proposal of the same slot is running is sent elsewhere; by default,
     and without running trials, the slot's seed decides alone."""
     from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
-    from agent.tuning.sampler import TpeSampler
+    from agent.samplers.tpe import TpeSampler
 
     space, U, y = _bowl()
     settings = replace(_sampler(space).settings, trials=40, n_init=5, random_every=4, sampler="tpe", pending="liar")
@@ -443,7 +443,9 @@ def test_tpe_sees_running_trials_only_through_its_constant_liar() -> None:
 
 
 def test_a_parallel_study_says_how_running_trials_are_used() -> None:
-    from agent.tuning.sampler import RandomSampler, TpeSampler, pending_note
+    from agent.samplers.base import pending_note
+    from agent.samplers.random_search import RandomSampler
+    from agent.samplers.tpe import TpeSampler
 
     space, _, _ = _bowl()
     assert "pending points of the acquisition" in pending_note(_sampler(space))
@@ -457,11 +459,11 @@ def test_a_parallel_study_says_how_running_trials_are_used() -> None:
 def _events(store, name: str, ahead: int, timeout: float | None = None, training: float = 0.0):  # noqa: ANN001, ANN202
     """A 9-trial toy study on 3 simulated workers; each trial ``training`` seconds (the wait)."""
     from agent.config import StudyConfig
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.resources import ExecutionSettings
-    from agent.tuning.workers import make_executor
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.workers import make_executor
 
     req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name=name, warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts)
@@ -546,10 +548,10 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
     then the free slots are asked for, on one fit of the model."""
     from agent.config import StudyConfig
     from agent.knowledge.base import TRIAL_OK
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.workers import QueuedExecutor
+    from agent.execution.workers import QueuedExecutor
 
     class Together(QueuedExecutor):
         def poll(self):  # noqa: ANN202 - the trials started together end together

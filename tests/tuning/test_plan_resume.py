@@ -35,7 +35,7 @@ def history(store, cli, tmp_path: Path):  # noqa: ANN201
 
 
 def _train(job, store, models: Path, steps: int) -> None:  # noqa: ANN001
-    from agent.tuning.metamodels import history_sources, tnp_settings, train_tnp
+    from agent.pipeline.metamodels import history_sources, tnp_settings, train_tnp
 
     sources = history_sources(store.kb(), job.name, job.space)
     train_tnp(sources, job.name, job.space.signature(), models, tnp_settings({"meta_steps": steps, "hidden": 16, "heads": 2}))

@@ -7,8 +7,8 @@ import numpy as np
 
 from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.space import Float, SearchSpace
-from agent.tuning.pruning import Pruner, PruningState, study_curves
-from agent.tuning.sampler import encoded
+from agent.execution.pruning import Pruner, PruningState, study_curves
+from agent.samplers.base import encoded
 
 
 def test_asha_rungs_grow_by_eta_and_keep_the_top_third() -> None:

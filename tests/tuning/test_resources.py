@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.tuning.resources import ExecutionSettings, TrialResources, fit_note, problem, trial_slots
+from agent.execution.resources import ExecutionSettings, TrialResources, fit_note, problem, trial_slots
 
 
 def _node(cpus: float, gpus: float = 0.0, alive: bool = True) -> dict:
@@ -96,10 +96,10 @@ def test_the_gpu_setting_reaches_lightning(store) -> None:  # noqa: ANN001
     from agent.config import StudyConfig
     from agent.errors import StudyFailedError
     from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
-    from agent.tuning.workers import InlineExecutor, make_executor
+    from agent.execution.workers import InlineExecutor, make_executor
 
     req = StudyConfig(dataset="iris", job="agent.jobs.examples:logistic", trials=1, epochs=1, seed=0,
                       study_name="gpu", warm_start="none", tracking_uri=store.uri, artifact_root=store.artifacts)

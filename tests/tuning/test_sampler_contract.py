@@ -1,4 +1,4 @@
-"""One contract for every registered sampler (agent/tuning/sampler_registry.py), as Optuna runs one
+"""One contract for every registered sampler (agent/samplers/registry.py), as Optuna runs one
 storage test suite against every backend: on the committed toy YAHPO scenario (conditional space)
 with two imported source tasks, each sampler's study is created, asked and told through the CLI (a
 new sampler from the recorded plan at every call, as `resume` rebuilds it), and must give
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.tuning.sampler_registry import REGISTRY
+from agent.samplers.registry import REGISTRY
 from tests.tuning.test_plan_resume import JOB, history  # noqa: F401 - the fixture: two imported source tasks
 
 

@@ -77,8 +77,8 @@ def tnp_trained(models_dir: Path) -> bool:
 def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, export: Path | None = None) -> dict[str, Any]:
     """The ``train-transfer`` DVC stage: the TNP meta-trained on the exported history."""
     from agent.errors import EmptyHistoryError
-    from agent.meta.export import load_export
-    from agent.meta.pipeline import EXPORT_DIR, history_space
+    from agent.pipeline.export import load_export
+    from agent.pipeline.stages import EXPORT_DIR, history_space
 
     datasets = load_export(export or EXPORT_DIR)
     space = history_space(datasets)

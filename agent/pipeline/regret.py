@@ -1,5 +1,5 @@
 """Lookup-table helpers of the warm-start evaluation: regret on a table and snapping a design to
-its rows. The replay itself is the product's sampler (:mod:`agent.tuning.replay`)."""
+its rows. The replay itself is the product's sampler (:mod:`agent.pipeline.replay`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where a study's trials run: in this process, or N at a time on Ray (``--workers N``).
 
-:func:`agent.tuning.runner.run_study` keeps ``capacity`` trials running; each new one is asked
+:func:`agent.execution.runner.run_study` keeps ``capacity`` trials running; each new one is asked
 while the others are pending, so the sampler spreads them (``X_pending``). An executor only runs
 what it is given and hands back finished trials one at a time, in the order they end:
 
@@ -8,7 +8,7 @@ what it is given and hands back finished trials one at a time, in the order they
 - :class:`QueuedExecutor`: a benchmark job (a surrogate lookup, instant) with ``capacity`` trials
   in flight that finish in the order they started: N equally fast workers, simulated exactly, so
   the benchmark measures batch BO through the same loop.
-- :class:`~agent.tuning.ray_workers.RayExecutor`: Ray Core tasks, one per trial, on a local Ray
+- :class:`~agent.execution.ray_workers.RayExecutor`: Ray Core tasks, one per trial, on a local Ray
   instance started for the study (``--workers N``) or on a cluster (``--ray-address``). Ray Core rather than Ray Tune's
   trial runner: the study already owns scheduling, state and resumption (MLflow is the record),
   so a trial is just a remote function; Tune would bring a second scheduler and a second record
@@ -17,7 +17,7 @@ what it is given and hands back finished trials one at a time, in the order they
   cannot reach an embedded sqlite file). A worker that dies (SIGKILL, out of memory, its node
   lost) is retried once on a fresh worker; a second death is a failed trial, never a lost one.
   Each task reserves ``--cpus-per-trial`` CPUs and ``--gpus-per-trial`` of a GPU, as Ray Tune's
-  ``resources_per_trial`` (:mod:`agent.tuning.resources`).
+  ``resources_per_trial`` (:mod:`agent.execution.resources`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TrialRecord
-from agent.tuning.resources import ExecutionSettings, TrialResources
-from agent.tuning.trial import TrialOutcome, run_trial
+from agent.execution.resources import ExecutionSettings, TrialResources
+from agent.execution.trial import TrialOutcome, run_trial
 from agent.tuning.study import Study
 
 if TYPE_CHECKING:
-    from agent.tuning.ray_start import RayStart
+    from agent.execution.ray_start import RayStart
 
 # Trials a Ray study asks beyond its workers and holds in this process: when a trial ends, the next
 # one starts on its worker at once, and the finished one is told and the next asked while it runs.
@@ -127,7 +127,7 @@ class QueuedExecutor(InlineExecutor):
 
 def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: ExecutionSettings | None = None,
                   started: RayStart | None = None) -> TrialExecutor:
-    """The executor for ``execution`` (:class:`~agent.tuning.resources.ExecutionSettings`; default:
+    """The executor for ``execution`` (:class:`~agent.execution.resources.ExecutionSettings`; default:
     one trial at a time here): inline for one local worker, queued for a benchmark job, Ray
     otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start begun by
     :func:`start_workers_early`, stopped here when the study does not run on Ray)."""
@@ -148,6 +148,6 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: E
                 else InlineExecutor(study, job, dataset, split))
     if not on_ray:
         return InlineExecutor(study, job, dataset, split, resources)
-    from agent.tuning.ray_workers import RayExecutor  # Ray only where a study runs on it
+    from agent.execution.ray_workers import RayExecutor  # Ray only where a study runs on it
 
     return RayExecutor(study, job, dataset, split, workers, ray_address, ask_ahead, started, resources, working_dir)

@@ -2,7 +2,7 @@
 
 Every bootstrap dataset was evaluated at one shared set of configurations, so the history is one
 table (:func:`build_table`). For each held-out target, BO is replayed over its row of that table
-(the candidates) by the product's own sampler (:mod:`agent.tuning.replay`) from each method's
+(the candidates) by the product's own sampler (:mod:`agent.pipeline.replay`) from each method's
 initial configurations. Folds hold whole sources (:func:`source_folds`): when a dataset is the
 target, no dataset of its R package or built-in source is history, and the learned extractor that
 places it was trained without its fold. Neighbours are taken as the product takes them: nearest
@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from agent.knowledge.history import HistoricalDataset
-from agent.meta.replay import snap_to_table
+from agent.pipeline.regret import snap_to_table
 
 REPORT_AT = (1, 3, 5, 10, 20)
 
@@ -97,7 +97,7 @@ def rank_correlation(features: np.ndarray, targets: np.ndarray, t: int, history:
 
 def design_inits(method: str, k: int, U: np.ndarray, seed: int) -> list[int]:
     """``k`` table rows from a space-filling design (``sobol``, ``lhs``) snapped to the table, or random rows."""
-    from agent.design import initial_design
+    from agent.samplers.design import initial_design
 
     if method == "random":
         return [int(i) for i in np.random.default_rng(seed).choice(len(U), size=k, replace=False)]

@@ -48,26 +48,27 @@ class SamplerSpec:
 
 
 def _bo(space: Any, settings: Any, planned: Any) -> Any:
-    from agent.tuning.sampler import BoSampler
+    from agent.samplers.bo import BoSampler
 
     return BoSampler(space, settings, planned.surrogate, planned.plan.initial)
 
 
 def _random(space: Any, settings: Any, planned: Any) -> Any:
-    from agent.tuning.sampler import RandomSampler
+    from agent.samplers.random_search import RandomSampler
 
     return RandomSampler(space, settings)
 
 
 def _tpe(space: Any, settings: Any, planned: Any) -> Any:
-    from agent.tuning.sampler import TpeSampler
+    from agent.samplers.tpe import TpeSampler
 
     return TpeSampler(space, settings)
 
 
 def _hts(anchored: bool) -> Callable[[Any, Any, Any], Any]:
     def build(space: Any, settings: Any, planned: Any) -> Any:
-        from agent.tuning.sampler import BoSampler, HtsSampler
+        from agent.samplers.bo import BoSampler
+        from agent.samplers.hts import HtsSampler
 
         after = BoSampler(space, settings, planned.surrogate) if planned.surrogate is not None else None
         return HtsSampler(space, settings, planned.sources, planned.preferred, anchored=anchored, after=after)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from agent.errors import StudyError
-from agent.tuning.trial import quiet_lightning, train_config
+from agent.execution.trial import quiet_lightning, train_config
 from agent.tuning.study import Study
 
 

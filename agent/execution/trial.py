@@ -2,8 +2,8 @@
 
 Whatever goes wrong inside a trial (an exception, a non-finite loss, the time limit) comes back as a
 :class:`TrialOutcome` with its reason, never as an exception: the study loop
-(:mod:`agent.tuning.runner`) records it as failed and goes on. The executors
-(:mod:`agent.tuning.workers`, :mod:`agent.tuning.ray_workers`) run trials through this module,
+(:mod:`agent.execution.runner`) records it as failed and goes on. The executors
+(:mod:`agent.execution.workers`, :mod:`agent.execution.ray_workers`) run trials through this module,
 so it imports neither of them nor the study loop.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from agent.knowledge.base import TrialRecord
-from agent.tuning.pruning import PruningState, pruning_callback, pruning_state
+from agent.execution.pruning import PruningState, pruning_callback, pruning_state
 from agent.tuning.study import Study
 
 @dataclass
@@ -28,7 +28,7 @@ class TrialOutcome:
     reason: str = ""
     fit_seconds: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
-    retries: int = 0  # times its worker died and it ran again (agent.tuning.workers)
+    retries: int = 0  # times its worker died and it ran again (agent.execution.workers)
     pruned: bool = False  # stopped by the pruner: ``value`` is the last one it reached
     curve: dict[int, float] = field(default_factory=dict)  # per-epoch metric, kept when a pruner runs
 
@@ -83,7 +83,7 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
     """Trains ``job`` once with ``trial.config`` in this process, logging live to the trial's run;
     never raises for a failure inside the trial. ``on_epoch(trial_number, epoch, epochs, metrics)``
     hears each finished epoch (the terminal's progress display); ``accelerator`` is Lightning's
-    (``cpu`` or ``gpu``: :class:`agent.tuning.resources.TrialResources`)."""
+    (``cpu`` or ``gpu``: :class:`agent.execution.resources.TrialResources`)."""
     from agent.jobs.base import BenchmarkJob
 
     if isinstance(job, BenchmarkJob):
@@ -153,7 +153,7 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
                  accelerator: str = "cpu") -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
     ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
-    never raised. Runs in the study's process or in a parallel worker (:mod:`agent.tuning.workers`).
+    never raised. Runs in the study's process or in a parallel worker (:mod:`agent.execution.workers`).
     ``keep`` (a list) receives the trained ``(module, datamodule)``."""
     import lightning.pytorch as pl
 

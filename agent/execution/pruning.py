@@ -12,7 +12,7 @@ decides from the snapshot it was given and a resumed study decides as before.
 A trial records its curve at finish (``curve_<epoch>`` metrics on its run, :func:`curve_metrics`),
 so the next trial's snapshot needs no per-trial metric-history query. A pruned trial is stored as
 ``pruned`` with its last value; it counts against the budget, is never the study's best, and the
-samplers treat its value as a bound, not a result (:func:`agent.tuning.sampler.encoded`).
+samplers treat its value as a bound, not a result (:func:`agent.samplers.bo.encoded`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
-
-CURVE_PREFIX = "curve_"
+from agent.knowledge.base import CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 MEDIAN_WARMUP = 1  # epochs run before the median rule may stop a trial
 MIN_PEERS = 3  # trials that must have reported at an epoch before a trial is judged there
 ASHA_ETA = 3

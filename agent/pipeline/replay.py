@@ -1,7 +1,7 @@
 """The warm-start evaluation's replay, run by the product's own sampler over a lookup table.
 
 A held-out dataset's evaluated configurations (`m x d` cube points with their validation errors)
-are the only candidates (:class:`agent.tuning.sampler.BoSampler` with ``candidates``); a method's
+are the only candidates (:class:`agent.samplers.bo.BoSampler` with ``candidates``); a method's
 initial configurations come first, then the sampler's BO steps — the same GP, normal scores,
 interleaved random steps and acquisition as ``tune-agent start`` — pick among the rows not yet
 tried. Regret is normalised per dataset by the min and max error of its table (paper 003).
@@ -15,13 +15,13 @@ import numpy as np
 
 from agent.config import RANDOM_EVERY, StudySettings
 from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TrialRecord
-from agent.meta.replay import normalised_regret
+from agent.pipeline.regret import normalised_regret
 from agent.space import SearchSpace
 from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs
 from agent.surrogates.gp import normal_scores
 from agent.surrogates.specs import GpSurrogate
-from agent.tuning.bo import point_key
-from agent.tuning.sampler import BoSampler
+from agent.samplers.acquisition import point_key
+from agent.samplers.bo import BoSampler
 
 ACQ_NAMES = {"ei": "logei", "logei": "logei", "ucb": "ucb"}  # the evaluation's names -> the product's
 # Neighbours' GPs by content, kept for the worker's life: a dataset is a neighbour of many targets.

@@ -64,8 +64,8 @@ def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tra
     """Runs (or resumes) the study of one dataset: {"study", "status", "trials", "seconds", "best"}."""
     from agent.config import StudyConfig
     from agent.errors import DatasetError, StudyFailedError
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
     from agent.tuning.service import open_or_prepare
 
     start = time.perf_counter()
@@ -96,7 +96,7 @@ def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tra
 def _worker_init() -> None:
     import torch
 
-    from agent.tuning.runner import quiet_lightning
+    from agent.execution.runner import quiet_lightning
 
     torch.set_num_threads(1)  # two studies on two cores: one thread each, no oversubscription
     quiet_lightning()

@@ -136,8 +136,8 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
     """The data: ``studies`` ordinary BO studies (seeds 0..N-1) named ``PREFIX<seed>``; finished ones
     are kept and interrupted ones resumed, so the command can simply run again."""
     from agent.config import StudyConfig
-    from agent.tuning.progress import SilentReporter
-    from agent.tuning.runner import quiet_lightning, run_study
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import quiet_lightning, run_study
     from agent.tuning.service import open_or_prepare
 
     quiet_lightning()

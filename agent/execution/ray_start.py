@@ -1,6 +1,6 @@
 """Ray's start, begun on a background thread before anything else of ``tune-agent start``.
 
-Kept apart from :mod:`agent.tuning.workers` so that the command line can begin it before it
+Kept apart from :mod:`agent.execution.workers` so that the command line can begin it before it
 imports the study's libraries: this module imports nothing heavy (Ray itself is imported on the
 thread).
 """
@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from agent.errors import TuneAgentError
-from agent.tuning.resources import TrialResources
+from agent.execution.resources import TrialResources
 
 
 def _warm_worker(threads: int = 1) -> int:
@@ -23,7 +23,7 @@ def _warm_worker(threads: int = 1) -> int:
     import lightning.pytorch  # noqa: F401
     import torch
 
-    import agent.tuning.trial  # noqa: F401
+    import agent.execution.trial  # noqa: F401
 
     torch.set_num_threads(threads)
     return os.getpid()

@@ -1,6 +1,6 @@
 """Trials as Ray Core tasks (``--workers N``, ``--ray-address``): :class:`RayExecutor`.
 
-An executor of :mod:`agent.tuning.workers`, kept in a module of its own: only a study that runs
+An executor of :mod:`agent.execution.workers`, kept in a module of its own: only a study that runs
 on Ray imports it (a benchmark's trials run in its own process), which is why the benchmarks'
 engine fingerprint leaves it out (:mod:`agent.bench.fingerprint`).
 """
@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 from agent.errors import TuneAgentError, WorkersLostError
 from agent.knowledge.base import TrialRecord
-from agent.tuning.pruning import pruning_state
-from agent.tuning.ray_start import RayStart, import_ray
-from agent.tuning.resources import TrialResources, fit_note, trial_slots
-from agent.tuning.trial import TrialOutcome, recording_logger, replay_logged, train_config
+from agent.execution.pruning import pruning_state
+from agent.execution.ray_start import RayStart, import_ray
+from agent.execution.resources import TrialResources, fit_note, trial_slots
+from agent.execution.trial import TrialOutcome, recording_logger, replay_logged, train_config
 from agent.tuning.study import Study
 
 WORKER_RETRIES = 1
@@ -34,7 +34,7 @@ def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, 
     reserved) and ``accelerator``, and what it logged."""
     import torch
 
-    from agent.tuning.trial import quiet_lightning
+    from agent.execution.trial import quiet_lightning
 
     torch.set_num_threads(threads)
     quiet_lightning()
@@ -45,7 +45,7 @@ def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, 
 
 def _missing_module(exc: BaseException) -> str | None:
     """The module a Ray task could not import, when that is why it failed: the job's own failures
-    are caught inside the task (:func:`~agent.tuning.trial.train_config`), so a missing module
+    are caught inside the task (:func:`~agent.execution.trial.train_config`), so a missing module
     here is one the worker needs to unpickle the job or run tune-agent at all."""
     found = re.search(r"ModuleNotFoundError: No module named '([^']+)'", str(exc))
     return found.group(1) if found else None

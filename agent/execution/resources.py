@@ -24,7 +24,7 @@ EPS = 1e-6  # Ray keeps resources in units of 1/10000: 1 / 0.1 must count as 10 
 @dataclass(frozen=True)
 class ExecutionSettings:
     """How a study's trials run, checked once at the CLI edge and passed down whole (``start``,
-    ``resume``, ``bench parallel`` -> :func:`agent.tuning.workers.make_executor` -> the executor).
+    ``resume``, ``bench parallel`` -> :func:`agent.execution.workers.make_executor` -> the executor).
 
     Attributes:
         workers: trials at once (``--workers``); above 1, or with ``ray_address``, on Ray.

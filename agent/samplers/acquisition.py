@@ -1,6 +1,6 @@
 """One Bayesian-optimisation step's acquisition: build it and maximise it over the search space.
 
-Used by :class:`agent.tuning.sampler.BoSampler` after the initial design (paper 000, Algorithm 1).
+Used by :class:`agent.samplers.bo.BoSampler` after the initial design (paper 000, Algorithm 1).
 Everything here maximises: a ``min`` objective is negated by the caller. The model comes from the
 surrogate registry (:mod:`agent.surrogates.registry`); this module only owns the acquisition
 (LogEI, or GP-UCB with a growing beta), its optimisation on the space (categoricals enumerated when

@@ -16,11 +16,11 @@ import numpy as np
 
 from agent.errors import StudyFailedError, WorkersLostError
 from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
-from agent.tuning.pruning import curve_metrics
+from agent.execution.pruning import curve_metrics
 from agent.tuning.study import Study
-from agent.tuning.trial import (TrialOutcome, quiet_lightning, recording_logger, replay_logged, run_trial,  # noqa: F401 - re-exported
+from agent.execution.trial import (TrialOutcome, quiet_lightning, recording_logger, replay_logged, run_trial,  # noqa: F401 - re-exported
                                 train_config)
-from agent.tuning.workers import InlineExecutor
+from agent.execution.workers import InlineExecutor
 
 
 @dataclass
@@ -50,7 +50,7 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
     after it, the running ones finish, and a study with trials left ends ``interrupted`` (resumable)
     with ``timed_out`` set on the returned timing.
 
-    ``executor`` (:mod:`agent.tuning.workers`) runs the trials: by default one at a time in this
+    ``executor`` (:mod:`agent.execution.workers`) runs the trials: by default one at a time in this
     process; a parallel one keeps ``capacity`` trials running, each asked with the others pending,
     and, with ``ask_ahead`` k, k more asked and held here, each started the moment a trial ends,
     before that trial is told, so a free worker does not wait for the next BO step.

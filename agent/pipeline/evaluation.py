@@ -1,10 +1,10 @@
 """The DVC ``evaluate`` stage: leave-one-source-out warm-start evaluation of every dataset of the
 knowledge base, replayed by the product's own sampler over each held-out dataset's table
-(:mod:`agent.tuning.replay`).
+(:mod:`agent.pipeline.replay`).
 
 Protocol (issue 13, item 5, first part):
 
-* folds hold whole sources (:func:`agent.meta.evaluate.source_folds`); the learned extractor that
+* folds hold whole sources (:func:`agent.pipeline.evaluation_tables.source_folds`); the learned extractor that
   places a target is trained on the other folds only (target distances among their datasets), and
   the history a target sees is every dataset of *other* sources;
 * every dataset is a target once; each method gives ``k`` initial table rows, then the product's
@@ -42,8 +42,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from agent.errors import EmptyHistoryError
-from agent.meta.export import load_export
-from agent.meta.pipeline import DISTANCES_FILE, EXPORT_DIR, fold_vectors, history_space, normalisation_report
+from agent.pipeline.export import load_export
+from agent.pipeline.stages import DISTANCES_FILE, EXPORT_DIR, fold_vectors, history_space, normalisation_report
 
 EVALUATE_DIR = Path("data/evaluate")
 REVISION = 2  # of the protocol: bump when what a journal line means changes
@@ -56,7 +56,7 @@ def _stderr(line: str) -> None:
 def portfolio_rows(E: np.ndarray, history: Sequence[int], k: int) -> list[int]:
     """The history's greedy portfolio on the table: ``k`` rows minimising the mean best-so-far regret
     over the ``history`` datasets, by the product's rule (:func:`agent.surrogates.specs.greedy_portfolio`)."""
-    from agent.meta.evaluate import table_regrets
+    from agent.pipeline.evaluation_tables import table_regrets
     from agent.surrogates.specs import greedy_portfolio
 
     return greedy_portfolio(table_regrets(E[list(history)]), k)
@@ -92,7 +92,7 @@ def _cached(path: Path, make: Callable[[], Any]) -> Any:
 def _neighbour_plan(vectors: np.ndarray, t: int, history: list[int], sources: list[str], standardise: bool,
                     E: np.ndarray, k: int, fallback: list[int]) -> tuple[list[int], list[int], bool]:
     """(neighbour datasets, initial rows, far) for target ``t`` as the product's warm start picks them."""
-    from agent.meta.evaluate import best_rows
+    from agent.pipeline.evaluation_tables import best_rows
     from agent.meta.neighbours import distinct_first, nearest
     from agent.tuning.warmstart import nearness
 
@@ -127,9 +127,9 @@ def _read_journal(path: Path, key: str) -> dict[str, dict[str, Any]]:
 def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, plots: Path,
                    export: Path = EXPORT_DIR, distances: Path = DISTANCES_FILE, journal: Path = EVALUATE_DIR,
                    progress: Callable[[str], None] = _stderr, choice_dir: Path | None = None) -> dict[str, Any]:
-    from agent.meta.evaluate import design_inits, rank_correlation, source_folds, summarise, write_outputs
+    from agent.pipeline.evaluation_tables import design_inits, rank_correlation, source_folds, summarise, write_outputs
     from agent.meta.neighbours import pairwise_distances
-    from agent.tuning.replay import replay_dataset
+    from agent.pipeline.replay import replay_dataset
 
     start = time.perf_counter()
     datasets = load_export(export)
@@ -137,7 +137,7 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
         raise EmptyHistoryError(f"evaluation needs at least 4 historical datasets, the export has {len(datasets)}")
     D = np.array(json.loads(distances.read_text())["matrix"])
     space = history_space(datasets)
-    from agent.meta.evaluate import build_table
+    from agent.pipeline.evaluation_tables import build_table
 
     table = build_table(datasets, space)
     sources = [h.source for h in datasets]

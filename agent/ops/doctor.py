@@ -210,7 +210,7 @@ def _ray_checks(address: str, timeout: float = 60.0, job: str | None = None, wor
     """The cluster at ``address``: nodes alive and their resources, how many trials of
     ``resources`` fit at once, then one task per node that looks for what a trial needs (every
     node needs tune-agent installed, and ``job``'s module, or ``working_dir`` shipped to it)."""
-    from agent.tuning.resources import TrialResources, trial_slots
+    from agent.execution.resources import TrialResources, trial_slots
 
     resources = resources or TrialResources()
     job_module = _job_module(job)

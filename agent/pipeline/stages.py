@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from agent.knowledge.history import HistoricalDataset
-from agent.meta.export import export_history, load_export
+from agent.pipeline.export import export_history, load_export
 
 EXPORT_DIR = Path("data/export")
 DISTANCES_FILE = Path("data/distances.json")
@@ -37,8 +37,8 @@ def history_space(datasets: list[HistoricalDataset]) -> Any:
 
 
 def stage_distances(p: Mapping[str, Any], export: Path = EXPORT_DIR, out: Path = DISTANCES_FILE) -> np.ndarray:
-    from agent.meta.distance import emd_distance_matrix, target_distance_matrix
-    from agent.meta.evaluate import build_table
+    from agent.pipeline.distances import emd_distance_matrix, target_distance_matrix
+    from agent.pipeline.evaluation_tables import build_table
 
     datasets = load_export(export)
     table = build_table(datasets, history_space(datasets))
@@ -106,8 +106,8 @@ def train_without_source(datasets: list[HistoricalDataset], p: Mapping[str, Any]
     """An extractor trained as the pipeline trains one, on every dataset not from ``source``, with
     target distances among those datasets only: what ``dvc repro`` would build from a history that
     never held that source (the end-to-end evaluation's per-target meta-model)."""
-    from agent.meta.distance import target_distance_matrix
-    from agent.meta.evaluate import build_table
+    from agent.pipeline.distances import target_distance_matrix
+    from agent.pipeline.evaluation_tables import build_table
     from agent.meta.extractor_train import train_extractor
 
     kept = [h for h in datasets if h.source != source]
@@ -140,8 +140,8 @@ def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[st
 def normalisation_report(E: np.ndarray, sources: list[str], k: int) -> dict[str, dict[str, float]]:
     """Why the chosen normalisation: with the *true* target distance as an oracle, how often the
     k nearest share the source, and the regret of their best configurations on the target."""
-    from agent.meta.distance import NORMALISATIONS, target_distance_matrix
-    from agent.meta.replay import normalised_regret
+    from agent.pipeline.distances import NORMALISATIONS, target_distance_matrix
+    from agent.pipeline.regret import normalised_regret
 
     out = {}
     for how in NORMALISATIONS:
