@@ -530,7 +530,7 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
     """Serve the MLflow UI for the store (127.0.0.1 unless --host says otherwise)."""
     import os
 
-    from agent.knowledge.mlflow_store import DEFAULT_ARTIFACT_ROOT, check_reachable, resolve_tracking_uri
+    from agent.knowledge import DEFAULT_ARTIFACT_ROOT, check_reachable, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     check_reachable(uri)
@@ -540,7 +540,7 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
     args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", host, "--port", str(port)]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     click.echo(f"MLflow UI on http://{shown}:{port} (Ctrl-C stops it)")
-    from agent.knowledge.mlflow_store import store_exists
+    from agent.knowledge import store_exists
 
     if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
         studies = _kb(tracking_uri, artifact_root).list_studies()

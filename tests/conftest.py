@@ -65,7 +65,7 @@ class Store:
         return ["--tracking-uri", self.uri, "--artifact-root", self.artifacts]
 
     def kb(self):  # noqa: ANN201
-        from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+        from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
         return MlflowKnowledgeBase(self.uri, self.artifacts)
 

@@ -126,7 +126,7 @@ def test_a_new_store_killed_while_mlflow_builds_its_tables_is_not_broken(tmp_pat
     """SIGKILL while MLflow migrates a new sqlite store used to leave a file every later command
     failed on; the schema is now built aside and moved into place whole."""
     db = tmp_path / "mlflow.db"
-    code = ("from pathlib import Path; from agent.knowledge.mlflow_store import create_sqlite_store; "
+    code = ("from pathlib import Path; from agent.knowledge.mlflow.store_file import create_sqlite_store; "
             f"create_sqlite_store(Path({str(db)!r}))")
     # the migrations themselves (no schema template to copy), as on a first run
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "TUNE_AGENT_STORE_TEMPLATE": "0"})
@@ -151,7 +151,7 @@ def test_a_new_store_is_a_copy_of_the_schema_template(tmp_path: Path, monkeypatc
     that is a copy with the schema MLflow would have built and a Default experiment of its own."""
     import sqlite3
 
-    from agent.knowledge.mlflow_store import create_sqlite_store, schema_template
+    from agent.knowledge.mlflow.store_file import create_sqlite_store, schema_template
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

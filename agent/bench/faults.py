@@ -32,9 +32,9 @@ def _start_args(exe: str, store: Path, name: str, trials: int, epochs: int, data
 
 def _check(store: Path, name: str, trials: int) -> dict[str, Any]:
     from agent.knowledge.base import COUNTED_STATES, TRIAL_RUNNING
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
 
-    kb = MlflowKnowledgeBase(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"))
+    kb = open_knowledge_base(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"))
     study = kb.find_study(name)
     if study is None:
         return {"finished": False, "why": "no study"}

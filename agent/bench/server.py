@@ -69,7 +69,7 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
                      say: Callable[[str], None] = print) -> dict[str, Any]:
     from agent.bench.neighbours import measure_warm_start
     from agent.knowledge.base import TRIAL_OK
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
     from agent.knowledge.team_server import wait_until_up
 
     entries, space = starter_entries(starter)
@@ -86,7 +86,7 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
         if not wait_until_up(url, 240, proc):
             raise RuntimeError(f"tune-agent server did not come up (logs in {data / 'logs'})")
         say(f"server up at {url}; {agents} writers log {n_studies} studies x ~{per_study} trials as runs")
-        MlflowKnowledgeBase(url).open()
+        open_knowledge_base(url).open()
         queue = list(enumerate(chosen))
         lock = threading.Lock()
         counts = [0] * agents
@@ -94,7 +94,7 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
         done = {"studies": 0}
 
         def writer(w: int) -> None:
-            kb = MlflowKnowledgeBase(url)
+            kb = open_knowledge_base(url)
             while True:
                 with lock:
                     if not queue:
@@ -117,7 +117,7 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
             t.join()
         seconds = time.perf_counter() - start
         written = sum(counts)
-        kb = MlflowKnowledgeBase(url)
+        kb = open_knowledge_base(url)
         studies = [s for s in kb.list_studies() if s.name.startswith("bench-")]
         stored = [(s.study_id, t) for s in studies for t in kb.trials(s)]
         keys = [(sid, t.number) for sid, t in stored]

@@ -5,7 +5,7 @@
 
 - ``memory:`` or ``memory://NAME``: a new, empty :class:`~agent.knowledge.memory.InMemoryKnowledgeBase`;
 - ``sqlite:``, ``http:``, ``https:``, ``file:`` or a plain path:
-  :class:`~agent.knowledge.mlflow_store.MlflowKnowledgeBase`;
+  :class:`~agent.knowledge.mlflow.backend.MlflowKnowledgeBase`;
 - ``None``: ``MLFLOW_TRACKING_URI`` if set, else the embedded ``sqlite:///mlflow/mlflow.db``,
   then by scheme as above.
 
@@ -14,6 +14,7 @@ Backends are imported on demand, so importing this package loads neither MLflow 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -29,8 +30,8 @@ def open_knowledge_base(uri: str | None, artifact_root: str | None = None) -> Kn
     """
     from agent.errors import StoreError
     from agent.knowledge.memory import SCHEME as MEMORY
-    from agent.knowledge.mlflow_store import SCHEMES as MLFLOW
-    from agent.knowledge.mlflow_store import resolve_tracking_uri
+    from agent.knowledge.mlflow.store_file import SCHEMES as MLFLOW
+    from agent.knowledge.mlflow.store_file import resolve_tracking_uri
 
     resolved = resolve_tracking_uri(uri)
     scheme = urlparse(resolved).scheme
@@ -39,11 +40,42 @@ def open_knowledge_base(uri: str | None, artifact_root: str | None = None) -> Kn
 
         return InMemoryKnowledgeBase(resolved)
     if scheme in MLFLOW:
-        from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+        from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
         return MlflowKnowledgeBase(resolved, artifact_root)
     known = ", ".join(f"{s}:" for s in (MEMORY, *MLFLOW) if s)
     raise StoreError(f"unknown knowledge-base URI scheme {scheme!r} in {resolved!r} (known: {known} or a path)")
 
 
-__all__ = ["open_knowledge_base"]
+def resolve_tracking_uri(uri: str | None) -> str:
+    """``uri``, else ``MLFLOW_TRACKING_URI``, else the embedded store's URI."""
+    from agent.knowledge.mlflow.store_file import resolve_tracking_uri as resolve
+
+    return resolve(uri)
+
+
+def check_reachable(uri: str) -> None:
+    """Raises StoreError (one line) when ``uri`` names no store this product can open."""
+    from agent.knowledge.mlflow.store_file import check_reachable as check
+
+    check(uri)
+
+
+def store_exists(uri: str) -> bool:
+    """Whether the store at ``uri`` exists (a server always does; a sqlite file once made)."""
+    from agent.knowledge.mlflow.store_file import store_exists as exists
+
+    return exists(uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a ``sqlite:`` URI, else None."""
+    from agent.knowledge.mlflow.store_file import _sqlite_path
+
+    return _sqlite_path(uri)
+
+
+DEFAULT_ARTIFACT_ROOT = "mlflow/artifacts"  # the embedded store's artifacts (a test checks the backend agrees)
+
+__all__ = ["DEFAULT_ARTIFACT_ROOT", "check_reachable", "open_knowledge_base", "resolve_tracking_uri", "sqlite_path",
+           "store_exists"]

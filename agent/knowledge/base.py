@@ -1,7 +1,7 @@
 """The knowledge-base contract: studies and trials as small frozen records.
 
 A *study* is one tuning campaign of one job on one dataset; a *trial* is one evaluated (or failed,
-or killed) configuration inside it. Backends (:class:`agent.knowledge.mlflow_store.MlflowKnowledgeBase`,
+or killed) configuration inside it. Backends (:class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase`,
 :class:`agent.knowledge.memory.InMemoryKnowledgeBase`; :func:`agent.knowledge.open_knowledge_base`
 picks one by URI) convert their own objects to these records at the edge, so nothing above
 ``agent/knowledge`` ever sees a backend type. ``tests/knowledge/test_contract.py`` checks every

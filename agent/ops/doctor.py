@@ -29,11 +29,11 @@ class Check:
 
 def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[Check]:
     from agent.errors import TuneAgentError
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase, _sqlite_path, resolve_tracking_uri
+    from agent.knowledge import open_knowledge_base, resolve_tracking_uri, sqlite_path
 
     uri = resolve_tracking_uri(tracking_uri)
     out: list[Check] = []
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     if path is not None and path.exists():
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
@@ -54,7 +54,7 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[C
         return out
     try:
         start = time.perf_counter()
-        kb = MlflowKnowledgeBase(tracking_uri, artifact_root)
+        kb = open_knowledge_base(tracking_uri, artifact_root)
         kb.open()
         studies = kb.list_studies()
         seconds = time.perf_counter() - start
@@ -79,11 +79,11 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[C
 def _source_model_checks(tracking_uri: str | None, artifact_root: str | None, models_dir: Path) -> list[Check]:
     """How much of the history a study loads instead of fitting (models/source_models.jsonl)."""
     from agent.errors import TuneAgentError
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge import open_knowledge_base
     from agent.tuning.source_models import coverage
 
     try:
-        stored, total = coverage(MlflowKnowledgeBase(tracking_uri, artifact_root).list_studies(), models_dir)
+        stored, total = coverage(open_knowledge_base(tracking_uri, artifact_root).list_studies(), models_dir)
     except TuneAgentError as exc:
         return [Check("source models", FAIL, str(exc))]
     if total == 0:

@@ -314,7 +314,7 @@ def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | 
     refuses what changed. Commands that only read or record results (best, report, tell) pass
     ``with_sampler=False``: rebuilding a transfer surrogate is work no line they print needs."""
     from agent.jobs import load_job
-    from agent.knowledge.mlflow_store import store_exists
+    from agent.knowledge import store_exists
     from agent.tuning.warmstart import WarmStart
 
     if kb is None:

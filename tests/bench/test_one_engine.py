@@ -61,7 +61,7 @@ def product_store(protocol, tmp_path_factory):  # noqa: ANN201
 @pytest.mark.parametrize("method", ["gp", "rgpe", "tnp"])
 def test_benchmark_run_equals_a_product_study(protocol, product_store, method: str, cli, tmp_path: Path) -> None:
     from agent.bench.transfer import history_store, run_method
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     config, job, histories, fold = protocol
     sources = [t for t in job.scenario.instances if t != TASK][:N_SOURCES]

@@ -18,7 +18,7 @@ from agent.errors import StoreError
 from agent.knowledge import open_knowledge_base
 from agent.knowledge.base import TRIAL_OK
 from agent.knowledge.memory import InMemoryKnowledgeBase
-from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 from tests.knowledge.test_contract import new_study
 
 

@@ -119,7 +119,7 @@ def _wait_for(lines: list[str], text: str, timeout: float) -> float:
 
 def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) -> None:
     from agent.knowledge.base import TRIAL_OK
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     agent = _agent(server.url, "outage", trials=3)
     out: list[str] = []
@@ -165,7 +165,7 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) ->
 def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:  # noqa: ANN001
     """Training does not stop or fail for the store: a trial's logger keeps what it cannot write."""
     from agent.knowledge.base import StudyRecord, TrialRecord
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     kb = MlflowKnowledgeBase.__new__(MlflowKnowledgeBase)  # no server to check at construction: none runs
     kb._tracking_uri, kb.artifact_root, kb._root_given, kb._client_instance = f"http://127.0.0.1:{_free_port()}", None, False, None
@@ -258,7 +258,7 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(server: _Server) ->
     from mlflow import MlflowClient
 
     from agent.knowledge.base import TRIAL_OK
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     port = server.port
     proxy = _LosingProxy(port, [b"/runs/create", b"/runs/create", b"/runs/log-inputs"], every=6)
@@ -311,7 +311,7 @@ def test_a_cut_answer_is_an_unreachable_server_and_a_5xx_a_server_error() -> Non
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, PERMISSION_DENIED, TEMPORARILY_UNAVAILABLE
 
-    from agent.knowledge.mlflow_store import server_error, unreachable
+    from agent.knowledge.mlflow.retry import server_error, unreachable
 
     url = "http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch"
     cut = MlflowException(f"API request to {url} failed with exception ('Connection broken: IncompleteRead(0 bytes "

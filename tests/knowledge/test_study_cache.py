@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
 
 def _settings(name: str) -> dict[str, object]:

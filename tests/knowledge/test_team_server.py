@@ -87,7 +87,7 @@ def _agent(url: str, dataset: str, name: str, **creds: str) -> subprocess.Popen[
 
 def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:  # noqa: ANN001
     from agent.knowledge.base import TRIAL_OK
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
     from agent.knowledge.team_server import pg_binary
 
     url, data, pg_port, proc = team_server
@@ -124,7 +124,7 @@ def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_se
     from mlflow.server import get_app_client
     from mlflow.server.auth.permissions import RESOURCE_TYPE_EXPERIMENT
 
-    from agent.knowledge.mlflow_store import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     url, data, _, _ = team_server
     admin = _admin(data)

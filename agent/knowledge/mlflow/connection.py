@@ -1,0 +1,266 @@
+"""The connection to an MLflow store: a lazily made client whose every call is retried and
+explained in one line, searches by page, experiments per job, runs read back as records."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+from urllib.parse import urlparse
+
+from agent.errors import StoreError
+from agent.knowledge import layout
+from agent.knowledge.base import (
+    TRIAL_KILLED,
+    TRIAL_RUNNING,
+    KnowledgeBase,
+    StudyRecord,
+    TrialRecord,
+)
+from agent.knowledge.mlflow.retry import (
+    CREATE_TOKEN,
+    QUICK_RETRY_SECONDS,
+    explain_mlflow_error,
+    retry_delays,
+    server_error,
+    unreachable,
+)
+from agent.knowledge.mlflow.store_file import (
+    DEFAULT_ARTIFACT_ROOT,
+    DEFAULT_TRACKING_URI,
+    T,
+    _sqlite_path,
+    check_reachable,
+    create_sqlite_store,
+    resolve_tracking_uri,
+)
+
+
+class MlflowConnection(KnowledgeBase):
+    """The store's client, its retried calls, searches and experiments; what every part of
+    :class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase` builds on."""
+
+    def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None) -> None:
+        self._tracking_uri = resolve_tracking_uri(tracking_uri)
+        check_reachable(self._tracking_uri)
+        self.artifact_root = artifact_root
+        self._root_given = artifact_root is not None  # an explicit root must be honoured or refused
+        if artifact_root is None and self._tracking_uri == DEFAULT_TRACKING_URI:
+            self.artifact_root = DEFAULT_ARTIFACT_ROOT
+        self._client_instance: Any = None
+
+    @property
+    def tracking_uri(self) -> str:
+        return self._tracking_uri
+
+    @property
+    def _client(self) -> Any:
+        # Created on first use: opening a sqlite URI creates the database file.
+        if self._client_instance is None:
+            import logging
+
+            from mlflow import MlflowClient
+
+            logging.getLogger("mlflow").setLevel(logging.WARNING)
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
+            # against a server; the study's own lines say where things are.
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
+            # A server that went down: MLflow's default 7 silent retries took ~250 s; :meth:`_call`
+            # retries instead, saying so on stderr within seconds. MLflow's own retries would also
+            # re-send a POST whose answer was lost, and a run created twice is a duplicate trial:
+            # none are left to it, and :meth:`_call`'s first, silent retry absorbs a single dropped
+            # connection as MLflow's would.
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+            path = _sqlite_path(self.tracking_uri)
+            if path is not None:
+                create_sqlite_store(path)
+            try:
+                self._client_instance = MlflowClient(self.tracking_uri)
+            except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors for a file that is no store
+                if path is None:
+                    raise
+                first = (str(getattr(exc, "orig", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise StoreError(f"tracking store {self.tracking_uri} cannot be opened ({first}); move {path} aside "
+                                 "and a new store is made on next use") from None
+        return self._client_instance
+
+    def open(self) -> None:
+        self._call(self._client.search_experiments, max_results=1)
+
+    def _check_artifact_root(self) -> None:
+        """A local artifact root must take files before a study run is created: a read-only one
+        used to fail 30 s later with a traceback and a study run left RUNNING without its files."""
+        root = self.artifact_root
+        if not root or ("://" in root and not root.startswith("file:")):
+            return
+        path = Path(root[len("file://"):] if root.startswith("file://") else root)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".tune-agent-write-check-"):
+                pass
+        except OSError as exc:
+            raise StoreError(f"artifact root {path} is not writable ({exc.strerror or type(exc).__name__}); "
+                             "give a writable --artifact-root") from None
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` with MLflow's errors as one line; a tracking server that cannot be reached is
+        retried with backoff (:data:`RETRY_DELAYS`, about two minutes in all), each wait announced
+        on stderr, before the error is raised."""
+        from mlflow.exceptions import MlflowException
+
+        delays = retry_delays()
+        attempt = 0
+        quick = True  # one silent retry at once: a dropped keep-alive connection is not an outage
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (MlflowException, OSError) as exc:
+                down = self._remote and unreachable(exc)
+                if quick and self._retry_at_once(exc):
+                    quick = False
+                    time.sleep(QUICK_RETRY_SECONDS)
+                    continue
+                if down and attempt < len(delays):
+                    delay = delays[attempt]
+                    attempt += 1
+                    sys.stderr.write(f"tracking server {self.tracking_uri} unreachable, retrying ({attempt}/{len(delays)}) "
+                                     f"in {delay:g} s\n")
+                    sys.stderr.flush()
+                    time.sleep(delay)
+                    continue
+                if down:
+                    raise StoreError(f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
+                                     f"retries over {sum(delays):g} s") from None
+                if isinstance(exc, MlflowException):
+                    raise StoreError(explain_mlflow_error(self.tracking_uri, exc)) from None
+                raise
+
+    def _call_once(self, make: Any, find: Any) -> Any:
+        """``make()`` through :meth:`_call`, in effect once: a server can do the work and lose its
+        answer (killed or cut off in between), and a plain retry would do it again. Every retry
+        first asks ``find()`` for what an earlier try made, and makes it only when that is None."""
+        tried = False
+
+        def attempt() -> Any:
+            nonlocal tried
+            if tried:
+                found = find()
+                if found is not None:
+                    return found
+            tried = True
+            return make()
+
+        return self._call(attempt)
+
+    def _create_run(self, experiment_id: str, run_name: str, tags: Mapping[str, str]) -> Any:
+        """``create_run`` exactly once (a second run would be a duplicate trial): the run carries a
+        fresh token, by which a retry finds it."""
+        import uuid
+
+        token = uuid.uuid4().hex
+        return self._call_once(
+            lambda: self._client.create_run(experiment_id, run_name=run_name, tags={**tags, CREATE_TOKEN: token}),
+            lambda: next(iter(self._client.search_runs([experiment_id], f"tags.`{CREATE_TOKEN}` = '{token}'",
+                                                       max_results=1)), None))
+
+    def _retry_at_once(self, exc: BaseException) -> bool:
+        """Whether a failed request earns the one silent retry at once: a server (not a sqlite
+        file) that could not be reached or failed on its side."""
+        return self._remote and (unreachable(exc) or server_error(exc))
+
+    @property
+    def _remote(self) -> bool:
+        return urlparse(self.tracking_uri).scheme in ("http", "https")
+
+    def _tune_experiments(self) -> list[Any]:
+        """tune-agent's experiments (``tune-agent/<job>``), with their tags."""
+        return [e for e in self._call(self._client.search_experiments, max_results=1000) if e.name.startswith("tune-agent/")]
+
+    def _experiment_ids(self) -> list[str]:
+        return [e.experiment_id for e in self._tune_experiments()]
+
+    def _search(self, filter_string: str, experiment_ids: list[str] | None = None) -> Iterator[Any]:
+        ids = experiment_ids if experiment_ids is not None else self._experiment_ids()
+        if not ids:
+            return
+        token = None
+        while True:
+            page = self._call(
+                self._client.search_runs,
+                ids,
+                filter_string,
+                max_results=1000,
+                order_by=["attributes.start_time ASC"],
+                page_token=token,
+            )
+            yield from page
+            token = page.token
+            if not token:
+                return
+
+    def _experiment_for(self, job: str) -> str:
+        name = f"tune-agent/{job}"
+        exp = self._call(self._client.get_experiment_by_name, name)
+        location = None
+        if self.artifact_root:
+            root = self.artifact_root
+            location = root if "://" in root else Path(root).resolve().as_uri()
+            location = f"{location.rstrip('/')}/{job}"
+        if exp is not None:
+            if self._root_given and location and exp.artifact_location.rstrip("/") != location.rstrip("/"):
+                raise StoreError(f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
+                                 f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
+                                 "another store)")
+            return exp.experiment_id
+        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`: one parent run per study."}
+        try:
+            return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
+        except StoreError:
+            # Another process (a parallel worker, a second agent) created it first: use theirs.
+            exp = self._call(self._client.get_experiment_by_name, name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def _to_study(self, run: Any) -> StudyRecord:
+        tags = {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
+        return layout.study_record(run.info.run_id, run.info.start_time, tags, dict(run.data.params), run.info.run_name)
+
+    def _to_trial(self, run: Any) -> TrialRecord:
+        tags, metrics = run.data.tags, run.data.metrics
+        state = tags.get(T + "state", TRIAL_RUNNING)
+        if state == TRIAL_RUNNING and run.info.status in ("FAILED", "KILLED"):
+            state = TRIAL_KILLED
+        value = metrics.get("objective")
+        return TrialRecord(
+            trial_id=run.info.run_id,
+            number=int(tags.get(T + "trial", -1)),
+            state=state,
+            config=json.loads(tags.get(T + "config", "{}")),
+            value=None if value is None or not math.isfinite(value) else float(value),
+            origin=tags.get(T + "origin", ""),
+            reason=tags.get(T + "reason", ""),
+            duration=metrics.get("duration_s"),
+            extra={k: v for k, v in metrics.items() if k not in ("objective", "duration_s")},
+        )
+
+    def _store_key(self) -> str:
+        path = _sqlite_path(self.tracking_uri)
+        return f"sqlite:{path.resolve()}" if path is not None else self.tracking_uri
+
+
+    def _experiment_of(self, study: StudyRecord) -> str:
+        cache = self.__dict__.setdefault("_experiments", {})
+        if study.study_id not in cache:
+            cache[study.study_id] = self._call(self._client.get_run, study.study_id).info.experiment_id
+        return cache[study.study_id]
+

@@ -1,0 +1,271 @@
+"""Study runs in MLflow: one parent run per study in the job's experiment (see :mod:`agent.knowledge.mlflow`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from agent.errors import StoreError
+from agent.knowledge import layout, study_cache
+from agent.knowledge.base import (
+    IMPORT_ORIGIN,
+    TRIAL_OK,
+    StudyRecord,
+    TrialRecord,
+)
+from agent.knowledge.mlflow.connection import MlflowConnection
+from agent.knowledge.mlflow.retry import (
+    TAG_RACE_ATTEMPTS,
+    _unique_key_race,
+)
+from agent.knowledge.mlflow.store_file import (
+    INLINE_TRIALS,
+    T,
+    store_exists,
+)
+
+
+class MlflowStudies(MlflowConnection):
+    """Study runs: created, found, listed (through the study cache), updated, tagged; imported evaluations."""
+
+    def create_study(
+        self,
+        name: str,
+        settings: Mapping[str, Any],
+        space: list[dict[str, Any]],
+        dataset_summary: Mapping[str, Any],
+        dataset_sample: tuple[Any, Any] | None,
+        description: str,
+    ) -> StudyRecord:
+        import numpy as np
+        from mlflow.entities import Param, RunTag
+
+        self._check_artifact_root()
+        exp_id = self._experiment_for(settings["job_name"])
+        tags = layout.study_tags(name, settings, dataset_summary)
+        kind = tags.pop("kind")  # tagged last: searches find the study only once it is complete
+        run_tags = {T + k: v for k, v in tags.items()}
+        run = self._create_run(exp_id, name, {**run_tags, "mlflow.note.content": description})
+        rid = run.info.run_id
+        params = layout.study_params(settings, dataset_summary)
+        self._call(self._client.log_batch, rid, params=[Param(k, v) for k, v in params.items()])
+        self._call(self._client.log_inputs, rid, [self._dataset_input(settings, dataset_summary)])
+        self._call(self._client.log_dict, rid, dict(dataset_summary), "dataset/summary.json")
+        self._call(self._client.log_dict, rid, {"params": space}, "space.json")
+        if dataset_sample is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "sample.npz"
+                np.savez_compressed(path, X=dataset_sample[0], y=dataset_sample[1])
+                self._call(self._client.log_artifact, rid, str(path), "dataset")
+        self._call(self._client.log_batch, rid, tags=[RunTag(T + "kind", kind)])
+        return self._to_study(self._call(self._client.get_run, rid))
+
+    @staticmethod
+    def _dataset_input(settings: Mapping[str, Any], summary: Mapping[str, Any]) -> Any:
+        """The study's dataset as an MLflow dataset input (the UI's Dataset column): its name, the
+        fingerprint as digest, its statistics as the profile."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        name = str(settings["dataset_name"])
+        profile = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+        dataset = Dataset(name=name[:500], digest=str(settings["fingerprint"])[:36], source_type="tune-agent",
+                          source=json.dumps({"dataset": name}), profile=json.dumps(profile, default=str)[:4000])
+        return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")])
+
+    def find_study(self, name: str) -> StudyRecord | None:
+        if not store_exists(self.tracking_uri):
+            return None
+        safe = name.replace("'", "\\'")
+        flt = f"tags.`{T}kind` = 'study' and tags.`{T}study` = '{safe}'"
+        runs = list(self._search(flt))
+        return self._to_study(runs[-1]) if runs else None
+
+    def list_studies(self) -> list[StudyRecord]:
+        """Every study, oldest first. Ended studies come from :mod:`agent.knowledge.study_cache`
+        where an experiment's version tag still matches the cache and every study that was running
+        when it was saved still runs; running studies are always read fresh."""
+        if not store_exists(self.tracking_uri):
+            return []
+        exps = self._tune_experiments()
+        ids = [e.experiment_id for e in exps]
+        flt = f"tags.`{T}kind` = 'study'"
+        if not ids:
+            return []
+        if not study_cache.enabled():
+            return [self._to_study(r) for r in self._search(flt, ids)]
+        key = self._store_key()
+        # Versions are read (above) before any search: a write that lands after this point
+        # leaves a version that differs from the one saved below.
+        running = {r.info.run_id: _cache_row(r) for r in self._search(flt + " and attributes.status = 'RUNNING'", ids)}
+        rows: dict[str, dict[str, Any]] = {}
+        stale = []
+        versions: dict[str, str | None] = {}
+        for e in exps:
+            version = versions[e.experiment_id] = e.tags.get(study_cache.VERSION_TAG) or self._first_version(e.experiment_id)
+            cached = study_cache.load(key, e.experiment_id, e.creation_time, version) if version else None
+            if cached is None or not set(cached["running"]) <= set(running):
+                stale.append(e)
+            else:
+                rows.update((r["run_id"], r) for r in cached["ended"])
+        if stale:
+            ended: dict[str, list[dict[str, Any]]] = {e.experiment_id: [] for e in stale}
+            for r in self._search(flt + " and attributes.status != 'RUNNING'", list(ended)):
+                ended[r.info.experiment_id].append(_cache_row(r))
+            for e in stale:
+                rows.update((r["run_id"], r) for r in ended[e.experiment_id])
+                version = versions[e.experiment_id]
+                if version:
+                    study_cache.save(key, e.experiment_id, e.creation_time, version, {
+                        "ended": ended[e.experiment_id],
+                        "running": [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id]})
+        rows.update(running)  # a resumed study: its fresh record wins over the cached one
+        ordered = sorted(rows.values(), key=lambda r: (r["start_time"], r["run_id"]))
+        return [layout.study_record(r["run_id"], r["start_time"], r["tags"], r["params"], r["run_name"]) for r in ordered]
+
+    def _first_version(self, experiment_id: str) -> str | None:
+        """A version for an experiment that has none (a store written before the cache): setting
+        a new one before searching is always safe, it can only make other caches stale. None
+        where this user may not tag the experiment (the listing is then not cached)."""
+        try:
+            return self._studies_changed(experiment_id)
+        except StoreError:
+            return None
+
+    def _studies_changed(self, experiment_id: str) -> str:
+        """A new version tag on the experiment, after a write that ended a study or changed an
+        ended one (:mod:`agent.knowledge.study_cache`)."""
+        import uuid
+
+        version = uuid.uuid4().hex
+        for attempt in range(TAG_RACE_ATTEMPTS):
+            try:
+                self._call(self._client.set_experiment_tag, experiment_id, study_cache.VERSION_TAG, version)
+                return version
+            except StoreError as exc:
+                # MLflow's store sets a tag by looking it up, then inserting or updating: two agents
+                # ending studies at the same moment can both find it absent, and the second insert
+                # breaks the key's uniqueness. The tag exists now, so a second try updates it.
+                if attempt + 1 == TAG_RACE_ATTEMPTS or not _unique_key_race(str(exc)):
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def update_study(
+        self,
+        study: StudyRecord,
+        status: str,
+        best_value: float | None = None,
+        best_config: Mapping[str, Any] | None = None,
+    ) -> StudyRecord:
+        from mlflow.entities import Metric, RunTag
+
+        tags = [RunTag(T + "status", status)]
+        metrics = []
+        if best_value is not None:
+            tags += [RunTag(T + "best_value", repr(float(best_value))), RunTag(T + "best_config", layout.to_json(best_config))]
+            now = int(time.time() * 1000)
+            metrics.append(Metric("best_objective", best_value, now, 0))
+            # the final best configuration, sortable in the UI's run list: numbers as metrics, the
+            # rest as tags (only when the study ends: a best that later changed would leave stale keys)
+            for key, value in (best_config or {}).items() if status == "finished" else ():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+                    metrics.append(Metric(f"best.{key}", float(value), now, 0))
+                else:
+                    tags.append(RunTag(f"best.{key}", str(value)[:layout.REASON_LIMIT]))
+        self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
+        run_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status)
+        if run_status:
+            self._call(self._client.set_terminated, study.study_id, run_status)
+        else:
+            self._call(self._client.update_run, study.study_id, status="RUNNING")
+        run = self._call(self._client.get_run, study.study_id)
+        if run_status:
+            self._studies_changed(run.info.experiment_id)
+        return self._to_study(run)
+
+    def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
+        for path in paths:
+            self._call(self._client.log_artifact, study.study_id, path, artifact_path)
+
+    def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
+        self._call(self._client.log_figure, study.study_id, figure, artifact_file)
+
+    def set_study_tags(self, study: StudyRecord, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        values = layout.split_long({k: layout.tag_value(v) for k, v in tags.items()})
+        batch = [RunTag(T + k, v) for k, v in values.items()]
+        for i in range(0, len(batch), 100):  # MLflow takes at most 100 tags per batch
+            self._call(self._client.log_batch, study.study_id, tags=batch[i:i + 100])
+        self._studies_changed(self._experiment_of(study))
+
+    def study_tags(self, study: StudyRecord) -> dict[str, str]:
+        """The study's current tune_agent.* tags (fresh from the store)."""
+        run = self._call(self._client.get_run, study.study_id)
+        return layout.join_long({k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)})
+
+    def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
+        """A study's logged dataset sample ``(X, y)``, or None if it has none."""
+        import numpy as np
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self._call(self._client.download_artifacts, study_id, "dataset/sample.npz", tmp)
+            except StoreError:
+                return None
+            with np.load(path) as data:
+                return data["X"], data["y"]
+
+    # -- external evaluations ------------------------------------------------------------------
+    def import_evaluations(
+        self,
+        name: str,
+        settings: Mapping[str, Any],
+        space: list[dict[str, Any]],
+        configs: list[Mapping[str, Any]],
+        values: list[float | None],
+        description: str,
+        dataset_summary: Mapping[str, Any] | None = None,
+        dataset_sample: tuple[Any, Any] | None = None,
+    ) -> StudyRecord:
+        """One finished study holding evaluations made elsewhere, its trials inline.
+
+        Three MLflow calls per row made a 64-row study cost 2 s on sqlite (a 240-dataset starter
+        history took minutes); the rows are one ``trials.json`` artifact of the study run instead,
+        marked by the tag ``tune_agent.trials_inline``, and :meth:`trials` reads them back as the
+        same records. The study run shows them in the MLflow UI's artifact view.
+        """
+        from mlflow.entities import RunTag
+
+        summary = dataset_summary or {"source": settings["dataset_name"], "kind": "external"}
+        record = self.create_study(name, settings, space, summary, dataset_sample, description)
+        rows = []
+        for number, (config, value) in enumerate(zip(configs, values)):
+            finite = value is not None and math.isfinite(float(value))
+            rows.append({"number": number, "config": dict(config), "value": float(value) if finite else None})
+        self._call(self._client.log_dict, record.study_id, {"trials": rows}, INLINE_TRIALS)
+        self._call(self._client.log_batch, record.study_id, tags=[RunTag(T + "trials_inline", "1")])
+        return self.update_study(record, "finished")
+
+    def _inline_trials(self, study_id: str) -> list[TrialRecord]:
+        import mlflow.artifacts
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._call(mlflow.artifacts.download_artifacts, run_id=study_id, artifact_path=INLINE_TRIALS,
+                              dst_path=tmp, tracking_uri=self.tracking_uri)
+            rows = json.loads(Path(path).read_text())["trials"]
+        return [TrialRecord(f"{study_id}:{r['number']}", int(r["number"]), TRIAL_OK, r["config"], r["value"], IMPORT_ORIGIN)
+                for r in rows]
+
+
+
+def _cache_row(run: Any) -> dict[str, Any]:
+    """What a study record is made from, as plain data (:mod:`agent.knowledge.study_cache`)."""
+    return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "start_time": run.info.start_time or 0,
+            "run_name": run.info.run_name, "params": dict(run.data.params),
+            "tags": {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}}
+
