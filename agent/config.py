@@ -1,4 +1,5 @@
-"""Study settings: one frozen record, built once at the CLI edge and stored on the study run.
+"""What a study is asked for (:class:`StudyRequest`) and what it runs with (:class:`StudySettings`,
+stored on the study run).
 
 Everything a study needs to be resumed in another process lives here, so ``tune-agent resume``
 reads it back from the knowledge base instead of asking the user again.
@@ -66,30 +67,7 @@ class StudySettings:
     source: str | None = None  # --sampler hts: the historical study whose dataset is the source
 
     def __post_init__(self) -> None:
-        check_positive("--trials", self.trials)
-        check_positive("--epochs", self.epochs)
-        if self.n_init < 1:
-            raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
-        if self.mode not in ("min", "max"):
-            raise TuneAgentError(f"--mode must be 'min' or 'max', got {self.mode!r}")
-        if self.init not in INIT_METHODS:
-            raise TuneAgentError(f"--init must be one of {', '.join(INIT_METHODS)}, got {self.init!r}")
-        if self.acq not in ACQUISITIONS:
-            raise TuneAgentError(f"--acq must be one of {', '.join(ACQUISITIONS)}, got {self.acq!r}")
-        if self.time_limit is not None and self.time_limit <= 0:
-            raise TuneAgentError(f"--time-limit must be positive seconds, got {self.time_limit}")
-        if self.random_every < 0:
-            raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {self.random_every}")
-        if self.sampler not in SAMPLERS:
-            raise TuneAgentError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-        if self.k < 1:
-            raise TuneAgentError(f"--k must be at least 1, got {self.k}")
-        if self.pruner not in PRUNERS:
-            raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
-        if self.pending not in PENDING:
-            raise TuneAgentError(f"--pending must be one of {', '.join(PENDING)}, got {self.pending!r}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+        check_study_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-shaped (``drop`` a list), as the store keeps it."""
@@ -109,15 +87,43 @@ class StudySettings:
         return -1.0 if self.mode == "min" else 1.0
 
 
+def check_study_fields(values: Any) -> None:
+    """The one validator of what a :class:`StudyRequest` and :class:`StudySettings` share (a
+    request's unresolved ``None``/``auto`` values pass); one line per problem, exit 2."""
+    check_positive("--trials", values.trials)
+    check_positive("--epochs", values.epochs)
+    check_positive("--k", values.k)
+    if values.n_init is not None and values.n_init < 1:
+        raise TuneAgentError(f"--n-init must be at least 1, got {values.n_init}")
+    if values.mode is not None and values.mode not in ("min", "max"):
+        raise TuneAgentError(f"--mode must be 'min' or 'max', got {values.mode!r}")
+    if values.time_limit is not None and values.time_limit <= 0:
+        raise TuneAgentError(f"--time-limit must be positive seconds, got {values.time_limit}")
+    if values.random_every < 0:
+        raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {values.random_every}")
+    if not 0.0 < values.val_fraction < 1.0:
+        raise TuneAgentError(f"--val-fraction must be in (0, 1), got {values.val_fraction}")
+    for option, value, choices in (("--init", values.init, INIT_METHODS), ("--acq", values.acq, ACQUISITIONS),
+                                   ("--sampler", values.sampler, SAMPLERS), ("--pruner", values.pruner, PRUNERS),
+                                   ("--pending", values.pending, PENDING), ("--warm-start", values.warm_start, WARM_METHODS),
+                                   ("--kernel", values.kernel, KERNELS)):
+        if value not in choices:
+            raise TuneAgentError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
+    if values.prior_mean not in (None, *PRIOR_MEANS):
+        raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {values.prior_mean!r}")
+
+
 def check_positive(option: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TuneAgentError(f"{option} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
-class StudyConfig:
-    """Everything ``tune-agent start``/``create`` is asked for: one frozen record whose defaults are
-    the CLI's (the options are built from these fields), validated by :meth:`check`."""
+class StudyRequest:
+    """Everything ``tune-agent start``/``create`` (and :func:`agent.lightning.create_study`) is
+    asked for: one typed, frozen record whose defaults are the CLI's (the options are built from
+    these fields), validated once when it is made. :meth:`settings` turns it into the study's
+    :class:`StudySettings` once the job, the dataset and the plan have resolved the rest."""
 
     dataset: str
     job: str
@@ -148,29 +154,22 @@ class StudyConfig:
     pending: str = "auto"
     source: str | None = None
 
-    def check(self) -> None:
-        """The options that need no job, dataset or store; one line per problem, exit 2. (The
-        surrogate's name is checked against the registry by the service that plans the study.)"""
-        check_positive("--trials", self.trials)
-        check_positive("--epochs", self.epochs)
-        check_positive("--k", self.k)
-        if self.warm_start not in WARM_METHODS:
-            raise TuneAgentError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {self.warm_start!r}")
-        if self.prior_mean not in (None, *PRIOR_MEANS):
-            raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
-        if self.sampler not in SAMPLERS:
-            raise TuneAgentError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-        if self.kernel not in KERNELS:
-            raise TuneAgentError(f"--kernel must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
-        if self.pruner not in PRUNERS:
-            raise TuneAgentError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
-        if self.n_init is not None and self.n_init < 1:
-            raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
+    def __post_init__(self) -> None:
+        check_study_fields(self)
         if self.source is not None and self.sampler not in HTS_SAMPLERS:
             raise TuneAgentError(f"--source names the source study of --sampler hts; this study's sampler is {self.sampler}")
 
+    def settings(self, **resolved: Any) -> "StudySettings":
+        """The study's :class:`StudySettings`: every field the two share copied from the request,
+        then ``resolved`` (what the job, the dataset and the plan decided: names, fingerprint,
+        metric, mode, n_init, prior mean, kernel)."""
+        shared = {f.name: getattr(self, f.name) for f in fields(StudySettings) if f.name in _REQUEST_FIELDS}
+        return StudySettings(**{**shared, "drop": tuple(self.drop), **resolved})
 
     @classmethod
     def default(cls, name: str) -> Any:
         """The default of option ``name`` (a field name)."""
         return next(f.default for f in fields(cls) if f.name == name)
+
+
+_REQUEST_FIELDS = frozenset(f.name for f in fields(StudyRequest))

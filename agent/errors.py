@@ -1,16 +1,33 @@
-"""The project's exceptions: one base carrying an exit code, small leaves.
+"""The project's exceptions: one base carrying an exit code and a hint, small leaves.
 
-The CLI maps any :class:`TuneAgentError` to one line on stderr and its ``exit_code``;
-anything else is a bug and keeps its traceback.
+The CLI (:func:`agent.cli.main.main`) maps any :class:`TuneAgentError` to one line on stderr --
+the message, then ``; `` and the hint when there is one -- and its ``exit_code``; anything else
+is a bug and keeps its traceback. Code that knows what the user can do next (``tune-agent resume
+NAME`` once the store is back) says so with :meth:`TuneAgentError.hinted`, not by rewriting text.
 """
 
 from __future__ import annotations
 
 
 class TuneAgentError(Exception):
-    """Base of every error the user can act on. ``exit_code`` 2 means bad input."""
+    """Base of every error the user can act on. ``exit_code`` 2 means bad input; ``hint``, what to
+    do about it (printed after the message)."""
 
     exit_code: int = 2
+
+    def __init__(self, message: str = "", hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def hinted(self, hint: str) -> "TuneAgentError":
+        """This error with ``hint`` put after the one it had (most specific last)."""
+        self.hint = f"{self.hint}; {hint}" if self.hint else hint
+        return self
+
+    def line(self) -> str:
+        """The one line the CLI prints."""
+        message = str(self)
+        return f"{message.rstrip('.')}; {self.hint}" if self.hint else message
 
 
 class DatasetError(TuneAgentError):
@@ -54,8 +71,14 @@ class StudyFailedError(TuneAgentError):
 class WorkersLostError(TuneAgentError):
     """The cluster running a study's trials went away (a Ray head that died), or its workers cannot
     run them (the job's code is not there): the running trials are closed as killed and the study
-    can be resumed, as ``hint`` says."""
+    can be resumed, with ``remedy`` (the options that would work)."""
 
-    def __init__(self, message: str, hint: str = "--workers/--ray-address for a cluster that is up") -> None:
+    def __init__(self, message: str, remedy: str = "--workers/--ray-address for a cluster that is up") -> None:
         super().__init__(message)
-        self.hint = hint
+        self.remedy = remedy
+
+
+class StudyInterrupted(TuneAgentError):
+    """The user stopped a study (Ctrl-C); what was told is kept and the study resumes."""
+
+    exit_code = 130

@@ -24,7 +24,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 
-from agent.config import StudyConfig
+from agent.config import StudyRequest
 from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
 from agent.tuning.study import Study, TrialHandle
@@ -41,7 +41,7 @@ def create_study(name: str, dataset: str, job: str, trials: int = 20, tracking_u
     names (``warm_start="none"``, ``pruner="asha"``, ``epochs=10`` for the pruner's rungs, ...)."""
     from agent.tuning.service import prepare_study
 
-    config = StudyConfig(dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options)
+    config = StudyRequest(dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options)
     study, *_ = prepare_study(config, echo=lambda line: None)
     return study
 

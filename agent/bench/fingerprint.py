@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
-PRESENTATION = ("cli.py", "bench", "examples", "execution/progress.py", "tuning/report.py", "ops/doctor.py")
+PRESENTATION = ("cli", "bench", "examples", "ops", "execution/progress.py", "tuning/report.py")
 NOT_BENCHMARKED = ("execution/ray_start.py", "execution/ray_workers.py")  # a study on Ray; benchmarks run none
 
 

@@ -88,7 +88,7 @@ def _init(space: list[dict[str, Any]]) -> None:
 
 def _run(source: dict[str, Any], target: dict[str, Any], seed: int, methods: Sequence[str],
          config: HtsPairsConfig) -> dict[str, Any]:
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.starter import write_entries
     from agent.execution.progress import SilentReporter
@@ -102,7 +102,7 @@ def _run(source: dict[str, Any], target: dict[str, Any], seed: int, methods: Seq
         options = dict(METHODS[method])
         if method in MAPPED:
             options["source"] = source["name"]
-        req = StudyConfig(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
+        req = StudyRequest(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
                           epochs=config.epochs, seed=seed, study_name=f"hts-pairs-{method}-{seed}", n_init=config.n_init,
                           **options)
         start = time.perf_counter()

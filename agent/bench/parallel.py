@@ -126,7 +126,7 @@ def _waiting_env(config: ParallelConfig) -> Iterator[None]:
 
 
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
     from agent.execution.resources import ExecutionSettings
     from agent.execution.ray_start import start_workers_early
@@ -140,8 +140,8 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
         rows = [_start_process(config, job_spec, n, ahead, progress) for n, ahead in counts]
         return _report(config, rows, out)
 
-    def request(tmp: str, name: str, trials: int) -> StudyConfig:
-        return StudyConfig(dataset=config.dataset, job=job_spec, trials=trials, epochs=config.epochs,
+    def request(tmp: str, name: str, trials: int) -> StudyRequest:
+        return StudyRequest(dataset=config.dataset, job=job_spec, trials=trials, epochs=config.epochs,
                            seed=config.seed, warm_start="none", study_name=name,
                            tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}", artifact_root=str(Path(tmp) / "art"))
 

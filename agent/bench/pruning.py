@@ -88,7 +88,7 @@ def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
 
 
 def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.knowledge.base import TRIAL_PRUNED
     from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
@@ -99,7 +99,7 @@ def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], No
     for pruner in config.pruners:
         trials_budget = config.trials if timeout is None else config.trials * SAME_TIME_TRIALS
         with tempfile.TemporaryDirectory(prefix="tune-agent-pruning-") as tmp:
-            req = StudyConfig(dataset=config.dataset, job=config.job, trials=trials_budget, epochs=config.epochs,
+            req = StudyRequest(dataset=config.dataset, job=config.job, trials=trials_budget, epochs=config.epochs,
                               seed=seed, warm_start="none", surrogate="gp", pruner=pruner,
                               study_name=f"pruning-{pruner}", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
                               artifact_root=str(Path(tmp) / "art"))

@@ -57,7 +57,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
     """Above ``fit_up_to`` sources the source models are transplanted (:func:`agent.tuning.source_models.transplanted_source_models`)."""
     from agent.bench.fingerprint import engine_fingerprint, environment
     from agent.bench.transfer import pin_threads
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.jobs import load_job
     from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
@@ -84,7 +84,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
             if progress is not None:
                 progress(f"{size} sources: history written in {history_s:.0f} s, source models built in {build_s:.0f} s")
             for method in methods:
-                req = StudyConfig(dataset=target, job=spec, trials=budget, seed=0, warm_start="none", surrogate=method,
+                req = StudyRequest(dataset=target, job=spec, trials=budget, seed=0, warm_start="none", surrogate=method,
                                   study_name=f"bench-{method}-{size}", models_dir=str(models))
                 start = time.perf_counter()
                 study, job_obj, data, _ = prepare_study(req, echo=lambda _: None, kb=kb)

@@ -183,7 +183,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     Returns the configurations in trial order, the objective values (maximised) and the seconds
     each ``ask`` took; ``timings`` (if given) gets ``prepare_s``, the study's preparation.
     """
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
@@ -194,7 +194,7 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     own = method in sampler_methods()
     sampler = method if own else "bo"
     surrogate = "gp" if own else method
-    req = StudyConfig(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
+    req = StudyRequest(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
                        warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir, pending=pending)
     start = time.perf_counter()
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)

@@ -99,7 +99,7 @@ def _history_without(source: str) -> Any:
 
 
 def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str) -> dict[str, Any]:
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
@@ -112,7 +112,7 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
     for method in methods:
         options = {k: v for k, v in METHODS[method].items() if k != "models"}
         method_models = str(fold_models_dir(Path(models_dir), source)) if METHODS[method].get("models") == "fold" else models_dir
-        req = StudyConfig(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
+        req = StudyRequest(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
                           epochs=config.epochs, seed=seed, study_name=f"e2e-{method}-{seed}", models_dir=method_models,
                           **options)
         start = time.perf_counter()

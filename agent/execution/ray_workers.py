@@ -119,7 +119,7 @@ class RayExecutor:
                     raise WorkersLostError(
                         f"the Ray workers cannot load the job: no module named {missing!r} on {self.where}; install it "
                         "on every node, or ship the folder that holds it with --ray-working-dir DIR",
-                        hint="with --ray-working-dir DIR, or once every node has the module")
+                        remedy="with --ray-working-dir DIR, or once every node has the module")
                 return trial, TrialOutcome(None, f"worker error: {str(exc).strip().splitlines()[-1][:400]}",
                                            time.perf_counter() - start)
             except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,

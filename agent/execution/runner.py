@@ -134,7 +134,7 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
         _close(study, executor, closed, str(exc), ready)
         study.set_status("interrupted")
         raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(closed))} closed as killed",
-                               exc.hint) from None
+                               exc.remedy) from None
     finally:
         executor.close()
     timing.wall_seconds = time.perf_counter() - wall_start

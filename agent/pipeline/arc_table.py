@@ -135,7 +135,7 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
                 artifact_root: str | None, kernel: str = "auto", echo: Any = print) -> list[str]:
     """The data: ``studies`` ordinary BO studies (seeds 0..N-1) named ``PREFIX<seed>``; finished ones
     are kept and interrupted ones resumed, so the command can simply run again."""
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import quiet_lightning, run_study
     from agent.tuning.service import open_or_prepare
@@ -145,7 +145,7 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
     for seed in range(studies):
         name = f"{prefix}{seed}"
         names.append(name)
-        req = StudyConfig(dataset=dataset, job=job, trials=trials, epochs=epochs, seed=seed, study_name=name,
+        req = StudyRequest(dataset=dataset, job=job, trials=trials, epochs=epochs, seed=seed, study_name=name,
                           warm_start="none", surrogate="gp", kernel=kernel, tracking_uri=tracking_uri,
                           artifact_root=artifact_root)
         opened = open_or_prepare(req)

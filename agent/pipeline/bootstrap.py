@@ -62,7 +62,7 @@ def bootstrap_study_name(job: str, dataset: str) -> str:
 def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tracking_uri: str | None,
                   artifact_root: str | None) -> dict[str, Any]:
     """Runs (or resumes) the study of one dataset: {"study", "status", "trials", "seconds", "best"}."""
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.errors import DatasetError, StudyFailedError
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
@@ -72,7 +72,7 @@ def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tra
     name = bootstrap_study_name(job, spec)
     out: dict[str, Any] = {"study": name, "status": "finished", "trials": 0, "best": None}
     try:
-        req = StudyConfig(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs, init="sobol",
+        req = StudyRequest(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs, init="sobol",
                           seed=seed, study_name=name, warm_start="none", surrogate="gp", tracking_uri=tracking_uri,
                           artifact_root=artifact_root)
         opened = open_or_prepare(req)

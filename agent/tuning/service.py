@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from agent.config import StudyConfig, StudySettings
+from agent.config import StudyRequest, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
@@ -208,7 +208,7 @@ def _initial_configs(space: Any, warm: Any, surrogate: Any) -> list[tuple[dict[s
     return out
 
 
-def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Callable[[], KnowledgeBase] | None = None,
+def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Callable[[], KnowledgeBase] | None = None,
                   fits: SourceFits | None = None) -> tuple[Study, Any, Any, Any]:
     """Validates a start request, creates the study in the store, returns ``(study, job, data, split)``.
 
@@ -221,7 +221,6 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Calla
     from agent.jobs.registry import YAHPO_PREFIX, check_job_spec
     from agent.surrogates import registry
 
-    req.check()
     if req.surrogate not in registry.choices():
         raise StudyError(f"--surrogate must be one of {', '.join(registry.choices())}, got {req.surrogate!r}")
     check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
@@ -283,7 +282,7 @@ def prepare_study(req: StudyConfig, echo: Any = print, kb: KnowledgeBase | Calla
 
 
 def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any],
-                     req: StudyConfig) -> Any:
+                     req: StudyRequest) -> Any:
     from agent.tuning.warmstart import WarmStart, plan_warm_start
 
     if sample is None:  # a benchmark task has no data to compute meta-features from
@@ -295,16 +294,10 @@ def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summar
     return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
 
 
-def _settings(req: StudyConfig, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
-    return StudySettings(
-        job=req.job, job_name=job.name, dataset=req.dataset, dataset_name=data.name, fingerprint=data.fingerprint,
-        space_signature=job.space.signature(), metric=req.metric or job.metric, mode=req.mode or job.mode,
-        trials=req.trials, epochs=req.epochs, time_limit=req.time_limit, init=req.init, n_init=n_init, acq=req.acq,
-        random_every=req.random_every, seed=req.seed, val_fraction=req.val_fraction, label=req.label, drop=tuple(req.drop),
-        warm_start=req.warm_start, k=req.k, prior_mean=warm.prior_mean, surrogate=req.surrogate,
-        sampler=req.sampler, models_dir=req.models_dir, kernel=resolve_kernel(req.kernel, job.space),
-        pruner=req.pruner, pending=req.pending, source=req.source,
-    )
+def _settings(req: StudyRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
+    return req.settings(job_name=job.name, dataset_name=data.name, fingerprint=data.fingerprint,
+                        space_signature=job.space.signature(), metric=req.metric or job.metric, mode=req.mode or job.mode,
+                        n_init=n_init, prior_mean=warm.prior_mean, kernel=resolve_kernel(req.kernel, job.space))
 
 
 def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | None = None,
@@ -370,7 +363,7 @@ def check_resume_matches(study: Study, job: Any, job_spec: str | None, dataset_s
         )
 
 
-def open_or_prepare(req: StudyConfig) -> tuple[Study, Any, Any, Any] | None:
+def open_or_prepare(req: StudyRequest) -> tuple[Study, Any, Any, Any] | None:
     """The study named ``req.study_name``: resumed (running trials closed) if it is stored and
     unfinished, ``None`` if its budget is spent, otherwise created from ``req``. For commands that
     run many named studies and may simply be run again (bootstrap, bench arc)."""

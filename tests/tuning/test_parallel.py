@@ -161,7 +161,7 @@ def test_an_unknown_pending_setting_is_refused() -> None:
 def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # noqa: ANN001
     """Four trials in flight on the toy benchmark job: every slot told once, none left running,
     whichever way the running trials enter the BO step."""
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
@@ -169,7 +169,7 @@ def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # no
     from agent.execution.resources import ExecutionSettings
     from agent.execution.workers import QueuedExecutor, make_executor
 
-    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=12, seed=0, study_name="queued", warm_start="none",
+    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=12, seed=0, study_name="queued", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts, pending=pending)
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     executor = make_executor(study, job, data, None, ExecutionSettings(workers=4))
@@ -187,7 +187,7 @@ def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # 
     """The loop keeps the study's trials itself instead of reading them back after every ask and
     tell: after each tell its list is the store's, order included, with a killed earlier run of a
     slot (a resumed study) before that slot's re-run."""
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.knowledge.base import TRIAL_KILLED
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
@@ -195,7 +195,7 @@ def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # 
     from agent.execution.resources import ExecutionSettings
     from agent.execution.workers import make_executor
 
-    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=8, seed=0, study_name="kept", warm_start="none",
+    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=8, seed=0, study_name="kept", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts)
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     study.tell(study.ask(), state=TRIAL_KILLED, failed="killed before the loop")  # slot 0 runs again
@@ -458,14 +458,14 @@ def test_a_parallel_study_says_how_running_trials_are_used() -> None:
 
 def _events(store, name: str, ahead: int, timeout: float | None = None, training: float = 0.0):  # noqa: ANN001, ANN202
     """A 9-trial toy study on 3 simulated workers; each trial ``training`` seconds (the wait)."""
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
     from agent.execution.resources import ExecutionSettings
     from agent.execution.workers import make_executor
 
-    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name=name, warm_start="none",
+    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name=name, warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts)
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     events: list[tuple[str, int, int]] = []
@@ -546,7 +546,7 @@ def test_a_bo_step_fits_once_for_asks_that_differ_only_in_running_trials() -> No
 def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> None:  # noqa: ANN001
     """Workers that free up while the driver is busy are drained: every trial that ended is told,
     then the free slots are asked for, on one fit of the model."""
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
@@ -557,7 +557,7 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
         def poll(self):  # noqa: ANN202 - the trials started together end together
             return self._done.popleft() if self._done else None
 
-    req = StudyConfig(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name="together", warm_start="none",
+    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name="together", warm_start="none",
                       tracking_uri=store.uri, artifact_root=store.artifacts)
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     fits: list[int] = []

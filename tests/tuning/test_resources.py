@@ -93,7 +93,7 @@ def test_the_gpu_setting_reaches_lightning(store) -> None:  # noqa: ANN001
     refused the option first); on a machine with a GPU it trains there."""
     import torch
 
-    from agent.config import StudyConfig
+    from agent.config import StudyRequest
     from agent.errors import StudyFailedError
     from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
     from agent.execution.progress import SilentReporter
@@ -101,7 +101,7 @@ def test_the_gpu_setting_reaches_lightning(store) -> None:  # noqa: ANN001
     from agent.tuning.service import prepare_study
     from agent.execution.workers import InlineExecutor, make_executor
 
-    req = StudyConfig(dataset="iris", job="agent.jobs.examples:logistic", trials=1, epochs=1, seed=0,
+    req = StudyRequest(dataset="iris", job="agent.jobs.examples:logistic", trials=1, epochs=1, seed=0,
                       study_name="gpu", warm_start="none", tracking_uri=store.uri, artifact_root=store.artifacts)
     study, job, data, split = prepare_study(req, echo=lambda _: None)
     executor = make_executor(study, job, data, split, ExecutionSettings(resources=TrialResources(gpus=1)))

@@ -1,0 +1,272 @@
+"""Benchmarks of the product itself: engine fingerprint, latency, lcbench, parallel, server, sources,
+startup, faults, pruning."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from agent.cli.options import (
+    STARTER_FILE,
+    check_workers,
+    checked_resources,
+    fidelity_values,
+)
+from agent.config import PENDING
+from agent.errors import TuneAgentError
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (figures for the issues' closing notes)."""
+
+
+@bench.command("fingerprint")
+def bench_fingerprint() -> None:
+    """This code's engine fingerprint: the hash a benchmark report's "engine" names (and its journal
+    keys carry), so a figure can be matched to the code that made it."""
+    from agent.bench.fingerprint import engine_fingerprint
+
+    click.echo(engine_fingerprint("bench/transfer.py"))
+
+
+@bench.command("latency")
+@click.option("--job", default="cnn", show_default=True, help="Job whose search space is used.")
+@click.option("--obs", "n_obs", multiple=True, type=int, default=(10, 100), show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True)
+def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
+    """Median BO suggestion latency (GP fit + acquisition) at N observations."""
+    from agent.bench.latency import measure_latency
+    from agent.jobs import load_job
+
+    space = load_job(job).space
+    for n in n_obs:
+        click.echo(json.dumps(measure_latency(space, n, repeats=repeats)))
+
+
+@bench.command("lcbench")
+@click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of every task x 5.")
+@click.option("--methods", default="random,tpe,gp,portfolio_gp,rgpe,tnp", show_default=True,
+              help="Comma-separated samplers (random, tpe) and registry surrogates (gp, portfolio_gp, neighbour_gp, rgpe, tnp).")
+@click.option("--seeds", type=int, default=5, show_default=True)
+@click.option("--tasks", type=int, default=None, help="Only the first N tasks.")
+@click.option("--budget", type=int, default=30, show_default=True, help="Trials per study.")
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--control", type=click.Choice(["none", "shuffled"]), default="none", show_default=True,
+              help="shuffled: every source's responses permuted (negative-transfer control).")
+@click.option("--scenario", "folder", default=None, help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench].")
+@click.option("--target", default=None, help="Output to optimise [default: the scenario's, lcbench: val_accuracy].")
+@click.option("--maximize/--minimize", "maximize", default=None, help="Direction of --target [default: the scenario's].")
+@click.option("--fidelity", multiple=True, help="NAME=VALUE: evaluate at this fidelity instead of the full one (repeatable).")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/<scenario>*.json and OUT/plots/.")
+@click.option("--fresh", is_flag=True, help="Forget the journal of finished runs (OUT/data/bench-runs/) and recompute all.")
+@click.option("--batch", type=int, default=1, show_default=True,
+              help="Trials in flight per study, as `start --workers N` runs them (simulated equal-speed workers); "
+                   "writes OUT/metrics/<scenario>_batchN.json.")
+@click.option("--pending", type=click.Choice(PENDING), default="auto", show_default=True,
+              help="With --batch: how running trials enter a BO step (start --pending); "
+                   "a choice other than auto writes OUT/metrics/<scenario>_batchN_<pending>.json.")
+@click.option("--ask-ahead", "ask_ahead", type=int, default=0, show_default=True,
+              help="With --batch: trials asked beyond the batch, each started when one ends (start --ask-ahead); "
+                   "writes OUT/metrics/<scenario>_batchN[...]_aheadK.json.")
+@click.option("--tag", default=None,
+              help="Name a side run: writes OUT/metrics/<scenario>[...]_TAG.json and plots/.../TAG/ instead of the main files.")
+def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
+                  folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
+                  fresh: bool, batch: int, pending: str, tag: str | None, ask_ahead: int) -> None:
+    """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
+    from pathlib import Path
+
+    from agent.bench.run import run_transfer_benchmark
+    from agent.config import check_positive
+
+    for option, value in (("--seeds", seeds), ("--budget", budget), ("--workers", workers), ("--batch", batch)):
+        check_positive(option, value)
+    if tasks is not None:
+        check_positive("--tasks", tasks)
+    check_workers(workers, ask_ahead=ask_ahead)
+    report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
+                                    target=target, maximize=maximize, fidelity=fidelity_values(fidelity), quick=quick,
+                                    seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
+                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending,
+                                    tag=tag, ask_ahead=ask_ahead)
+    click.echo(json.dumps(report, indent=2))
+
+
+@bench.command("parallel")
+@click.option("--job", default="mlp", show_default=True)
+@click.option("--dataset", default="digits", show_default=True)
+@click.option("--trials", type=int, default=24, show_default=True)
+@click.option("--epochs", type=int, default=20, show_default=True)
+@click.option("--workers", default="1,2", show_default=True, help="Worker counts to compare; the first is the baseline.")
+@click.option("--ask-ahead", "ask_ahead", default="1", show_default=True,
+              help="--ask-ahead values to run each worker count above 1 with (e.g. 0,1).")
+@click.option("--wait", type=float, default=0.0, show_default=True,
+              help="Seconds every training epoch also waits without using a core (a GPU-bound trial's "
+                   "share): the ratio then measures the orchestration, not the competition for cores.")
+@click.option("--process", is_flag=True,
+              help="Run each count as its own `tune-agent start` process, timed from launch to exit (imports included).")
+@click.option("--cpus-per-trial", type=int, default=1, show_default=True, help="As `start`'s, for the counts above 1.")
+@click.option("--gpus-per-trial", type=float, default=0.0, show_default=True, help="As `start`'s, for every count.")
+@click.option("--out", default="metrics/parallel.json", show_default=True)
+def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, wait: float,
+                   process: bool, cpus_per_trial: int, gpus_per_trial: float, out: str) -> None:
+    """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
+    from pathlib import Path
+
+    from agent.bench.parallel import ParallelConfig, parse_workers, run_parallel_bench
+    from agent.config import check_positive
+
+    for option, value in (("--trials", trials), ("--epochs", epochs)):
+        check_positive(option, value)
+    if not wait >= 0 or wait == float("inf"):
+        raise TuneAgentError(f"--wait takes seconds, 0 or more, got {wait}")
+    checked_resources(cpus_per_trial, gpus_per_trial, here=True)
+    config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers),
+                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0), wait=wait, process=process,
+                            cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps(report, indent=2))
+
+
+@bench.command("server")
+@click.option("--starter", default="starter/mlp.npz", show_default=True, help="Studies to log (a starter history file).")
+@click.option("--agents", type=int, default=4, show_default=True, help="Concurrent writers, one MLflow client each.")
+@click.option("--runs", type=int, default=10_000, show_default=True, help="Trial runs to log before the lookup.")
+@click.option("--dataset", default="wine", show_default=True, help="The new dataset whose warm start is timed.")
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--out", default="metrics/server.json", show_default=True)
+def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir: str, out: str) -> None:
+    """A real team server (PostgreSQL): runs/s with concurrent agents, warm-start lookup over N trial runs."""
+    from pathlib import Path
+
+    from agent.bench.server import run_server_bench
+    from agent.config import check_positive
+
+    for option, value in (("--agents", agents), ("--runs", runs)):
+        check_positive(option, value)
+    if not Path(starter).is_file():
+        raise TuneAgentError(f"starter history not found: {starter}")
+    report = run_server_bench(Path(starter), agents, runs, dataset, models_dir=Path(models_dir),
+                              say=lambda line: click.echo(line, err=True))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report, indent=2))
+
+
+@bench.command("sources")
+@click.option("--sizes", default="240,2400,10000", show_default=True, help="Numbers of source datasets in the history.")
+@click.option("--methods", default="gp,rgpe", show_default=True)
+@click.option("--target", default="3945", show_default=True, help="The lcbench task studied (held out of the history).")
+@click.option("--budget", type=int, default=12, show_default=True)
+@click.option("--fit-up-to", type=int, default=240, show_default=True,
+              help="Above this many sources, each task's first fitted GP is reused for its other sources (fitting "
+                   "10,000 GPs takes about an hour on 2 cores).")
+@click.option("--out", default="metrics/sources.json", show_default=True)
+def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to: int, out: str) -> None:
+    """Preparation and suggestion seconds of a study as the history grows to thousands of datasets."""
+    from pathlib import Path
+
+    from agent.bench.sources import measure_sources
+    from agent.config import check_positive
+
+    check_positive("--budget", budget)
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise TuneAgentError(f"--sizes must be whole numbers separated by commas, got {sizes!r}") from None
+    for n in counts:
+        check_positive("--sizes", n)
+    report = measure_sources(counts, [m.strip() for m in methods.split(",") if m.strip()], target, budget=budget,
+                             fit_up_to=fit_up_to, progress=lambda line: click.echo(line, err=True))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report["runs"], indent=2))
+
+
+@bench.command("startup")
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--dataset", default="iris", show_default=True)
+@click.option("--job", default="mlp", show_default=True)
+@click.option("--out", default=None, help="[default: metrics/startup.json, with --warm metrics/startup_warm.json]")
+@click.option("--warm", "starter", is_flag=False, flag_value=STARTER_FILE, default=None,
+              help=f"Warm against cold on a starter history (default {STARTER_FILE}): time to first trial of the "
+                   "default warm-started study, a cold one, and one with no stored source models.")
+@click.option("--no-refit", is_flag=True, help="With --warm: skip the run without stored source models (minutes).")
+def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool) -> None:
+    """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
+    from pathlib import Path
+
+    from agent.bench.startup import run_startup_bench, run_warm_startup_bench
+    from agent.config import check_positive
+
+    check_positive("--repeats", repeats)
+    if starter is not None:
+        if not Path(starter).is_file():
+            raise TuneAgentError(f"starter history not found: {starter}")
+        report = run_warm_startup_bench(Path(starter), repeats, job, refit=not no_refit,
+                                        say=lambda line: click.echo(line, err=True))
+    else:
+        report = run_startup_bench(repeats, dataset, job)
+    out = out or ("metrics/startup_warm.json" if starter is not None else "metrics/startup.json")
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report["summary"], indent=2))
+
+
+@bench.command("faults")
+@click.option("--studies", type=int, default=20, show_default=True)
+@click.option("--trials", type=int, default=4, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", default="metrics/faults.json", show_default=True)
+def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) -> None:
+    """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
+    from pathlib import Path
+
+    from agent.bench.faults import run_fault_campaign
+    from agent.config import check_positive
+
+    for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
+        check_positive(option, value)
+    report = run_fault_campaign(studies, trials, epochs, seed=seed, say=lambda line: click.echo(line, err=True))
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
+
+
+@bench.command("pruning")
+@click.option("--job", default="cnn", show_default=True)
+@click.option("--dataset", default="mnist-5k", show_default=True)
+@click.option("--trials", type=int, default=20, show_default=True)
+@click.option("--epochs", type=int, default=9, show_default=True)
+@click.option("--pruners", default="none,asha,median", show_default=True, help="Compared in this order; the first sets the target.")
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--same-time/--same-trials", default=True, show_default=True,
+              help="The other pruners get the first's wall time as --timeout (and 3x its trials), or its trial count.")
+@click.option("--out", default="metrics/pruning.json", show_default=True)
+def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, same_time: bool,
+                  out: str) -> None:
+    """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
+    from pathlib import Path
+
+    from agent.bench.pruning import PruningBenchConfig, run_pruning_bench
+    from agent.config import PRUNERS, check_positive
+
+    for option, value in (("--trials", trials), ("--epochs", epochs), ("--seeds", seeds)):
+        check_positive(option, value)
+    chosen = tuple(p.strip() for p in pruners.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in PRUNERS]
+    if not chosen or unknown:
+        raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS)}, got {pruners!r}")
+    config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen, same_time=same_time)
+    report = run_pruning_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=2))
+
+
+COMMANDS = [bench]

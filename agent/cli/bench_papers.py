@@ -1,0 +1,212 @@
+"""Benchmarks of the papers' claims and of the warm start: arc (paper 002), warmstart, hts (paper 001),
+scale, history, neighbours."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from agent.cli.options import artifact_option, kb_for, tracking_option
+from agent.errors import TuneAgentError
+
+
+@click.command("arc")
+@click.option("--dataset", default="mnist-5k", show_default=True)
+@click.option("--job", "job_name", default="mlp-arch", show_default=True, help="A job whose space has conditions.")
+@click.option("--studies", type=int, default=10, show_default=True, help="BO studies that make the data (seeds 0..N-1).")
+@click.option("--trials", type=int, default=30, show_default=True)
+@click.option("--epochs", type=int, default=1, show_default=True)
+@click.option("--prefix", default="arc-data-", show_default=True, help="Study names: PREFIX<seed>.")
+@click.option("--folds", type=int, default=10, show_default=True)
+@click.option("--bo-seeds", type=int, default=0, show_default=True,
+              help="Also run BO with the arc and the plain kernel, this many seeds each (studies arc-bo-<kernel>-<seed>).")
+@click.option("--table/--no-table", default=True, show_default=True,
+              help="--no-table keeps the table already in OUT/metrics/arc.json and only adds the BO comparison.")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/arc.json.")
+@tracking_option
+@artifact_option
+def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: int, prefix: str, folds: int, bo_seeds: int,
+              table: bool, out: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Paper 002's Table 1: NMSE of six regression models on BO data of a conditional job."""
+    from agent.bench.arc import ArcBench, run_arc_bench
+    from agent.config import check_positive
+
+    for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs), ("--folds", folds)):
+        check_positive(option, value)
+    path = run_arc_bench(ArcBench(dataset, job_name, studies, trials, epochs, prefix, folds, bo_seeds, table, out),
+                         lambda: kb_for(tracking_uri, artifact_root), tracking_uri, artifact_root, echo=click.echo)
+    click.echo(f"wrote {path}")
+
+
+@click.command("warmstart")
+@click.option("--job", "job_name", default="mlp", show_default=True)
+@click.option("--targets", type=int, default=20, show_default=True, help="Held-out R-package tables (one per package).")
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--trials", type=int, default=10, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--methods", default=",".join(["cold", "handcrafted", "handcrafted+prior_mean", "portfolio", "rgpe", "default"]),
+              show_default=True)
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/warmstart_e2e.json; journal in OUT/data/bench-runs/.")
+@click.option("--params", "params_file", default="params.yaml", show_default=True,
+              help="Pipeline settings for the per-fold meta-models (meta_features, transfer, distances); "
+                   "the defaults when the default file is absent.")
+@tracking_option
+def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs: int, workers: int, methods: str, out: str,
+                    params_file: str, tracking_uri: str | None) -> None:
+    """End to end, leave-one-source-out: real studies on held-out tables with the bootstrap as history."""
+    from pathlib import Path
+
+    from agent.bench.warmstart_e2e import METHODS, E2EConfig, run_e2e
+    from agent.config import check_positive
+    from agent.pipeline.stages import load_params
+
+    for option, value in (("--targets", targets), ("--seeds", seeds), ("--trials", trials), ("--epochs", epochs),
+                          ("--workers", workers)):
+        check_positive(option, value)
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown or "cold" not in chosen:
+        raise TuneAgentError(f"--methods must include cold and name only {', '.join(METHODS)}; got {methods!r}")
+    config = E2EConfig(job_name, targets, seeds, trials, epochs, workers, chosen)
+    journal = Path(out) / "data" / "bench-runs" / f"warmstart_e2e-{job_name}-{trials}x{epochs}.jsonl"
+    if Path(params_file).is_file():
+        params = load_params(Path(params_file))
+    elif params_file != "params.yaml":
+        raise TuneAgentError(f"--params {params_file}: no such file")
+    else:
+        params = {}
+    # No meta-model at the top (the methods that use none run as before `dvc repro`); the learned
+    # methods' per-source extractors in fold-* folders under it, kept for a resumed run.
+    models = journal.parent / f"warmstart_e2e-{job_name}-models"
+    models.mkdir(parents=True, exist_ok=True)
+    report = run_e2e(kb_for(tracking_uri), config, journal, models, progress=click.echo, params=params,
+                     normalisation=params.get("distances", {}).get("normalisation", "rank"))
+    path = Path(out) / "metrics" / "warmstart_e2e.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    for m, row in report["methods"].items():
+        click.echo(f"{m:24s} " + "  ".join(f"{k} {v}" for k, v in row.items()))
+    click.echo(f"wrote {path}")
+
+
+@click.command("hts")
+@click.option("--job", "job_name", default="mlp", show_default=True)
+@click.option("--pair", "pairs", nargs=2, multiple=True, metavar="SOURCE TARGET",
+              help="Dataset specs of a source and a target, each bootstrapped in the store (repeat) "
+                   "[default: digits mnist-5k, mnist-5k mnist1d and two tabular pairs of the starter].")
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--trials", type=int, default=20, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--workers", type=int, default=2, show_default=True)
+@click.option("--n-init", type=int, default=None, help="m of paper 001's Algorithm 1 (LHS points before the first map), "
+              "and cold BO's initial design [default: the product's].")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/hts_pairs[_mM].json; journal in OUT/data/bench-runs/.")
+@tracking_option
+def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, trials: int, epochs: int, workers: int,
+              n_init: int | None, out: str, tracking_uri: str | None) -> None:
+    """HTS (paper 001) and hts-anchored against cold BO on real job pairs: the evaluation ratio to reach cold's result."""
+    from pathlib import Path
+
+    from agent.bench.hts_pairs import PAIRS, HtsPairsConfig, run_hts_pairs
+    from agent.config import check_positive
+
+    for option, value in (("--seeds", seeds), ("--trials", trials), ("--epochs", epochs), ("--workers", workers)):
+        check_positive(option, value)
+    if n_init is not None:
+        check_positive("--n-init", n_init)
+    config = HtsPairsConfig(job_name, tuple(pairs) or PAIRS, seeds, trials, epochs, workers, n_init)
+    suffix = "" if n_init is None else f"_m{n_init}"
+    journal = Path(out) / "data" / "bench-runs" / f"hts_pairs-{job_name}-{trials}x{epochs}{suffix}.jsonl"
+    report = run_hts_pairs(kb_for(tracking_uri), config, journal, progress=click.echo)
+    path = Path(out) / "metrics" / f"hts_pairs{suffix}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    for key, row in report["pairs"].items():
+        shown = "not reached" if row["ratio"] is None else f"{row['ratio']}x"
+        a = row["anchored"]
+        anchored = "not reached" if a["ratio"] is None else f"{a['ratio']}x"
+        click.echo(f"{key}: cold {row['cold_final']} at trial {row['cold_trials']}, hts reaches it at "
+                   f"{row['hts_trials'] or '-'} ({shown}; {row['seeds_reached']}/{seeds} seeds), hts-anchored at "
+                   f"{a['hts_trials'] or '-'} ({anchored}; {a['seeds_reached']}/{seeds} seeds)")
+    click.echo(f"wrote {path}")
+
+
+@click.command("scale")
+@click.option("--scenario", "folder", default=None, help="A YAHPO scenario folder [default: lcbench].")
+@click.option("--task", default="3945", show_default=True)
+@click.option("--sizes", default="100,300", show_default=True, help="Configurations per source task.")
+@click.option("--methods", default="gp,rgpe", show_default=True)
+@click.option("--budget", type=int, default=15, show_default=True)
+@click.option("--out", default=None, help="Also write the result to this JSON file.")
+def bench_scale(folder: str | None, task: str, sizes: str, methods: str, budget: int, out: str | None) -> None:
+    """Seconds per suggestion of each method as the history grows."""
+    from pathlib import Path
+
+    from agent.bench.scale import measure_scale
+    from agent.bench.transfer import check_methods
+    from agent.jobs.yahpo import yahpo_root
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    check_methods(names)
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise TuneAgentError(f"--sizes takes comma-separated integers, got {sizes!r}") from None
+    report = measure_scale(str(Path(folder) if folder else yahpo_root() / "lcbench"), task, counts, names, budget,
+                           progress=lambda line: click.echo(line, err=True))
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+    click.echo(json.dumps(report, indent=2))
+
+
+@click.command("history")
+@click.option("--job", "job_spec", default="yahpo:lcbench", show_default=True, help="A surrogate-benchmark job.")
+@click.option("--configs", type=int, default=100, show_default=True, help="Random configurations per task.")
+@click.option("--exclude", multiple=True, help="Tasks to leave out (e.g. the one you will tune).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@tracking_option
+@artifact_option
+def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: int, tracking_uri: str | None,
+                  artifact_root: str | None) -> None:
+    """Import the benchmark's source histories (random configurations of every task) into the store."""
+    from agent.bench.transfer import BenchConfig, history_store, make_histories
+    from agent.config import check_positive
+    from agent.jobs import load_job
+
+    check_positive("--configs", configs)
+    if not job_spec.startswith("yahpo:"):
+        raise TuneAgentError(f"--job must be a surrogate-benchmark job (yahpo:SCENARIO), got {job_spec!r}")
+    job = load_job(job_spec)
+    for task in exclude:
+        job.task(task)  # an unknown task is one line, exit 2
+    config = BenchConfig(scenario=str(job.scenario.folder), history_size=configs, history_seed=seed)
+    histories = make_histories(job, config)
+    tasks = [t for t in job.scenario.instances if t not in exclude]
+    history_store(job, histories, tasks, kb=kb_for(tracking_uri, artifact_root))
+    click.echo(f"imported {len(tasks)} tasks x {configs} configurations of {job.name} ({job.metric}, {job.mode})")
+
+
+@click.command("neighbours")
+@click.option("--dataset", default="mnist-5k", show_default=True)
+@click.option("--history", "n_history", type=int, default=1000, show_default=True,
+              help="Random historical meta-feature vectors to search (without --tracking-uri).")
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--job", "job_name", default="mlp", show_default=True, help="With --tracking-uri: the job whose history is searched.")
+@click.option("--tracking-uri", default=None,
+              help="Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real history instead.")
+def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None) -> None:
+    """Time meta-features of a new dataset plus the neighbour search over N historical datasets."""
+    from pathlib import Path
+
+    from agent.bench.neighbours import measure_neighbour_search, measure_warm_start
+
+    if tracking_uri is not None:
+        click.echo(json.dumps(measure_warm_start(kb_for(tracking_uri), dataset, job_name, Path(models_dir))))
+        return
+    click.echo(json.dumps(measure_neighbour_search(dataset, n_history, Path(models_dir))))
+
+
+COMMANDS = [bench_arc, bench_warmstart, bench_hts, bench_scale, bench_history, bench_neighbours]

@@ -1,0 +1,82 @@
+"""The ``tune-agent`` command line: the group, its commands, and the one place errors become exit codes.
+
+Each command (:mod:`.study`, :mod:`.store`, :mod:`.pipeline`, :mod:`.bench`, :mod:`.bench_papers`)
+parses, calls one service function and renders; the options they share are in :mod:`.options`.
+:func:`main` maps a :class:`~agent.errors.TuneAgentError` to one line on stderr (its message, then
+its hint) and its exit code (2: bad input); a usage error is one line and exit code 2 too. Every
+option can come from the environment as ``TUNE_AGENT_<OPTION>`` (e.g. ``TUNE_AGENT_TRACKING_URI``);
+``MLFLOW_TRACKING_URI`` is honoured too. Heavy libraries are imported inside the commands so
+``--help`` stays fast (a test checks it imports neither numpy nor torch).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from agent.cli import bench, bench_papers, pipeline, store, study
+from agent.cli.options import Stores
+from agent.errors import StudyInterrupted, TuneAgentError
+
+
+@click.group(context_settings={"auto_envvar_prefix": "TUNE_AGENT", "help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tune-agent")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Bayesian optimisation of PyTorch Lightning jobs, with every run kept in MLflow."""
+    ctx.obj = Stores()
+
+
+for _module in (study, store, pipeline, bench):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+for _command in bench_papers.COMMANDS:
+    bench.bench.add_command(_command)
+
+
+def _environment_names(group: click.Group, path: str = "TUNE_AGENT") -> None:
+    """Every option of every command reads ``TUNE_AGENT_<OPTION>`` (``TUNE_AGENT_TRACKING_URI``,
+    ``TUNE_AGENT_TRIALS``: one setting for every command that has the option, as README says) and,
+    winning over it, click's per-command ``TUNE_AGENT_<COMMAND>_<OPTION>``
+    (``TUNE_AGENT_START_TRIALS``); ``--help`` shows both."""
+    for name, command in group.commands.items():
+        here = f"{path}_{name.replace('-', '_').upper()}"
+        for param in command.params:
+            if isinstance(param, click.Option) and param.envvar is None and param.name:
+                option = param.name.upper()
+                param.envvar = [f"{here}_{option}", f"TUNE_AGENT_{option}"]
+                param.show_envvar = True
+        if isinstance(command, click.Group):
+            _environment_names(command, here)
+
+
+_environment_names(cli)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: maps errors to one line and an exit code."""
+    import warnings
+
+    # Library deprecation notices (torch.jit inside BoTorch/GPyTorch) are not the user's business.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
+    # BoTorch retries a failed acquisition line search from new starting points and says so in a
+    # five-line RuntimeWarning; the retry is its business, the study's lines say what was proposed.
+    warnings.filterwarnings("ignore", message=r"Optimization failed", category=RuntimeWarning, module=r"botorch\..*")
+    try:
+        cli.main(args=argv, prog_name="tune-agent", standalone_mode=False)
+    except StudyInterrupted as exc:
+        click.echo(f"tune-agent: {exc.line()}", err=True)
+        sys.exit(exc.exit_code)
+    except TuneAgentError as exc:
+        click.echo(f"tune-agent: error: {exc.line()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("tune-agent: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"tune-agent: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("tune-agent: interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,200 @@
+"""Commands of the store and the installation: history, doctor, server, ui, bootstrap, import."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from agent.cli.options import (
+    STARTER_FILE,
+    artifact_option,
+    checked_folder,
+    checked_resources,
+    json_option,
+    kb_for,
+    talks,
+    tracking_option,
+)
+from agent.errors import TuneAgentError
+
+
+@click.command()
+@tracking_option
+@json_option
+@talks("reading the store")
+def history(tracking_uri: str | None, as_json: bool) -> None:
+    """List studies and the datasets they ran on."""
+    from agent.ops.history import history_rows, render_history
+
+    kb = kb_for(tracking_uri)
+    click.echo(json.dumps(history_rows(kb), indent=2) if as_json else render_history(kb))
+
+
+@click.command()
+@tracking_option
+@artifact_option
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--ray-address", default=None,
+              help="Also check the Ray cluster at this address: its nodes, CPUs and GPUs, and that each node can "
+                   "find tune-agent, torch and Lightning installed.")
+@click.option("--job", default=None, help="With --ray-address: check that each node finds this job's module.")
+@click.option("--ray-working-dir", default=None, metavar="DIR", help="With --ray-address: ship DIR as `start` would, and look there.")
+@click.option("--cpus-per-trial", type=int, default=1, show_default=True, help="With --ray-address: count the trials that fit at once.")
+@click.option("--gpus-per-trial", type=float, default=0.0, show_default=True, help="With --ray-address: count the trials that fit at once.")
+@json_option
+@talks("checking the installation")
+def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, ray_address: str | None,
+           job: str | None, ray_working_dir: str | None, cpus_per_trial: int, gpus_per_trial: float, as_json: bool) -> None:
+    """Check the store, the history, the meta-models, versions and threads (and a Ray cluster); exit 1
+    if something is broken."""
+    from agent.ops.doctor import healthy, render, run_doctor
+
+    resources = checked_resources(cpus_per_trial, gpus_per_trial)
+    for option, value in (("--job", job), ("--ray-working-dir", ray_working_dir)):
+        if value is not None and ray_address is None:
+            raise click.BadParameter("checks the Ray cluster's nodes: give --ray-address too", param_hint=option)
+    if ray_working_dir is not None:
+        ray_working_dir = checked_folder(ray_working_dir, "--ray-working-dir")
+    checks = run_doctor(tracking_uri, artifact_root, Path(models_dir), ray_address, job, ray_working_dir, resources)
+    click.echo(render(checks, as_json))
+    if not healthy(checks):
+        sys.exit(1)
+
+
+@click.command()
+@click.option("--data-dir", required=True, help="Where the server keeps PostgreSQL's cluster, the artifacts and logs (made on first start).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address MLflow listens on (0.0.0.0 to serve the team's network).")
+@click.option("--port", type=int, default=5000, show_default=True)
+@click.option("--pg-port", type=int, default=5433, show_default=True, help="PostgreSQL's port (127.0.0.1 only).")
+@click.option("--auth", is_flag=True, help="MLflow's basic-auth app: users and per-experiment permissions.")
+def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool) -> None:
+    """Run a team tracking server: mlflow server on PostgreSQL, artifacts proxied; Ctrl-C stops both."""
+    from pathlib import Path
+
+    from agent.knowledge.team_server import TeamServer
+
+    code = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth).serve(say=click.echo)
+    if code:
+        raise TuneAgentError(f"mlflow server exited with code {code}; see {Path(data_dir) / 'logs' / 'mlflow.log'}")
+
+
+@click.command()
+@click.option("--port", type=int, default=5000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on (0.0.0.0: the whole network).")
+@tracking_option
+@artifact_option
+def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Serve the MLflow UI for the store (127.0.0.1 unless --host says otherwise)."""
+    import os
+
+    from agent.knowledge import (
+        DEFAULT_ARTIFACT_ROOT,
+        check_reachable,
+        resolve_tracking_uri,
+    )
+
+    uri = resolve_tracking_uri(tracking_uri)
+    check_reachable(uri)
+    if uri.startswith(("http://", "https://")):
+        raise TuneAgentError(f"{uri} is already a tracking server: open it in a browser")
+    root = artifact_root or DEFAULT_ARTIFACT_ROOT
+    args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", host, "--port", str(port)]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    click.echo(f"MLflow UI on http://{shown}:{port} (Ctrl-C stops it)")
+    from agent.knowledge import store_exists
+
+    if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
+        studies = kb_for(tracking_uri, artifact_root).list_studies()
+        for job in sorted({s.job for s in studies}):
+            click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list; "
+                       "Model training view, columns best_objective and the Dataset column)")
+    from agent.knowledge.team_server import without_job_runner
+
+    os.execve(sys.executable, args, without_job_runner(dict(os.environ)))
+
+
+@click.command()
+@click.option("--job", default="mlp", show_default=True, help="Job run on every dataset.")
+@click.option("--sources", default="digits,mnist-5k,mnist1d,breast-cancer,wine,iris,rtables", show_default=True,
+              help="Comma-separated: built-in sources (five derived datasets each) and 'rtables' (the R-package tables of agent/data/rtables.csv).")
+@click.option("--dataset", "datasets", multiple=True, help="Explicit dataset specs (repeatable) instead of --sources.")
+@click.option("--configs", type=int, default=64, show_default=True, help="Size of the shared Sobol set of configurations.")
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--max-rows", type=int, default=1000, show_default=True, help="R tables larger than this are a stratified sample of this many rows.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Studies run side by side (processes, one torch thread each).")
+@click.option("--limit", type=int, default=None, help="Only the first N datasets.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
+@click.option("--starter", is_flag=False, flag_value=STARTER_FILE, default=None,
+              help=f"Import a starter history (default {STARTER_FILE}) into the store instead of training anything.")
+@click.option("--export", "export_to", default=None, help="Write the store's finished bootstrap studies of --job to this starter file.")
+@click.option("--models-dir", default="models", show_default=True,
+              help="With --starter: where the history's source models are stored (models/source_models.jsonl).")
+@tracking_option
+@artifact_option
+def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, max_rows: int, workers: int,
+              limit: int | None, seed: int, starter: str | None, export_to: str | None, models_dir: str,
+              tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
+    from pathlib import Path
+
+    from agent.config import check_positive
+    from agent.pipeline.bootstrap import run_bootstrap, source_specs
+
+    if starter is not None or export_to is not None:
+        from agent.knowledge.starter import export_starter, import_starter
+
+        if starter is not None and export_to is not None:
+            raise TuneAgentError("--starter imports and --export writes: give one of them")
+        kb = kb_for(tracking_uri, artifact_root)
+        if export_to is not None:
+            from agent.jobs import load_job
+
+            space = load_job(job).space.to_dict()
+            click.echo(json.dumps(export_starter(kb, Path(export_to), job, space, progress=click.echo)))
+        else:
+            from agent.tuning.source_models import update_for_job
+
+            imported = import_starter(kb, Path(starter), progress=click.echo)
+            built = update_for_job(kb, models_dir, job, progress=click.echo)
+            click.echo(f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
+                       f"-> {built['file']}" + (f" (not written: {built['not_written']})" if "not_written" in built else ""))
+            click.echo(json.dumps(imported))
+        return
+
+    for option, value in (("--configs", configs), ("--epochs", epochs), ("--workers", workers), ("--max-rows", max_rows)):
+        check_positive(option, value)
+    specs = list(datasets) or source_specs([s.strip() for s in sources.split(",") if s.strip()], max_rows)
+    if limit is not None:
+        check_positive("--limit", limit)
+        specs = specs[:limit]
+    kb_for(tracking_uri, artifact_root).open()  # the store exists, whole, before the workers open it
+    click.echo(f"bootstrap: {len(specs)} datasets x {configs} configurations of {job}, {workers} worker(s)")
+    summary = run_bootstrap(job, specs, configs, epochs, seed, tracking_uri, artifact_root, echo=click.echo,
+                            workers=workers)
+    click.echo(json.dumps(summary))
+
+
+@click.command("import")
+@click.argument("table", type=click.Path(path_type=str))
+@click.option("--space", "space_file", required=True, help="Search space JSON (as in a study's space.json).")
+@click.option("--job-name", required=True, help="Name the imported evaluations go under (experiment tune-agent/NAME).")
+@click.option("--metric", default="value", show_default=True)
+@click.option("--mode", type=click.Choice(["min", "max"]), default="max", show_default=True)
+@tracking_option
+@artifact_option
+def import_cmd(table: str, space_file: str, job_name: str, metric: str, mode: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+    """Import a table of external evaluations (task, hyperparameters, value) as finished studies."""
+    from pathlib import Path
+
+    from agent.knowledge.importer import import_table, load_space, read_table
+
+    space = load_space(Path(space_file))
+    frame = read_table(Path(table))
+    summary = import_table(kb_for(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
+    click.echo(json.dumps(summary))
+
+
+COMMANDS = [history, doctor, server, ui, bootstrap, import_cmd]

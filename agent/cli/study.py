@@ -1,0 +1,181 @@
+"""Commands of one study: start, create, resume, ask, tell, best, report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from agent.cli.options import (
+    artifact_option,
+    check_workers,
+    execution_options,
+    kb_for,
+    lazy_kb,
+    preparing,
+    study_options,
+    talks,
+    tracking_option,
+)
+from agent.config import StudyRequest
+from agent.errors import TuneAgentError
+
+
+@click.command()
+@study_options
+@execution_options
+def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
+          cpus_per_trial: int, gpus_per_trial: float, ray_working_dir: str | None, **kwargs: Any) -> None:
+    """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
+    execution = check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial,
+                              ray_working_dir)
+    req = StudyRequest(**kwargs)
+    from agent.execution.launch import abandoning, run_prepared, start_workers_early
+
+    early = start_workers_early(execution, req.job)
+    with abandoning(early), preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
+        from agent.execution.progress import ProgressReporter
+        from agent.tuning.service import prepare_study
+
+        study, job, dataset, split = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
+    run_prepared(study, job, dataset, split, ProgressReporter(whole_process=True), execution, early, warn=_warn)
+
+
+def _warn(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.command()
+@study_options
+@talks("preparing the study")
+def create(**kwargs: Any) -> None:
+    """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
+    from agent.tuning.service import prepare_study
+
+    req = StudyRequest(**kwargs)
+    study, *_ = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
+    click.echo(f"created study {study.name} ({study.settings.trials} trials)")
+
+
+@click.command()
+@click.argument("study_name")
+@click.option("--job", default=None, help="Refuse to resume unless the study used this job.")
+@click.option("--dataset", default=None, help="Refuse to resume unless the study used this dataset.")
+@tracking_option
+@artifact_option
+@execution_options
+def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
+           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
+           cpus_per_trial: int, gpus_per_trial: float, ray_working_dir: str | None) -> None:
+    """Continue an interrupted study from what MLflow holds."""
+    execution = check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial,
+                              ray_working_dir)
+    from agent.execution.launch import (
+        abandoning,
+        reopen,
+        run_prepared,
+        start_workers_early,
+    )
+
+    early = start_workers_early(execution, job)
+    with abandoning(early):
+        with preparing(f"opening study {study_name}: loading libraries, data and trials"):
+            from agent.execution.progress import ProgressReporter
+
+            stored = reopen(study_name, kb_for(tracking_uri, artifact_root), job, dataset)
+        reporter = ProgressReporter(whole_process=True)
+        for t in stored.closed:
+            reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
+        if stored.study.remaining() <= 0:
+            stored.study.set_status("finished")
+            reporter.line(f"study {study_name} already has all {stored.study.settings.trials} trials")
+            if early is not None:
+                early.abandon()
+            return
+    run_prepared(stored.study, stored.job, stored.data, stored.split, reporter, execution, early, warn=_warn)
+
+
+@click.command()
+@click.argument("study_name")
+@tracking_option
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: ask always prints JSON.")
+@talks("asking the study's sampler")
+def ask(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
+    """Open the next trial of a study and print it as JSON: {"trial": n, "config": {...}}.
+
+    Trials are numbered from 1 everywhere a person reads them (console, MLflow run names, ask,
+    tell, best)."""
+    from agent.tuning.service import open_study
+
+    study, _ = open_study(study_name, kb=kb_for(tracking_uri))
+    trial = study.ask()
+    click.echo(json.dumps({"trial": trial.number + 1, "origin": trial.origin, "config": dict(trial.config)}))
+
+
+@click.command()
+@click.argument("study_name")
+@click.argument("trial", type=int)
+@click.option("--value", type=float, default=None, help="The objective the trial reached.")
+@click.option("--failed", default=None, help="Mark the trial failed with this reason.")
+@tracking_option
+@talks("telling the study")
+def tell(study_name: str, trial: int, value: float | None, failed: str | None, tracking_uri: str | None) -> None:
+    """Close trial TRIAL (numbered from 1, as `ask` printed it) with its objective value (or --failed REASON)."""
+    from agent.tuning.service import open_study
+
+    if (value is None) == (failed is None):
+        raise TuneAgentError("give exactly one of --value or --failed")
+    if trial < 1:
+        raise TuneAgentError(f"trials are numbered from 1, got {trial}")
+    study, _ = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
+    record = study.tell(study.trial_by_number(trial - 1), value=value, failed=failed)
+    study.set_status("finished" if study.remaining() <= 0 else "running")
+    click.echo(f"trial {trial}: {record.state}")
+
+
+@click.command()
+@click.argument("study_name")
+@tracking_option
+@click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: best always prints JSON.")
+@click.option("--register", "register_as", default=None, metavar="NAME",
+              help="Retrain the best configuration once and register it in MLflow's model registry as NAME.")
+@talks("reading the study")
+def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None) -> None:
+    """Print the best configuration of a study as JSON (and register its model with --register)."""
+    from agent.tuning.service import load_study_data, open_study
+
+    study, job = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
+    trial = study.best()
+    if trial is None:
+        raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
+    out = {"study": study_name, "trial": trial.number + 1, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
+    if register_as is not None:
+        from agent.ops.models import register_best
+
+        if not register_as.strip():
+            raise TuneAgentError("--register needs a model name")
+        data, split = load_study_data(study, job)
+        out["registered"] = register_best(study, job, data, split, register_as.strip())
+    click.echo(json.dumps(out, indent=2))
+
+
+@click.command()
+@click.argument("study_name")
+@click.option("--out", default=None, help="Folder for report.html and its figures [default: report-STUDY].")
+@tracking_option
+@talks("writing the report")
+def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
+    """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
+    failures) as HTML, and log it with its figures on the study run (report/)."""
+    from pathlib import Path
+
+    from agent.tuning.report import write_report
+    from agent.tuning.service import open_study
+
+    study, job = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
+    page = write_report(study.kb, study.record, job.space, Path(out or f"report-{study_name}"))
+    click.echo(f"report of {study_name}: {page} (and report/report.html on the study run)")
+
+
+COMMANDS = [start, create, resume, ask, tell, best, report]

@@ -1,0 +1,103 @@
+"""A prepared study launched: its executor made, the study run to its end, and every way it can
+stop carrying what the user does next (``tune-agent resume NAME``) as the error's hint.
+
+``start`` and ``resume`` (:mod:`agent.cli.study`) call :func:`run_prepared` once the study is in
+the store; :func:`reopen` is the resume half (a stored study, its data, trials a dead process left
+running closed as killed). Ray's start can begin early, on a background thread, to overlap the
+imports and the preparation (:func:`start_workers_early`); :func:`abandoning` stops it again when
+what follows fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from agent.errors import StoreError, StudyInterrupted, TuneAgentError, WorkersLostError
+from agent.execution.resources import ExecutionSettings
+
+
+def start_workers_early(execution: ExecutionSettings, job_spec: str | None) -> Any:
+    """Ray's start begun now (:class:`agent.execution.ray_start.RayStart`); None when the study
+    runs in this process."""
+    from agent.execution.ray_start import start_workers_early as begin
+
+    return begin(execution.workers, execution.ray_address, job_spec, execution.resources, execution.working_dir)
+
+
+@contextlib.contextmanager
+def abandoning(early: Any) -> Iterator[None]:
+    """Stops a Ray instance begun early when what follows fails (bad input, a missing study)."""
+    try:
+        yield
+    except BaseException:
+        if early is not None:
+            early.abandon()
+        raise
+
+
+def run_prepared(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, execution: ExecutionSettings,
+                 early: Any = None, warn: Callable[[str], None] = print) -> None:
+    """Runs ``study`` to its end on the executor ``execution`` asks for; ``warn`` gets the line a
+    ``--timeout`` leaves. Errors come out with their hint set; Ctrl-C as :class:`StudyInterrupted`."""
+    from agent.execution.runner import run_study
+    from agent.execution.workers import make_executor
+
+    resume = f"continue with: tune-agent resume {study.name}"
+    try:
+        try:
+            with abandoning(early):
+                executor = make_executor(study, job, dataset, split, execution, early)
+        except TuneAgentError as exc:  # the study is in the store; the workers are what failed
+            raise exc.hinted(f"study {study.name} is kept: once the workers can start, {resume}") from None
+        _announce(study, executor, execution, reporter)
+        timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=execution.timeout)
+        if timing.timed_out:
+            done = study.settings.trials - study.remaining()
+            warn(f"--timeout {execution.timeout:g} s reached after {done} of {study.settings.trials} trials; {resume}")
+    except KeyboardInterrupt:
+        raise StudyInterrupted("interrupted", hint=resume) from None
+    except WorkersLostError as exc:
+        raise exc.hinted(f"{resume} ({exc.remedy})") from None
+    except StoreError as exc:  # the store went away mid-study: what was told is kept there
+        raise exc.hinted(f"once the store is back, {resume}") from None
+
+
+def _announce(study: Any, executor: Any, execution: ExecutionSettings, reporter: Any) -> None:
+    """Where the trials run, said once before the first."""
+    resources = execution.resources
+    if execution.parallel:
+        from agent.samplers.base import pending_note
+
+        ahead = f", {executor.ask_ahead} more asked ahead" if executor.ask_ahead else ""
+        each = f", {executor.per_trial} each" if executor.per_trial else ""
+        reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{each}{ahead}; "
+                      f"{pending_note(study.sampler)}")
+        executor.say = reporter.line  # a Ray executor's later word on the cluster (a node that fits joined)
+    elif resources is not None and resources.gpus > 0:
+        reporter.line("trials train on the GPU (Lightning accelerator 'gpu', one device)")
+    for note in executor.notes:
+        reporter.line(note)
+
+
+@dataclass
+class Reopened:
+    """A stored study ready to go on: its job, data and split, and the trials that were closed."""
+
+    study: Any
+    job: Any
+    data: Any
+    split: Any
+    closed: list[Any]
+
+
+def reopen(name: str, kb: Any, job: str | None = None, dataset: str | None = None) -> Reopened:
+    """The stored study ``name`` (refused when ``job``/``dataset`` differ from what it used), its
+    data, and the trials a dead process left running, closed as killed so their slots run again."""
+    from agent.tuning.service import check_resume_matches, load_study_data, open_study
+
+    study, job_obj = open_study(name, kb=kb)
+    check_resume_matches(study, job_obj, job, dataset)
+    data, split = load_study_data(study, job_obj)
+    return Reopened(study, job_obj, data, split, study.recover())
