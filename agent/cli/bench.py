@@ -4,6 +4,7 @@ startup, faults, pruning."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -76,8 +77,6 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
                   folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
                   fresh: bool, batch: int, pending: str, tag: str | None, ask_ahead: int) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
-    from pathlib import Path
-
     from agent.bench.run import run_transfer_benchmark
     from agent.config import check_positive
 
@@ -113,8 +112,6 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
 def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, wait: float,
                    process: bool, cpus_per_trial: int, gpus_per_trial: float, out: str) -> None:
     """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
-    from pathlib import Path
-
     from agent.bench.parallel import ParallelConfig, parse_workers, run_parallel_bench
     from agent.config import check_positive
 
@@ -139,8 +136,6 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
 @click.option("--out", default="metrics/server.json", show_default=True)
 def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir: str, out: str) -> None:
     """A real team server (PostgreSQL): runs/s with concurrent agents, warm-start lookup over N trial runs."""
-    from pathlib import Path
-
     from agent.bench.server import run_server_bench
     from agent.config import check_positive
 
@@ -167,8 +162,6 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
 @click.option("--out", default="metrics/sources.json", show_default=True)
 def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to: int, out: str) -> None:
     """Preparation and suggestion seconds of a study as the history grows to thousands of datasets."""
-    from pathlib import Path
-
     from agent.bench.sources import measure_sources
     from agent.config import check_positive
 
@@ -198,8 +191,6 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
 @click.option("--no-refit", is_flag=True, help="With --warm: skip the run without stored source models (minutes).")
 def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool) -> None:
     """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
-    from pathlib import Path
-
     from agent.bench.startup import run_startup_bench, run_warm_startup_bench
     from agent.config import check_positive
 
@@ -226,8 +217,6 @@ def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter
 @click.option("--out", default="metrics/faults.json", show_default=True)
 def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) -> None:
     """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
-    from pathlib import Path
-
     from agent.bench.faults import run_fault_campaign
     from agent.config import check_positive
 
@@ -253,8 +242,6 @@ def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) ->
 def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, same_time: bool,
                   out: str) -> None:
     """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
-    from pathlib import Path
-
     from agent.bench.pruning import PruningBenchConfig, run_pruning_bench
     from agent.config import PRUNERS, check_positive
 

@@ -4,6 +4,7 @@ scale, history, neighbours."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -56,8 +57,6 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
 def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs: int, workers: int, methods: str, out: str,
                     params_file: str, tracking_uri: str | None) -> None:
     """End to end, leave-one-source-out: real studies on held-out tables with the bootstrap as history."""
-    from pathlib import Path
-
     from agent.bench.warmstart_e2e import METHODS, E2EConfig, run_e2e
     from agent.config import check_positive
     from agent.pipeline.stages import load_params
@@ -107,8 +106,6 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
 def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, trials: int, epochs: int, workers: int,
               n_init: int | None, out: str, tracking_uri: str | None) -> None:
     """HTS (paper 001) and hts-anchored against cold BO on real job pairs: the evaluation ratio to reach cold's result."""
-    from pathlib import Path
-
     from agent.bench.hts_pairs import PAIRS, HtsPairsConfig, run_hts_pairs
     from agent.config import check_positive
 
@@ -142,8 +139,6 @@ def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, tri
 @click.option("--out", default=None, help="Also write the result to this JSON file.")
 def bench_scale(folder: str | None, task: str, sizes: str, methods: str, budget: int, out: str | None) -> None:
     """Seconds per suggestion of each method as the history grows."""
-    from pathlib import Path
-
     from agent.bench.scale import measure_scale
     from agent.bench.transfer import check_methods
     from agent.jobs.yahpo import yahpo_root
@@ -199,8 +194,6 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
               help="Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real history instead.")
 def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None) -> None:
     """Time meta-features of a new dataset plus the neighbour search over N historical datasets."""
-    from pathlib import Path
-
     from agent.bench.neighbours import measure_neighbour_search, measure_warm_start
 
     if tracking_uri is not None:

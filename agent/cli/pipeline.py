@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -20,8 +21,6 @@ def meta() -> None:
 @tracking_option
 def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
     """Export trials, dataset samples and summaries from the tracking store."""
-    from pathlib import Path
-
     from agent.pipeline.stages import load_params, stage_export
 
     n = stage_export(kb_for(tracking_uri), load_params(Path(params_file)).get("export", {}), Path(out))
@@ -36,8 +35,6 @@ def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
 def meta_source_models(models_dir: str, job: str | None, params_file: str, tracking_uri: str | None) -> None:
     """Fit and store the history's source GPs, signal checks and portfolios (models/source_models.jsonl):
     what transfer surrogates load instead of fitting in every study. Only what is new is fitted."""
-    from pathlib import Path
-
     from agent.pipeline.stages import load_params
     from agent.tuning.source_models import update_for_job
 
@@ -49,8 +46,6 @@ def meta_source_models(models_dir: str, job: str | None, params_file: str, track
 @params_option
 def meta_distances(params_file: str) -> None:
     """Target distances between historical datasets (paper 003 eq. 2, or EMD)."""
-    from pathlib import Path
-
     from agent.pipeline.stages import DISTANCES_FILE, load_params, stage_distances
 
     D = stage_distances(load_params(Path(params_file)).get("distances", {}))
@@ -63,8 +58,6 @@ def meta_distances(params_file: str) -> None:
 @tracking_option
 def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> None:
     """Train the Siamese meta-feature extractor (logged to MLflow)."""
-    from pathlib import Path
-
     from agent.pipeline.stages import load_params, stage_train
 
     params = load_params(Path(params_file)).get("meta_features", {})
@@ -78,8 +71,6 @@ def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> N
 @params_option
 def meta_train_transfer(models_dir: str, params_file: str) -> None:
     """Meta-train the Transferable Neural Process surrogate on the exported history."""
-    from pathlib import Path
-
     from agent.pipeline.metamodels import stage_train_transfer
     from agent.pipeline.stages import load_params
 
@@ -91,8 +82,6 @@ def meta_train_transfer(models_dir: str, params_file: str) -> None:
 @params_option
 def evaluate_cmd(params_file: str) -> None:
     """Leave-one-source-out warm-start replay of every dataset; writes metrics/warmstart.json."""
-    from pathlib import Path
-
     from agent.pipeline.evaluation import stage_evaluate
     from agent.pipeline.stages import load_params
 
@@ -123,8 +112,6 @@ meta.add_command(evaluate_cmd, "evaluate")
 def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None,
               as_json: bool) -> None:
     """Print the nearest historical datasets, their distances and best configurations."""
-    from pathlib import Path
-
     from agent.data import describe_dataset, load_dataset, sample_dataset
     from agent.jobs import load_job
     from agent.tuning.service import SAMPLE_SIZE

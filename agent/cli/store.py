@@ -72,8 +72,6 @@ def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str,
 @click.option("--auth", is_flag=True, help="MLflow's basic-auth app: users and per-experiment permissions.")
 def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool) -> None:
     """Run a team tracking server: mlflow server on PostgreSQL, artifacts proxied; Ctrl-C stops both."""
-    from pathlib import Path
-
     from agent.knowledge.team_server import TeamServer
 
     code = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth).serve(say=click.echo)
@@ -132,14 +130,21 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
 @click.option("--export", "export_to", default=None, help="Write the store's finished bootstrap studies of --job to this starter file.")
 @click.option("--models-dir", default="models", show_default=True,
               help="With --starter: where the history's source models are stored (models/source_models.jsonl).")
+@click.option("--clean", "clean", default=None, metavar="FILE",
+              help="Rewrite the starter file FILE without the studies the content rules leave out (a held-out "
+                   "table's content, a second copy of a dataset, an R table no longer selected), saying each.")
 @tracking_option
 @artifact_option
 def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, max_rows: int, workers: int,
               limit: int | None, seed: int, starter: str | None, export_to: str | None, models_dir: str,
-              tracking_uri: str | None, artifact_root: str | None) -> None:
+              clean: str | None, tracking_uri: str | None, artifact_root: str | None) -> None:
     """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
-    from pathlib import Path
+    if clean is not None:
+        from agent.pipeline.bootstrap import clean_starter
 
+        result = clean_starter(Path(clean), Path(clean), echo=click.echo)
+        click.echo(json.dumps({"studies": result["studies"], "left_out": len(result["dropped"]), "bytes": result["bytes"]}))
+        return
     from agent.config import check_positive
     from agent.pipeline.bootstrap import run_bootstrap, source_specs
 
@@ -187,8 +192,6 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
 @artifact_option
 def import_cmd(table: str, space_file: str, job_name: str, metric: str, mode: str, tracking_uri: str | None, artifact_root: str | None) -> None:
     """Import a table of external evaluations (task, hyperparameters, value) as finished studies."""
-    from pathlib import Path
-
     from agent.knowledge.importer import import_table, load_space, read_table
 
     space = load_space(Path(space_file))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -168,8 +169,6 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
 def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
     """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
     failures) as HTML, and log it with its figures on the study run (report/)."""
-    from pathlib import Path
-
     from agent.tuning.report import write_report
     from agent.tuning.service import open_study
 

@@ -69,7 +69,10 @@ def sample_dataset(ds: Dataset, n: int = 256, seed: int = 0) -> tuple[np.ndarray
 
 
 def describe_dataset(ds: Dataset) -> dict[str, float | int | str]:
-    """Simple statistics of a dataset as plain JSON-serialisable Python values."""
+    """Simple statistics of a dataset as plain JSON-serialisable Python values, and its content
+    digest (:mod:`agent.data.content`)."""
+    from agent.data.content import content_print
+
     counts = np.bincount(ds.y, minlength=ds.num_classes).astype(np.float64)
     p = counts / counts.sum()
     nz = p[p > 0]
@@ -82,6 +85,7 @@ def describe_dataset(ds: Dataset) -> dict[str, float | int | str]:
         "source": ds.source,
         "kind": ds.kind,
         "fingerprint": ds.fingerprint,
+        "content": content_print(ds.X, ds.y).digest,  # what the data is, whatever its name or order
         "n": ds.n,
         "num_classes": ds.num_classes,
         "n_features": n_features,

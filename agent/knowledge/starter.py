@@ -62,9 +62,16 @@ def export_starter(kb: KnowledgeBase, path: Path, job: str, space: list[dict[str
     entries = read_studies(kb, job, prefix, progress)
     if not entries:
         raise TuneAgentError(f"no finished {prefix}* studies of job {job} in {kb.tracking_uri}: run `tune-agent bootstrap` first")
+    return write_starter(path, job, space, entries)
+
+
+def write_starter(path: Path, job: str, space: list[dict[str, Any]], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Writes ``entries`` (as :func:`read_studies` makes them) to the starter file ``path``, whole
+    or not at all; returns counts and the file's size."""
     header: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
     for i, entry in enumerate(entries):
+        entry = dict(entry)
         sample = entry.pop("sample")
         if sample is not None:
             arrays[f"X{i}"], arrays[f"y{i}"] = np.asarray(sample[0], np.float32), np.asarray(sample[1], np.int64)
@@ -77,9 +84,8 @@ def export_starter(kb: KnowledgeBase, path: Path, job: str, space: list[dict[str
     return {"studies": len(header), "evaluations": sum(len(h["values"]) for h in header), "bytes": path.stat().st_size}
 
 
-def import_starter(kb: KnowledgeBase, path: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Imports a starter file; returns counts and seconds."""
-    start = time.perf_counter()
+def read_starter(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A starter file's header (format, job, space) and its entries, samples included."""
     if not path.is_file():
         raise TuneAgentError(f"starter history not found: {path}")
     try:
@@ -89,13 +95,22 @@ def import_starter(kb: KnowledgeBase, path: Path, progress: Callable[[str], None
         raise TuneAgentError(f"cannot read starter history {path}: {type(exc).__name__}") from None
     if data.get("format") != FORMAT:
         raise TuneAgentError(f"starter history {path} has format {data.get('format')!r}; this tune-agent reads {FORMAT}")
+    entries = [{**entry, "sample": (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None}
+               for i, entry in enumerate(data.pop("studies"))]
+    return data, entries
+
+
+def import_starter(kb: KnowledgeBase, path: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Imports a starter file; returns counts and seconds."""
+    start = time.perf_counter()
+    data, entries = read_starter(path)
+    data["studies"] = entries
     present = {s.name for s in kb.list_studies() if s.status == "finished"}
     imported = skipped = 0
     for i, entry in enumerate(data["studies"]):
         if entry["name"] in present:
             skipped += 1
             continue
-        entry = {**entry, "sample": (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None}
         write_entries(kb, [entry], data["space"], path.name)
         imported += 1
         if progress and imported % 25 == 0:

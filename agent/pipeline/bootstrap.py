@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any, Iterable
 
 from agent.data.builtin import BUILTIN_DATASETS
@@ -106,6 +107,39 @@ def _run_one(args: tuple) -> dict[str, Any]:
     return bootstrap_one(*args)
 
 
+def distinct_content(specs: list[str], echo: Any = print) -> list[str]:
+    """``specs`` less those whose content (:mod:`agent.data.content`) is a held-out table's or an
+    earlier spec's of another source: a knowledge base holds each dataset once, under one source,
+    and nothing of the independent evaluation. Each refusal is one line."""
+    from agent.data import load_dataset
+    from agent.data.content import content_print, same_content
+    from agent.data.rtables import held_out_match
+    from agent.errors import TuneAgentError
+
+    kept: list[str] = []
+    seen: list[tuple[str, str, Any]] = []
+    for i, spec in enumerate(specs):
+        if i and i % 50 == 0:
+            echo(f"checking content: {i}/{len(specs)} datasets")
+        try:
+            data = load_dataset(spec)
+        except TuneAgentError:
+            kept.append(spec)  # its study records the error, as before
+            continue
+        held = held_out_match(data.X, data.y) if data.kind == "tabular" else None
+        if held is not None:
+            echo(f"{spec} left out: its content is the held-out table {held}'s")
+            continue
+        mine = content_print(data.X, data.y)
+        twin = next((name for name, source, theirs in seen if source != data.source and same_content(mine, theirs)), None)
+        if twin is not None:
+            echo(f"{spec} left out: its content is {twin}'s (one dataset, one source)")
+            continue
+        seen.append((spec, data.source, mine))
+        kept.append(spec)
+    return kept
+
+
 def run_bootstrap(
     job: str,
     specs: Iterable[str],
@@ -122,7 +156,7 @@ def run_bootstrap(
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
-    specs = list(specs)
+    specs = distinct_content(list(specs), echo)
     start = time.perf_counter()
     results: list[dict[str, Any]] = []
 
@@ -149,3 +183,39 @@ def run_bootstrap(
     failed = [r["study"] for r in results if r["status"].startswith("failed")]
     return {"studies": len(results) - len(failed), "failed": failed, "trials": trials, "wall_seconds": wall,
             "trials_per_second": trials / max(wall, 1e-9), "workers": workers}
+
+
+def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
+    """Writes to ``out`` the starter file ``path`` less what the content rules leave out: an R table
+    no longer in the shipped selection (:mod:`agent.data.rtables`), a dataset whose sample has a
+    held-out table's content, and a second copy of a dataset under another source (the first in
+    the file is kept: the built-in datasets come first). Each study left out is one line."""
+    from agent.data.content import content_print, same_content
+    from agent.data.rtables import PREFIX, held_out_match, shipped_tables
+    from agent.knowledge.starter import read_starter, write_starter
+
+    header, entries = read_starter(path)
+    selected = {t.spec for t in shipped_tables()}
+    kept: list[dict[str, Any]] = []
+    seen: list[tuple[str, str, Any]] = []
+    dropped: dict[str, str] = {}
+    for entry in entries:
+        name, summary, sample = entry["name"], entry["summary"], entry["sample"]
+        spec = str(entry["settings"].get("dataset", "")).split("#")[0]
+        why = None
+        if spec.startswith(PREFIX) and spec not in selected:
+            why = "no longer in the R-table selection"
+        elif sample is not None:
+            held = held_out_match(*sample) if summary.get("kind") == "tabular" else None
+            mine = content_print(*sample)
+            twin = next((n for n, source, theirs in seen if source != summary.get("source") and same_content(mine, theirs)), None)
+            why = (f"its content is the held-out table {held}'s" if held else f"its content is {twin}'s" if twin else None)
+            if why is None:
+                seen.append((name, str(summary.get("source")), mine))
+        if why is None:
+            kept.append(entry)
+        else:
+            dropped[name] = why
+            echo(f"{name} left out: {why}")
+    written = write_starter(out, header["job"], header["space"], kept)
+    return {**written, "dropped": dropped}
