@@ -192,10 +192,25 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
 @click.option("--job", "job_name", default="mlp", show_default=True, help="With --tracking-uri: the job whose history is searched.")
 @click.option("--tracking-uri", default=None,
               help="Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real history instead.")
-def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None) -> None:
+@click.option("--sanity", "sanity", default=None, metavar="STARTER", is_flag=False, flag_value="starter/mlp.npz",
+              help="Instead: do the meta-features place the datasets of a starter history sensibly (images near "
+                   "images, families together, units irrelevant, no table far from all)? Writes OUT/metrics/neighbour_sanity.json.")
+@click.option("--out", default=".", show_default=True, help="With --sanity: where metrics/ is written.")
+def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None,
+                     sanity: str | None, out: str) -> None:
     """Time meta-features of a new dataset plus the neighbour search over N historical datasets."""
     from agent.bench.neighbours import measure_neighbour_search, measure_warm_start
 
+    if sanity is not None:
+        from agent.bench.neighbour_sanity import neighbour_sanity
+
+        report = neighbour_sanity(Path(sanity), progress=click.echo)
+        path = Path(out) / "metrics" / "neighbour_sanity.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        click.echo(json.dumps({k: report[k] for k in ("image_to_image", "family_in_5", "units_stable")}))
+        click.echo(f"wrote {path}")
+        return
     if tracking_uri is not None:
         click.echo(json.dumps(measure_warm_start(kb_for(tracking_uri), dataset, job_name, Path(models_dir))))
         return

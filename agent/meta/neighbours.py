@@ -116,12 +116,14 @@ def pairwise_distances(vectors: np.ndarray, standardise: bool) -> np.ndarray:
 
 def vectors_for(featurizer: Any, datasets: Sequence[Any]) -> np.ndarray:
     """Meta-feature vectors of historical datasets (their stored samples and summaries)."""
+    from agent.meta.handcrafted import is_current
+
     rows = []
     for h in datasets:
         cached = getattr(featurizer, "index", {}).get(h.key)
         if cached is not None:
             rows.append(np.asarray(cached, dtype=float))
-        elif featurizer.method == "handcrafted" and h.metafeatures:
+        elif featurizer.method == "handcrafted" and is_current(h.metafeatures):
             rows.append(featurizer.from_record(h.metafeatures))
         else:
             X, y = h.sample

@@ -189,16 +189,19 @@ def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
     """Writes to ``out`` the starter file ``path`` less what the content rules leave out: an R table
     no longer in the shipped selection (:mod:`agent.data.rtables`), a dataset whose sample has a
     held-out table's content, and a second copy of a dataset under another source (the first in
-    the file is kept: the built-in datasets come first). Each study left out is one line."""
+    the file is kept: the built-in datasets come first). Each study left out is one line. Stored
+    meta-features of an older version are recomputed from the samples."""
     from agent.data.content import content_print, same_content
     from agent.data.rtables import PREFIX, held_out_match, shipped_tables
     from agent.knowledge.starter import read_starter, write_starter
+    from agent.meta.handcrafted import handcrafted_metafeatures, is_current
 
     header, entries = read_starter(path)
     selected = {t.spec for t in shipped_tables()}
     kept: list[dict[str, Any]] = []
     seen: list[tuple[str, str, Any]] = []
     dropped: dict[str, str] = {}
+    refreshed = 0
     for entry in entries:
         name, summary, sample = entry["name"], entry["summary"], entry["sample"]
         spec = str(entry["settings"].get("dataset", "")).split("#")[0]
@@ -213,9 +216,14 @@ def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
             if why is None:
                 seen.append((name, str(summary.get("source")), mine))
         if why is None:
+            if sample is not None and not is_current(entry.get("metafeatures")):  # this version's, stored once
+                entry = {**entry, "metafeatures": handcrafted_metafeatures(*sample, summary)}
+                refreshed += 1
             kept.append(entry)
         else:
             dropped[name] = why
             echo(f"{name} left out: {why}")
     written = write_starter(out, header["job"], header["space"], kept)
-    return {**written, "dropped": dropped}
+    if refreshed:
+        echo(f"meta-features of {refreshed} studies recomputed (this version's) from their samples")
+    return {**written, "dropped": dropped, "refreshed": refreshed}

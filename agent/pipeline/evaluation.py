@@ -152,7 +152,10 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
     key = _settings_key(p, mf, [h.key for h in datasets], table.keys)
     journal.mkdir(parents=True, exist_ok=True)
     workers = max(1, int(p.get("workers", 2)))
-    hand = _cached(journal / f"handcrafted-{key}.npz", lambda: {"v": _handcrafted(datasets, workers)})["v"]
+    from agent.meta.handcrafted import HANDCRAFTED_VERSION
+
+    hand = _cached(journal / f"handcrafted-v{HANDCRAFTED_VERSION}-{key}.npz",
+                   lambda: {"v": _handcrafted(datasets, workers)})["v"]
     learned: dict[str, dict[int, np.ndarray]] = {}
     for w in wings:
         progress(f"evaluate: training the {w} extractor on {int(folds.max()) + 1} source folds")

@@ -245,7 +245,7 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
     name = req.study_name or default_study_name(data.name, job.name)
     if kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
-    warm = _plan_warm_start(kb, job, data, sample, summary, req)
+    warm = _plan_warm_start(kb, job, data, sample, summary, req, echo)
     settings = _settings(req, job, data, warm, n_init=req.n_init or 1)  # validates before anything is written
     planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits, progress=echo)
     n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
@@ -282,7 +282,7 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
 
 
 def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any],
-                     req: StudyRequest) -> Any:
+                     req: StudyRequest, echo: Any = None) -> Any:
     from agent.tuning.warmstart import WarmStart, plan_warm_start
 
     if sample is None:  # a benchmark task has no data to compute meta-features from
@@ -291,7 +291,8 @@ def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summar
         prior = req.prior_mean or "observations"
         return WarmStart("none", message="warm start: a benchmark task has no data for meta-features; "
                                          "transfer comes from the surrogate", prior_mean=prior)
-    return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean)
+    return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean,
+                           progress=echo)
 
 
 def _settings(req: StudyRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:

@@ -155,8 +155,11 @@ def plan_warm_start(
     k: int,
     models_dir: Path,
     prior_mean: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> WarmStart:
-    """Finds the neighbours of ``dataset`` among historical datasets of the same job and space."""
+    """Finds the neighbours of ``dataset`` among historical datasets of the same job and space.
+    ``progress`` hears of the one slow step there can be: meta-features stored by an older version,
+    recomputed from the samples and stored again (once per store)."""
     if requested not in WARM_METHODS:
         raise TuneAgentError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {requested!r}")
     if requested == "none":
@@ -177,6 +180,8 @@ def plan_warm_start(
     featurizer, note = _featurizer(requested, models_dir)
     evaluated_elsewhere = len(history)  # before datasets without samples or meta-features drop out
     _attach_samples(kb, featurizer, history)
+    if featurizer.method == "handcrafted":
+        _refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
     vectors = vectors_for(featurizer, history)
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
     found = nearest(query, vectors, len(history), featurizer.standardise)
@@ -220,16 +225,47 @@ def plan_warm_start(
 
 
 def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:
-    """Downloads samples only for datasets whose meta-features are neither stored nor indexed."""
+    """Downloads samples only for datasets whose meta-features are neither stored (by this version
+    of them) nor indexed."""
     from dataclasses import replace
+
+    from agent.meta.handcrafted import is_current
 
     for i, h in enumerate(history):
         indexed = h.key in getattr(featurizer, "index", {})
-        stored = featurizer.method == "handcrafted" and h.metafeatures
+        stored = featurizer.method == "handcrafted" and is_current(h.metafeatures)
         if not indexed and not stored:
             history[i] = replace(h, sample=kb.load_dataset_sample(h.study_ids[0]))
     history[:] = [h for h in history if h.sample is not None or h.key in getattr(featurizer, "index", {})
-                  or (featurizer.method == "handcrafted" and h.metafeatures)]
+                  or (featurizer.method == "handcrafted" and is_current(h.metafeatures))]
+
+
+def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Mapping[str, Any],
+                          progress: Callable[[str], None] | None) -> None:
+    """Stored hand-crafted meta-features of an older version are recomputed from the sample and
+    stored on the study run, so the next study reads them (an upgraded store pays this once)."""
+    from dataclasses import replace
+
+    from agent.meta.handcrafted import handcrafted_metafeatures, is_current
+
+    stale = [i for i, h in enumerate(history) if h.sample is not None and not is_current(h.metafeatures)]
+    if not stale:
+        return
+    if progress is not None:
+        progress(f"warm start: meta-features of {len(stale)} historical datasets are an older version's; "
+                 "recomputing and storing them (once)")
+    for n, i in enumerate(stale):
+        h = history[i]
+        features = handcrafted_metafeatures(h.sample[0], h.sample[1], h.summary)
+        record = studies.get(h.study_ids[0])
+        if record is not None:
+            try:
+                kb.set_study_tags(record, {"metafeatures": features})
+            except Exception:  # noqa: BLE001 - a store this user may not write: recomputed again next time
+                pass
+        history[i] = replace(h, metafeatures=features)
+        if progress is not None and (n + 1) % 50 == 0:
+            progress(f"warm start: {n + 1}/{len(stale)} meta-features recomputed")
 
 
 def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Callable[[], Any] | None:

@@ -13,6 +13,8 @@ from agent.meta.handcrafted import (
     HANDCRAFTED_NAMES,
     LANDMARK_NAMES,
     handcrafted_metafeatures,
+    HANDCRAFTED_VERSION,
+    is_current,
     metafeature_matrix,
     standardise_columns,
 )
@@ -28,7 +30,7 @@ def test_real_datasets_give_all_names_finite(loader) -> None:
     data = loader()
     X, y = _sample(data.data, data.target)
     mf = handcrafted_metafeatures(X, y)
-    assert tuple(mf) == HANDCRAFTED_NAMES
+    assert tuple(k for k in mf if k != "version") == HANDCRAFTED_NAMES and mf["version"] == HANDCRAFTED_VERSION
     assert all(type(v) is float for v in mf.values())
     for name, value in mf.items():
         assert math.isfinite(value), name
@@ -50,7 +52,7 @@ def test_random_images_random_labels() -> None:
     X = rng.random((256, 28, 28)).astype(np.float32)
     y = rng.integers(0, 10, size=256)
     mf = handcrafted_metafeatures(X, y)
-    assert set(mf) == set(HANDCRAFTED_NAMES)
+    assert set(mf) == set(HANDCRAFTED_NAMES) | {"version"}
     assert mf["landmark_1nn"] < 0.4
     assert all(math.isfinite(mf[n]) for n in HANDCRAFTED_NAMES)
 
@@ -62,7 +64,7 @@ def test_summary_overrides_sizes() -> None:
                "instances_per_feature": 37500.0, "class_entropy": 1.2}
     mf = handcrafted_metafeatures(X, y, summary=summary)
     assert mf["log_n_instances"] == pytest.approx(math.log(150000))
-    assert mf["instances_per_feature"] == 37500.0
+    assert mf["log_instances_per_feature"] == pytest.approx(math.log(37500.0))
     assert mf["class_entropy"] == 1.2
     assert mf["sample_class_entropy"] != 1.2
 
@@ -86,6 +88,7 @@ def test_deterministic_for_seed() -> None:
     assert a == b
 
 
+@pytest.mark.slow
 def test_timing_256x784() -> None:
     rng = np.random.default_rng(2)
     X = (rng.random((256, 784)) > 0.7) * rng.random((256, 784))
@@ -113,3 +116,24 @@ def test_standardise_columns_constant_and_nan() -> None:
     assert np.allclose(Z[[0, 2], 3], [-1.0, 1.0]) and np.isnan(Z[1, 3])
     new = (np.array([3.0, 5.0, 0.0, 3.0]) - mean) / std
     assert np.allclose(new[[0, 1, 3]], 0.0)
+
+
+def test_a_table_in_other_units_has_the_same_meta_features() -> None:
+    """Version 2: every statistic is unit-free (version 1 moved 58 % of the starter's tables'
+    five nearest neighbours when their columns changed units)."""
+    data = load_breast_cancer()
+    X, y = _sample(data.data, data.target)
+    scaled = X * 10.0 ** np.random.default_rng(0).uniform(-3, 3, size=X.shape[1])
+    a, b = handcrafted_metafeatures(X, y), handcrafted_metafeatures(scaled, y)
+    for name in HANDCRAFTED_NAMES:
+        assert a[name] == pytest.approx(b[name], rel=1e-6, abs=1e-9), name
+
+
+def test_modality_is_a_feature_and_old_versions_are_not_current() -> None:
+    data = load_digits()
+    X, y = _sample(data.images, data.target)
+    image = handcrafted_metafeatures(X, y, summary={"kind": "image"})
+    table = handcrafted_metafeatures(X.reshape(len(X), -1), y, summary={"kind": "tabular"})
+    assert (image["modality_image"], image["modality_table"]) == (1.0, 0.0)
+    assert (table["modality_image"], table["modality_table"]) == (0.0, 1.0)
+    assert is_current(image) and not is_current({"num_classes": 10.0}) and not is_current(None)

@@ -28,3 +28,33 @@ def test_a_far_dataset_takes_no_seeds_from_its_neighbours() -> None:
     far = WarmStart("handcrafted", (n,), far=True, distance_ratio=12.0)
     assert far.seeds == []
     assert WarmStart.from_record(far.to_record()) == far  # resume sees the same decision
+
+
+def test_meta_features_of_an_older_version_are_recomputed_once_and_stored(tmp_path) -> None:
+    """A store written before meta-features version 2: the first warm start recomputes them from
+    the samples (saying so) and stores them; the next reads them."""
+    import json
+    from pathlib import Path
+
+    from agent.data import describe_dataset, load_dataset, sample_dataset
+    from agent.jobs import load_job
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.starter import import_starter, read_starter, write_starter
+    from agent.meta.handcrafted import HANDCRAFTED_NAMES, is_current
+    from agent.tuning.warmstart import plan_warm_start
+
+    repo = Path(__file__).resolve().parents[2]
+    header, entries = read_starter(repo / "starter" / "mlp.npz")
+    old = [{**e, "metafeatures": {n: 0.5 for n in HANDCRAFTED_NAMES[:10]}} for e in entries[:6]]  # version 1's shape
+    write_starter(tmp_path / "old.npz", header["job"], header["space"], old)
+    kb = open_knowledge_base("memory:")
+    import_starter(kb, tmp_path / "old.npz")
+    data = load_dataset("wine")
+    sample, summary = sample_dataset(data, 256, seed=0), describe_dataset(data)
+    said: list[str] = []
+    warm = plan_warm_start(kb, load_job("mlp"), data, sample, summary, "handcrafted", 3, tmp_path, progress=said.append)
+    assert warm.neighbours and any("older version" in line and "6 historical datasets" in line for line in said)
+    assert all(is_current(json.loads(kb.study_tags(s)["metafeatures"])) for s in kb.list_studies())
+    again: list[str] = []
+    plan_warm_start(kb, load_job("mlp"), data, sample, summary, "handcrafted", 3, tmp_path, progress=again.append)
+    assert not any("older version" in line for line in again)
