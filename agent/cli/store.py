@@ -70,11 +70,17 @@ def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str,
 @click.option("--port", type=int, default=5000, show_default=True)
 @click.option("--pg-port", type=int, default=5433, show_default=True, help="PostgreSQL's port (127.0.0.1 only).")
 @click.option("--auth", is_flag=True, help="MLflow's basic-auth app: users and per-experiment permissions.")
-def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool) -> None:
+@click.option("--stop", is_flag=True, help="Stop the PostgreSQL and MLflow of --data-dir that are still running (a server "
+                                          "left by a killed process) and exit.")
+def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool, stop: bool) -> None:
     """Run a team tracking server: mlflow server on PostgreSQL, artifacts proxied; Ctrl-C stops both."""
     from agent.knowledge.team_server import TeamServer
 
-    code = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth).serve(say=click.echo)
+    team = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth)
+    if stop:
+        team.stop(say=click.echo)
+        return
+    code = team.serve(say=click.echo)
     if code:
         raise TuneAgentError(f"mlflow server exited with code {code}; see {Path(data_dir) / 'logs' / 'mlflow.log'}")
 

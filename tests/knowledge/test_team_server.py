@@ -1,6 +1,7 @@
-"""The team tracking server on a real PostgreSQL: `tune-agent server` makes the cluster, serves
-MLflow over it with proxied artifacts, four agents log into it at once without losing a run, and
-Ctrl-C (SIGTERM) stops MLflow and PostgreSQL."""
+"""The team tracking server on a real PostgreSQL: `tune-agent server` makes the cluster (passwords
+required), serves MLflow over it with proxied artifacts, four agents log into it at once without
+losing a run, each user's studies are theirs to change and everyone's to read, Ctrl-C (SIGTERM)
+stops MLflow and PostgreSQL, and a SIGKILL of the server leaves nothing running."""
 
 from __future__ import annotations
 
@@ -106,9 +107,18 @@ def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None
         assert sorted(t.number for t in trials) == [0, 1, 2], d  # every trial once
         assert all(t.state == TRIAL_OK for t in trials)
     # the runs are rows in PostgreSQL, and the dataset samples went through MLflow's artifact proxy
-    rows = subprocess.run([pg_binary("psql"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "tune_agent", "-d", "mlflow",
-                           "-tAc", "SELECT count(*) FROM runs"], capture_output=True, text=True, check=True)
+    psql = [pg_binary("psql"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "tune_agent", "-d", "mlflow", "-tAc",
+            "SELECT count(*) FROM runs"]
+    password = (data / "auth" / "postgres_password").read_text().strip()
+    rows = subprocess.run(psql, capture_output=True, text=True, check=True, env={**os.environ, "PGPASSWORD": password})
     assert int(rows.stdout.strip()) == 4 * 4
+    # without the password PostgreSQL refuses everyone, MLflow's login cannot be gone around
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"PGPASSFILE": os.devnull}
+    refused = subprocess.run([*psql[:-1], "SELECT 1"], capture_output=True, text=True, env=bare, stdin=subprocess.DEVNULL)
+    assert refused.returncode != 0 and "password" in refused.stderr
+    assert (data / "auth").stat().st_mode & 0o777 == 0o700
+    for secret in (data / "auth").iterdir():
+        assert secret.stat().st_mode & 0o777 == 0o600, secret.name
     assert any(p.name.endswith(".npz") or p.suffix == ".json" for p in (data / "artifacts").rglob("*"))
     # a fifth process reading the history sees the four finished studies
     res = subprocess.run([sys.executable, "-m", "agent.cli", "history", "--tracking-uri", url], cwd=REPO,
@@ -117,12 +127,13 @@ def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None
     assert all(f"team-{d}" in res.stdout for d in datasets)
 
 
-def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_server, cli, monkeypatch) -> None:  # noqa: ANN001
-    """A wrong password, and a user without EDIT on the experiment the admin's studies made, each
-    get one line and exit 2, leaving no study; once granted EDIT the same user's study runs.
+def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner(team_server, cli, monkeypatch) -> None:  # noqa: ANN001
+    """A wrong password gets one line and exit 2. A second user's study goes to that user's own
+    experiment; the user reads the admin's studies (history, warm start) but cannot log to, tag or
+    delete their runs, the server refuses (403), and a command that would is one line, exit 2.
     (In this process, through the real entry point: a fresh process per refusal cost ~10 s each.)"""
+    import mlflow
     from mlflow.server import get_app_client
-    from mlflow.server.auth.permissions import RESOURCE_TYPE_EXPERIMENT
 
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
@@ -130,9 +141,12 @@ def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_se
     admin = _admin(data)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
-    def start(name: str, user: str, password: str):  # noqa: ANN202
+    def as_user(user: str, password: str) -> None:
         monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
         monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+
+    def start(name: str, user: str, password: str):  # noqa: ANN202
+        as_user(user, password)
         return cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
                    "--warm-start", "none", "--study-name", name, "--tracking-uri", url)
 
@@ -142,20 +156,27 @@ def test_credentials_come_from_the_environment_and_refusals_are_one_line(team_se
         f"tune-agent: error: tracking server {url} refused the request as user 'admin' (401)")
     assert "Traceback" not in wrong.err
 
-    for key, value in admin.items():
-        monkeypatch.setenv(key, value)
-    client = get_app_client("basic-auth", tracking_uri=url)
-    client.create_user("bob", "bob-password-123")
-    refused = start("by-bob", "bob", "bob-password-123")
-    assert refused.code == 2
-    assert "bob has no permission for this (403)" in refused.err.strip().splitlines()[-1]
-    for key, value in admin.items():
-        monkeypatch.setenv(key, value)
-    assert MlflowKnowledgeBase(url).find_study("by-bob") is None  # nothing half-written
-
-    client.grant_user_permission("bob", RESOURCE_TYPE_EXPERIMENT, client_experiment(url, "team-iris"), "EDIT")
-    granted = start("by-bob", "bob", "bob-password-123")
-    assert granted.code == 0, granted.err[-2000:]
+    as_user(*admin.values())
+    get_app_client("basic-auth", tracking_uri=url).create_user("bob", "bob-password-123")
+    mine = start("by-bob", "bob", "bob-password-123")
+    assert mine.code == 0, mine.err[-2000:]
+    kb = MlflowKnowledgeBase(url)
+    theirs, bobs = kb.find_study("team-iris"), kb.find_study("by-bob")  # bob reads everyone's studies
+    assert theirs is not None and bobs is not None and bobs.tags.get("owner") == "bob"
+    client = mlflow.MlflowClient(url)
+    assert client.get_experiment(client.get_run(bobs.study_id).info.experiment_id).name.endswith("/bob")
+    trial = kb.trials(theirs)[0]
+    for attempt in (lambda: client.log_metric(trial.trial_id, "objective", 999.0),
+                    lambda: client.set_tag(trial.trial_id, "tune_agent.state", "ok"),
+                    lambda: client.delete_run(trial.trial_id)):
+        with pytest.raises(mlflow.exceptions.MlflowException) as refused:
+            attempt()
+        assert "PERMISSION_DENIED" in str(refused.value) or "403" in str(refused.value)
+    changed = cli("resume", "team-iris", "--tracking-uri", url)  # resuming writes the study's status
+    assert changed.code == 2 and len(changed.err.strip().splitlines()) == 1, changed.err
+    assert "bob has no permission for this (403)" in changed.err
+    as_user(*admin.values())
+    assert kb.trials(theirs)[0].value == trial.value  # untouched
 
 
 def client_experiment(url: str, study: str) -> str:
@@ -165,6 +186,36 @@ def client_experiment(url: str, study: str) -> str:
     client = mlflow.MlflowClient(url)
     run = client.search_runs([e.experiment_id for e in client.search_experiments()], f"attributes.run_name = '{study}'")[0]
     return run.info.experiment_id
+
+
+def test_a_killed_server_leaves_nothing_running_and_a_second_start_says_so() -> None:
+    """SIGKILL of `tune-agent server`: PostgreSQL and MLflow die with it (parent-death signal); a
+    server still up on the same data dir is refused in one line pointing to --stop."""
+    from agent.knowledge.team_server import TeamServer
+
+    with serving() as (url, data, pg_port, proc):
+        second = subprocess.run([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port",
+                                 str(_free_port()), "--pg-port", str(_free_port())], cwd=REPO, capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 2 and "--stop" in second.stderr and len(second.stderr.strip().splitlines()) == 1
+        pids = [int((data / "postgres" / "postmaster.pid").read_text().split()[0]),
+                int((data / "logs" / "mlflow.pid").read_text())]
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(_running(pid) for pid in pids)
+        assert TeamServer(data).running() == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "zombie" in status.read_text())
 
 
 def test_sigterm_stops_mlflow_and_postgres(team_server) -> None:  # noqa: ANN001

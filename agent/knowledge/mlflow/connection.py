@@ -207,21 +207,30 @@ class MlflowConnection(KnowledgeBase):
             if not token:
                 return
 
+    @property
+    def owner(self) -> str | None:
+        """Who writes to a tracking server: its user (``MLFLOW_TRACKING_USERNAME``); None on a
+        local store. On a server with users every owner's studies of a job go to the owner's own
+        experiment, which MLflow's permissions then guard: the team reads it (the server's default
+        permission), only its owner (who created it: MANAGE) can log to, tag or delete its runs."""
+        return os.environ.get("MLFLOW_TRACKING_USERNAME") or None if self._remote else None
+
     def _experiment_for(self, job: str) -> str:
-        name = f"tune-agent/{job}"
+        name = f"tune-agent/{job}" + (f"/{self.owner}" if self.owner else "")
         exp = self._call(self._client.get_experiment_by_name, name)
         location = None
         if self.artifact_root:
             root = self.artifact_root
             location = root if "://" in root else Path(root).resolve().as_uri()
-            location = f"{location.rstrip('/')}/{job}"
+            location = f"{location.rstrip('/')}/{job}" + (f"/{self.owner}" if self.owner else "")
         if exp is not None:
             if self._root_given and location and exp.artifact_location.rstrip("/") != location.rstrip("/"):
                 raise StoreError(f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
                                  f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
                                  "another store)")
             return exp.experiment_id
-        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`: one parent run per study."}
+        whose = f" by {self.owner}" if self.owner else ""
+        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study."}
         try:
             return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
         except StoreError:

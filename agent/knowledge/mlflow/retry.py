@@ -75,8 +75,8 @@ def explain_mlflow_error(uri: str, exc: Exception) -> str:
                 "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server")
     if code == "PERMISSION_DENIED" or "error code 403" in text:
         user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
-        return (f"tracking server {uri}: {user} has no permission for this (403); ask the server's admin for EDIT "
-                "on the tune-agent experiments")
+        return (f"tracking server {uri}: {user} has no permission for this (403); a study can be changed only by "
+                "its owner (everyone reads it): start your own, or ask the server's admin for EDIT on its experiment")
     first = text.splitlines()[0] if text else type(exc).__name__
     return f"tracking store {uri}: {first}"
 

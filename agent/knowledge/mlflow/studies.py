@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +50,7 @@ class MlflowStudies(MlflowConnection):
         tags = layout.study_tags(name, settings, dataset_summary)
         kind = tags.pop("kind")  # tagged last: searches find the study only once it is complete
         run_tags = {T + k: v for k, v in tags.items()}
+        run_tags[T + "owner"] = self.owner or _local_user()
         run = self._create_run(exp_id, name, {**run_tags, "mlflow.note.content": description})
         rid = run.info.run_id
         params = layout.study_params(settings, dataset_summary)
@@ -269,3 +271,11 @@ def _cache_row(run: Any) -> dict[str, Any]:
             "run_name": run.info.run_name, "params": dict(run.data.params),
             "tags": {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}}
 
+
+def _local_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return str(os.getuid())
