@@ -46,12 +46,20 @@ class StoreError(TuneAgentError):
     """The tracking store cannot be reached or holds something unexpected."""
 
 
+class StoreUnwritableError(StoreError):
+    """The store or its artifact root takes no writes: a full disk, a read-only file system."""
+
+
 class StudyError(TuneAgentError):
     """A study is unknown, finished, or cannot be resumed as asked."""
 
 
 class ExtractorError(TuneAgentError):
     """The meta-feature extractor's settings, target distances or saved file cannot be used."""
+
+
+class ModelFileError(TuneAgentError):
+    """A file the pipeline wrote under ``models/`` cannot be read (corrupt, cut, another version)."""
 
 
 class EmptyHistoryError(TuneAgentError):

@@ -77,6 +77,13 @@ def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool, stop: 
     from agent.knowledge.team_server import TeamServer
 
     team = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth)
+    try:
+        team.data_dir.mkdir(parents=True, exist_ok=True)
+        probe = team.data_dir / ".write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TuneAgentError(f"cannot use --data-dir {data_dir}: {exc.strerror or type(exc).__name__}") from None
     if stop:
         team.stop(say=click.echo)
         return

@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from agent.errors import StoreError, StudyInterrupted, TuneAgentError, WorkersLostError
+from agent.errors import StoreError, StoreUnwritableError, StudyInterrupted, TuneAgentError, WorkersLostError
 from agent.execution.resources import ExecutionSettings
 
 
@@ -60,6 +60,8 @@ def run_prepared(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, 
         raise StudyInterrupted("interrupted", hint=resume) from None
     except WorkersLostError as exc:
         raise exc.hinted(f"{resume} ({exc.remedy})") from None
+    except StoreUnwritableError as exc:  # a full disk, a read-only file system: nothing comes back by waiting
+        raise exc.hinted(f"once it takes writes again, {resume}") from None
     except StoreError as exc:  # the store went away mid-study: what was told is kept there
         raise exc.hinted(f"once the store is back, {resume}") from None
 

@@ -42,7 +42,9 @@ class Job(Protocol):
             initialisation and shuffling reproducible.
 
     The LightningModule should log ``train_loss``, ``train_acc``, ``val_loss`` and ``val_acc`` per
-    epoch; :class:`agent.jobs.classifier.ClassifierModule` does that for classifiers.
+    epoch; :class:`agent.jobs.classifier.ClassifierModule` does that for classifiers. A job may
+    declare them as ``metrics`` (a tuple of names): ``--metric`` is then checked against it before
+    the study is made, instead of failing its first trials.
     """
 
     name: str

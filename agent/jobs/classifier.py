@@ -18,6 +18,8 @@ from torch.nn import functional as F
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
+CLASSIFIER_METRICS = ("val_loss", "val_acc", "train_loss", "train_acc")  # what ClassifierModule logs per epoch
+
 
 class ClassifierModule(pl.LightningModule):
     """A LightningModule around ``self.net`` (set by subclasses) that maps inputs to logits."""

@@ -22,7 +22,11 @@ from torch import nn
 
 from agent.errors import JobError
 from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import ClassifierModule, exponential_decay
+from agent.jobs.classifier import (
+    CLASSIFIER_METRICS,
+    ClassifierModule,
+    exponential_decay,
+)
 from agent.jobs.datamodule import ArrayDataModule
 from agent.space import Float, Int, SearchSpace
 
@@ -107,6 +111,7 @@ class CNNJob:
 
     name = "cnn"
     metric = "val_loss"
+    metrics = CLASSIFIER_METRICS
     mode = "min"
 
     def __init__(self) -> None:

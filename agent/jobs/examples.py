@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import ClassifierModule
+from agent.jobs.classifier import CLASSIFIER_METRICS, ClassifierModule
 from agent.jobs.datamodule import ArrayDataModule
 from agent.space import Categorical, Condition, Float, SearchSpace
 
@@ -54,6 +54,7 @@ class LogisticJob:
 
     name = "logistic"
     metric = "val_loss"
+    metrics = CLASSIFIER_METRICS
     mode = "min"
 
     def __init__(self) -> None:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import ClassifierModule
+from agent.jobs.classifier import CLASSIFIER_METRICS, ClassifierModule
 from agent.jobs.datamodule import ArrayDataModule
 from agent.space import Float, Int, SearchSpace
 
@@ -100,6 +100,7 @@ class MLPJob:
 
     name = "mlp"
     metric = "val_loss"
+    metrics = CLASSIFIER_METRICS
     mode = "min"
 
     def __init__(self) -> None:

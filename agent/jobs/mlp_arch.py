@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import ClassifierModule
+from agent.jobs.classifier import CLASSIFIER_METRICS, ClassifierModule
 from agent.jobs.datamodule import ArrayDataModule
 from agent.space import Condition, Float, Int, SearchSpace
 
@@ -73,6 +73,7 @@ class MLPArchJob:
 
     name = "mlp-arch"
     metric = "val_loss"
+    metrics = CLASSIFIER_METRICS
     mode = "min"
 
     def __init__(self) -> None:

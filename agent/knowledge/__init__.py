@@ -4,8 +4,8 @@
 ``open_knowledge_base`` reads the URI's scheme, as MLflow picks a store:
 
 - ``memory:`` or ``memory://NAME``: a new, empty :class:`~agent.knowledge.memory.InMemoryKnowledgeBase`;
-- ``sqlite:``, ``http:``, ``https:``, ``file:`` or a plain path:
-  :class:`~agent.knowledge.mlflow.backend.MlflowKnowledgeBase`;
+- ``sqlite:``, ``http:``, ``https:``: :class:`~agent.knowledge.mlflow.backend.MlflowKnowledgeBase`
+  (``file:`` and plain folders, MLflow's file store in maintenance mode, are refused in one line);
 - ``None``: ``MLFLOW_TRACKING_URI`` if set, else the embedded ``sqlite:///mlflow/mlflow.db``,
   then by scheme as above.
 
@@ -39,7 +39,7 @@ def open_knowledge_base(uri: str | None, artifact_root: str | None = None) -> Kn
         from agent.knowledge.memory import InMemoryKnowledgeBase
 
         return InMemoryKnowledgeBase(resolved)
-    if scheme in MLFLOW:
+    if scheme in MLFLOW or scheme in ("", "file"):  # the last two: refused by the backend with what to use
         from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
         return MlflowKnowledgeBase(resolved, artifact_root)

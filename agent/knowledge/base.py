@@ -100,6 +100,10 @@ class KnowledgeBase(abc.ABC):
         if absent), so that processes sharing it later find it complete; :class:`StoreError` when
         it cannot serve. Idempotent and cheap once open."""
 
+    def check_artifact_root(self, job: str) -> None:  # noqa: B027 - most stores keep no artifact root
+        """Refuses, before a study of ``job`` is prepared, an artifact root given for it that this
+        store cannot use; stores without one accept anything."""
+
     # -- studies -------------------------------------------------------------------------------
     @abc.abstractmethod
     def create_study(

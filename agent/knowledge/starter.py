@@ -88,11 +88,19 @@ def read_starter(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A starter file's header (format, job, space) and its entries, samples included."""
     if not path.is_file():
         raise TuneAgentError(f"starter history not found: {path}")
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise TuneAgentError(f"cannot read starter history {path}: not a starter file (not an .npz archive); make one "
+                             "with `tune-agent bootstrap --export FILE`")
     try:
         archive = np.load(path, allow_pickle=False)
         data = json.loads(archive["header"].tobytes().decode())
-    except (OSError, ValueError, KeyError) as exc:
-        raise TuneAgentError(f"cannot read starter history {path}: {type(exc).__name__}") from None
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        why = {"KeyError": "no header: not a starter file"}.get(type(exc).__name__,
+                                                                  str(exc).strip().splitlines()[0][:160] if str(exc) else "")
+        raise TuneAgentError(f"cannot read starter history {path}: not a starter file ({type(exc).__name__}"
+                             f"{': ' + why if why else ''}); make one with `tune-agent bootstrap --export FILE`") from None
     if data.get("format") != FORMAT:
         raise TuneAgentError(f"starter history {path} has format {data.get('format')!r}; this tune-agent reads {FORMAT}")
     entries = [{**entry, "sample": (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None}

@@ -61,7 +61,16 @@ class LearnedFeaturizer:
 def _read_json(path: Path) -> dict:
     import json
 
-    return json.loads(path.read_text())
+    from agent.errors import ExtractorError
+
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a mapping of dataset keys to vectors")
+        return data
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ExtractorError(f"cannot read the meta-feature index {path} ({type(exc).__name__}: {str(exc)[:120]}); "
+                             "rebuild it with `dvc repro` (or `tune-agent meta train`), or move it aside") from None
 
 
 @dataclass(frozen=True)

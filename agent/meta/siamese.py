@@ -341,7 +341,10 @@ class MetaFeatureExtractor:
             config = ExtractorConfig.from_dict(payload["config"])
             net = MetaFeatureNet(config)
             net.load_state_dict(payload["state_dict"])
-        except (OSError, KeyError, RuntimeError, TypeError) as exc:
-            raise ExtractorError(f"cannot load meta-feature extractor from {path}: {exc}") from exc
-        return cls(net, config, payload["scale"])
+            scale = payload["scale"]
+        except Exception as exc:  # noqa: BLE001 - a cut or corrupt file raises anything pickle and torch can
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ExtractorError(f"cannot load the meta-feature extractor {path} ({type(exc).__name__}: {first}); "
+                                 "rebuild it with `dvc repro` (or `tune-agent meta train`), or move it aside") from None
+        return cls(net, config, scale)
 

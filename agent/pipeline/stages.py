@@ -21,9 +21,18 @@ DISTANCES_FILE = Path("data/distances.json")
 
 
 def load_params(path: Path) -> dict[str, Any]:
+    """The pipeline's settings (``params.yaml``): a mapping of stage names to their settings."""
     import yaml
 
-    return yaml.safe_load(Path(path).read_text()) or {}
+    from agent.errors import TuneAgentError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TuneAgentError(f"cannot read --params {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise TuneAgentError(f"--params {path} must map stage names (export, distances, ...) to their settings")
+    return data
 
 
 def stage_export(kb: Any, p: Mapping[str, Any], out: Path = EXPORT_DIR) -> int:

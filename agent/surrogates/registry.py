@@ -68,8 +68,14 @@ def tnp_meta(models_dir: Path, space_signature: str) -> dict[str, Any] | None:
     meta = Path(models_dir) / TNP_META
     if not (Path(models_dir) / TNP_FILE).exists() or not meta.exists():
         return None
-    info = json.loads(meta.read_text())
-    return info if info.get("space_signature") == space_signature else None
+    try:
+        info = json.loads(meta.read_text())
+    except (OSError, ValueError) as exc:
+        from agent.errors import ModelFileError
+
+        raise ModelFileError(f"cannot read {meta} ({type(exc).__name__}); rebuild it with `dvc repro` (or "
+                             "`tune-agent meta train-transfer`), or move it aside") from None
+    return info if isinstance(info, dict) and info.get("space_signature") == space_signature else None
 
 
 def resolve(requested: str, inputs: SurrogateInputs) -> Resolution:

@@ -229,10 +229,18 @@ class TNP(nn.Module):
 
     @classmethod
     def load(cls, path: str) -> TNP:
-        blob = torch.load(path, weights_only=True)
-        net = cls(int(blob["dim"]), TNPConfig.from_dict(blob["config"]))
-        net.to(next(iter(blob["state"].values())).dtype)
-        net.load_state_dict(blob["state"])
+        """The TNP saved at ``path``; a file that cannot be read is one line naming it and how to rebuild it."""
+        from agent.errors import ModelFileError
+
+        try:
+            blob = torch.load(path, weights_only=True)
+            net = cls(int(blob["dim"]), TNPConfig.from_dict(blob["config"]))
+            net.to(next(iter(blob["state"].values())).dtype)
+            net.load_state_dict(blob["state"])
+        except Exception as exc:  # noqa: BLE001 - a cut or corrupt file raises anything pickle and torch can
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ModelFileError(f"cannot load the TNP {path} ({type(exc).__name__}: {first}); rebuild it with "
+                                 "`dvc repro` (or `tune-agent meta train-transfer`), or move it aside") from None
         return net
 
 

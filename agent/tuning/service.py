@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping
 from agent.config import StudyRequest, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
+from agent.samplers.base import Sampler
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs
-from agent.samplers.base import Sampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
@@ -125,11 +125,16 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     Without ``fits`` (the benchmark's per-worker cache) source models come from, and new ones go
     to, ``models_dir/source_models.jsonl`` (:mod:`agent.tuning.source_models`).
     """
+    from agent.samplers import registry as sampler_registry
     from agent.surrogates import registry
     from agent.surrogates.source_store import SourceModelStore
-    from agent.tuning.source_models import MAX_SOURCES, fit_missing, history_sources, most_relevant, sources_used
-
-    from agent.samplers import registry as sampler_registry
+    from agent.tuning.source_models import (
+        MAX_SOURCES,
+        fit_missing,
+        history_sources,
+        most_relevant,
+        sources_used,
+    )
 
     models_dir = Path(settings.models_dir)
     fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
@@ -231,6 +236,9 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
 
         data = load_dataset(req.dataset, label=req.label, drop=req.drop)
         job = load_job(req.job)
+    known = getattr(job, "metrics", None)
+    if req.metric is not None and known and req.metric not in known:  # refused before anything trains
+        raise StudyError(f"--metric {req.metric}: job {job.name} logs {', '.join(known)}")
     if isinstance(job, BenchmarkJob):
         data, sample, split = job.task(req.dataset), None, None
         summary: dict[str, Any] = {"source": job.name, "kind": "benchmark", "instance": data.instance}
@@ -242,6 +250,7 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
         sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
         split = None
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
+    kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
     name = req.study_name or default_study_name(data.name, job.name)
     if kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
@@ -260,25 +269,36 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
         f"{settings.mode} {settings.metric}, seed {settings.seed}. {warm.message}"
     )
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
-    tags: dict[str, Any] = {
-        "warm_start": warm.to_record(),
-        "warm_start_method": warm.method,
-        "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
-        "surrogate": planned.plan.surrogate,
-        "surrogate_note": planned.plan.note,
-        PLAN_TAG: planned.plan.to_record(),
-    }
-    if sample is not None:
-        from agent.meta.handcrafted import handcrafted_metafeatures
+    try:
+        tags: dict[str, Any] = {
+            "warm_start": warm.to_record(),
+            "warm_start_method": warm.method,
+            "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
+            "surrogate": planned.plan.surrogate,
+            "surrogate_note": planned.plan.note,
+            PLAN_TAG: planned.plan.to_record(),
+        }
+        if sample is not None:
+            from agent.meta.handcrafted import handcrafted_metafeatures
 
-        tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
-    kb.set_study_tags(record, tags)
-    study = Study(kb, record, job.space, planned.sampler(job.space, settings))
+            tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
+        kb.set_study_tags(record, tags)
+        study = Study(kb, record, job.space, planned.sampler(job.space, settings))
+    except BaseException:
+        _close_failed(kb, record)  # a study that never ran a trial is closed, not left RUNNING
+        raise
     if not isinstance(job, BenchmarkJob):
         from agent.data import split_dataset
 
         split = split_dataset(data, settings.val_fraction, settings.seed)
     return study, job, data, split
+
+
+def _close_failed(kb: KnowledgeBase, record: Any) -> None:
+    try:
+        kb.update_study(record, "failed")
+    except Exception:  # noqa: BLE001 - a store that takes no write: the error being raised says so
+        pass
 
 
 def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any],

@@ -39,9 +39,12 @@ def test_memory_uris_open_a_new_empty_store_each_time() -> None:
 
 
 def test_mlflow_uris_and_paths_open_mlflow_without_creating_the_store(tmp_path: Path, monkeypatch) -> None:
-    for uri in (f"sqlite:///{tmp_path / 'a.db'}", str(tmp_path / "runs"), (tmp_path / "runs").as_uri()):
-        kb = open_knowledge_base(uri, str(tmp_path / "art"))
-        assert isinstance(kb, MlflowKnowledgeBase) and kb.tracking_uri == uri and kb.artifact_root == str(tmp_path / "art")
+    uri = f"sqlite:///{tmp_path / 'a.db'}"
+    kb = open_knowledge_base(uri, str(tmp_path / "art"))
+    assert isinstance(kb, MlflowKnowledgeBase) and kb.tracking_uri == uri and kb.artifact_root == str(tmp_path / "art")
+    for folder in (str(tmp_path / "runs"), (tmp_path / "runs").as_uri()):  # MLflow's file store: refused, with what to use
+        with pytest.raises(StoreError, match="folder store.*sqlite:///"):
+            open_knowledge_base(folder)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'env.db'}")
     assert open_knowledge_base(None).tracking_uri == f"sqlite:///{tmp_path / 'env.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "memory://from-env")

@@ -347,3 +347,5 @@ def test_server_that_stays_down_ends_in_one_line_naming_resume(server: _Server) 
     assert len(errors) == 1, "".join(err)[-2000:]
     assert url in errors[0] and "tune-agent resume gone" in errors[0]
     assert "Traceback" not in "".join(err)
+    # one outage is waited out once: later calls in it do not each retry again (21 lines once)
+    assert sum("retrying (" in line for line in err) <= 1, "".join(err)[-2000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
-from agent.errors import StoreError
+from agent.errors import StoreError, StoreUnwritableError
 from agent.knowledge import layout
 from agent.knowledge.base import (
     TRIAL_KILLED,
@@ -34,10 +34,12 @@ from agent.knowledge.mlflow.store_file import (
     DEFAULT_ARTIFACT_ROOT,
     DEFAULT_TRACKING_URI,
     T,
+    unwritable,
     _sqlite_path,
     check_reachable,
     create_sqlite_store,
     resolve_tracking_uri,
+    store_exists,
 )
 
 
@@ -67,6 +69,8 @@ class MlflowConnection(KnowledgeBase):
             from mlflow import MlflowClient
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
+            # its SQLAlchemy errors come back to _call as exceptions, said there in one line
+            logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
             os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
             # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
             # against a server; the study's own lines say where things are.
@@ -104,9 +108,16 @@ class MlflowConnection(KnowledgeBase):
         path = Path(root[len("file://"):] if root.startswith("file://") else root)
         try:
             path.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path, prefix=".tune-agent-write-check-"):
-                pass
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".tune-agent-write-check-") as probe:
+                probe.write(b"\0" * 65536)  # a full disk still makes an empty file: write what a sample needs
+                probe.flush()
+                os.fsync(probe.fileno())
         except OSError as exc:
+            import errno
+
+            if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+                raise unwritable(f"artifact root {path} is not writable", exc).hinted(
+                    "give a writable --artifact-root") from None
             raise StoreError(f"artifact root {path} is not writable ({exc.strerror or type(exc).__name__}); "
                              "give a writable --artifact-root") from None
 
@@ -119,12 +130,18 @@ class MlflowConnection(KnowledgeBase):
 
         delays = retry_delays()
         attempt = 0
+        first_failure: float | None = None
         quick = True  # one silent retry at once: a dropped keep-alive connection is not an outage
         while True:
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                self.__dict__["_gave_up"] = False
+                return result
             except (MlflowException, OSError) as exc:
                 down = self._remote and unreachable(exc)
+                if down and self.__dict__.get("_gave_up"):  # the same outage: one wait in all, not one per call
+                    raise StoreError(f"tracking server {self.tracking_uri} still unreachable") from None
+                first_failure = time.monotonic() if first_failure is None else first_failure
                 if quick and self._retry_at_once(exc):
                     quick = False
                     time.sleep(QUICK_RETRY_SECONDS)
@@ -138,11 +155,14 @@ class MlflowConnection(KnowledgeBase):
                     time.sleep(delay)
                     continue
                 if down:
+                    self.__dict__["_gave_up"] = True
                     raise StoreError(f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
-                                     f"retries over {sum(delays):g} s") from None
+                                     f"retries over {time.monotonic() - first_failure:.0f} s") from None
                 if isinstance(exc, MlflowException):
-                    raise StoreError(explain_mlflow_error(self.tracking_uri, exc)) from None
-                raise
+                    line = explain_mlflow_error(self.tracking_uri, exc)
+                    raise (StoreUnwritableError if "nothing was written" in line else StoreError)(line) from None
+                raise unwritable(f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",
+                                 exc) from None
 
     def _call_once(self, make: Any, find: Any) -> Any:
         """``make()`` through :meth:`_call`, in effect once: a server can do the work and lose its
@@ -215,19 +235,40 @@ class MlflowConnection(KnowledgeBase):
         permission), only its owner (who created it: MANAGE) can log to, tag or delete its runs."""
         return os.environ.get("MLFLOW_TRACKING_USERNAME") or None if self._remote else None
 
-    def _experiment_for(self, job: str) -> str:
+    def _experiment_location(self, job: str) -> tuple[str, str | None]:
+        """The job's experiment name and where its artifacts go (None: MLflow's default)."""
         name = f"tune-agent/{job}" + (f"/{self.owner}" if self.owner else "")
-        exp = self._call(self._client.get_experiment_by_name, name)
         location = None
         if self.artifact_root:
             root = self.artifact_root
             location = root if "://" in root else Path(root).resolve().as_uri()
             location = f"{location.rstrip('/')}/{job}" + (f"/{self.owner}" if self.owner else "")
+        return name, location
+
+    def _conflict(self, exp: Any, name: str, location: str | None) -> None:
+        if self._root_given and location and exp.artifact_location.rstrip("/") != location.rstrip("/"):
+            raise StoreError(f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
+                             f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
+                             "another store)")
+
+    def check_artifact_root(self, job: str) -> None:
+        """An explicit ``--artifact-root`` that ``job``'s experiment cannot take, or that takes no
+        files, refused now: before a study's preparation, not after it."""
+        if not self._root_given:
+            return
+        self._check_artifact_root()
+        if not store_exists(self.tracking_uri):
+            return
+        name, location = self._experiment_location(job)
+        exp = self._call(self._client.get_experiment_by_name, name)
         if exp is not None:
-            if self._root_given and location and exp.artifact_location.rstrip("/") != location.rstrip("/"):
-                raise StoreError(f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
-                                 f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
-                                 "another store)")
+            self._conflict(exp, name, location)
+
+    def _experiment_for(self, job: str) -> str:
+        name, location = self._experiment_location(job)
+        exp = self._call(self._client.get_experiment_by_name, name)
+        if exp is not None:
+            self._conflict(exp, name, location)
             return exp.experiment_id
         whose = f" by {self.owner}" if self.owner else ""
         tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study."}

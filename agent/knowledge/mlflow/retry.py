@@ -73,6 +73,11 @@ def explain_mlflow_error(uri: str, exc: Exception) -> str:
         who = f"as user {user!r}" if user else "without credentials"
         return (f"tracking server {uri} refused the request {who} (401): set MLFLOW_TRACKING_USERNAME and "
                 "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server")
+    low = text.lower()
+    if "readonly database" in low or "read-only file system" in low:
+        return f"tracking store {uri} is read-only (attempt to write a readonly database); nothing was written"
+    if "database or disk is full" in low or "no space left" in low:
+        return f"tracking store {uri}: its disk is full (database or disk is full); nothing was written"
     if code == "PERMISSION_DENIED" or "error code 403" in text:
         user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
         return (f"tracking server {uri}: {user} has no permission for this (403); a study can be changed only by "

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from agent.errors import StoreError
+from agent.errors import StoreError, StoreUnwritableError
 from agent.knowledge import DEFAULT_ARTIFACT_ROOT as DEFAULT_ARTIFACT_ROOT  # the embedded store's, named by the interface
 from agent.knowledge import study_cache
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow/mlflow.db"
 T = "tune_agent."  # tag prefix
-SCHEMES = ("", "file", "sqlite", "http", "https")  # what check_reachable accepts
+SCHEMES = ("sqlite", "http", "https")  # what check_reachable accepts
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -47,11 +47,29 @@ def create_sqlite_store(path: Path) -> None:
     """
     if path.exists():  # the usual case: no template lookup (nor a first template build) for a store that is there
         return
+    if path.parent == Path(DEFAULT_TRACKING_URI[len("sqlite:///"):]).parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)  # the embedded store's folder, in any folder a study starts in
     template = schema_template()
-    if template is None:
-        _build_atomically(path, _migrate)
-    else:
-        _build_atomically(path, lambda partial: _copy_template(template, partial))
+    try:
+        if template is None:
+            _build_atomically(path, _migrate)
+        else:
+            _build_atomically(path, lambda partial: _copy_template(template, partial))
+    except OSError as exc:
+        raise unwritable(f"cannot create the tracking store {path}", exc) from None
+
+
+def unwritable(what: str, exc: OSError) -> StoreError:
+    """``what`` failed with ``exc``: one line naming the cause (a full disk, a read-only file
+    system, no permission), as the error the user can act on."""
+    import errno
+
+    causes = {errno.ENOSPC: "its disk is full", errno.EDQUOT: "the disk quota is used up",
+              errno.EROFS: "its file system is read-only", errno.EACCES: "no permission to write there"}
+    cause = causes.get(exc.errno or 0)
+    if cause is None:
+        return StoreError(f"{what}: {exc.strerror or type(exc).__name__}")
+    return StoreUnwritableError(f"{what}: {cause} ({exc.strerror}); nothing was written")
 
 
 def _build_atomically(path: Path, fill: Any) -> None:
@@ -66,8 +84,13 @@ def _build_atomically(path: Path, fill: Any) -> None:
             return
         partial = path.with_name(f".{path.name}.creating-{os.getpid()}")
         partial.unlink(missing_ok=True)
-        fill(partial)
-        os.replace(partial, path)
+        try:
+            fill(partial)
+            os.replace(partial, path)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    path.with_name(path.name + ".lock").unlink(missing_ok=True)
 
 
 def _migrate(partial: Path) -> None:
@@ -140,10 +163,15 @@ def check_reachable(uri: str) -> None:
             raise StoreError(f"cannot reach tracking server {uri} ({reason})") from None
     elif scheme == "sqlite":
         path = _sqlite_path(uri)
-        if path is None or (path.parent != Path("") and not path.parent.exists()):
+        default = uri == DEFAULT_TRACKING_URI  # its folder is made with the store, wherever a study starts
+        if path is None or (not default and path.parent != Path("") and not path.parent.exists()):
             raise StoreError(f"tracking store directory does not exist: {uri}")
+    elif scheme == "file" or (scheme == "" and uri):
+        raise StoreError(f"{uri} is a folder store (MLflow's file store, in maintenance mode): use a database, e.g. "
+                         f"--tracking-uri sqlite:///mlflow.db, or a tracking server's http:// address")
     elif scheme not in SCHEMES:
-        raise StoreError(f"unsupported tracking URI scheme {scheme!r}: {uri}")
+        raise StoreError(f"unsupported tracking URI scheme {scheme!r} in {uri} (known: sqlite:///PATH.db, http://, "
+                         "https://, memory:)")
 
 
 def store_exists(uri: str) -> bool:

@@ -53,17 +53,26 @@ class MlflowStudies(MlflowConnection):
         run_tags[T + "owner"] = self.owner or _local_user()
         run = self._create_run(exp_id, name, {**run_tags, "mlflow.note.content": description})
         rid = run.info.run_id
-        params = layout.study_params(settings, dataset_summary)
-        self._call(self._client.log_batch, rid, params=[Param(k, v) for k, v in params.items()])
-        self._call(self._client.log_inputs, rid, [self._dataset_input(settings, dataset_summary)])
-        self._call(self._client.log_dict, rid, dict(dataset_summary), "dataset/summary.json")
-        self._call(self._client.log_dict, rid, {"params": space}, "space.json")
-        if dataset_sample is not None:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "sample.npz"
-                np.savez_compressed(path, X=dataset_sample[0], y=dataset_sample[1])
-                self._call(self._client.log_artifact, rid, str(path), "dataset")
-        self._call(self._client.log_batch, rid, tags=[RunTag(T + "kind", kind)])
+        try:
+            params = layout.study_params(settings, dataset_summary)
+            self._call(self._client.log_batch, rid, params=[Param(k, v) for k, v in params.items()])
+            self._call(self._client.log_inputs, rid, [self._dataset_input(settings, dataset_summary)])
+            self._call(self._client.log_dict, rid, dict(dataset_summary), "dataset/summary.json")
+            self._call(self._client.log_dict, rid, {"params": space}, "space.json")
+            if dataset_sample is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = Path(tmp) / "sample.npz"
+                    np.savez_compressed(path, X=dataset_sample[0], y=dataset_sample[1])
+                    self._call(self._client.log_artifact, rid, str(path), "dataset")
+            self._call(self._client.log_batch, rid, tags=[RunTag(T + "kind", kind)])
+        except BaseException:
+            # a study run without its files or its kind tag is no study: it goes, nothing is left RUNNING
+            # (a store that takes no write at all cannot delete it either; searches skip it, untagged)
+            try:
+                self._client.delete_run(rid)
+            except Exception:  # noqa: BLE001 - the error being raised says what went wrong
+                pass
+            raise
         return self._to_study(self._call(self._client.get_run, rid))
 
     @staticmethod
