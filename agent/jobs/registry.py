@@ -55,10 +55,17 @@ def load_job(spec: str) -> Job:
 
 
 def _import_attr(module_name: str, attr: str, spec: str) -> Any:
+    import os
+    import sys
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:  # `--job myjob:job` finds ./myjob.py, as `python -m` would
+        sys.path.append(here)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise JobError(f"cannot import module {module_name!r} for job {spec!r}: {exc}") from None
+        raise JobError(f"cannot import module {module_name!r} for job {spec!r}: {exc} (looked on the Python path and "
+                       f"in {here}; PYTHONPATH=DIR adds a folder)") from None
     except Exception as exc:  # a user's module failing at import time
         raise JobError(
             f"importing module {module_name!r} for job {spec!r} failed: "

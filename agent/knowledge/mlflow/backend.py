@@ -49,7 +49,7 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels):
             T + "config": layout.config_json(config),  # keeps the space's order
             T + "dataset": study.dataset,
             T + "job": study.job,
-            "mlflow.note.content": f"Trial {number} of study `{study.name}` ({origin}): {summary}",
+            "mlflow.note.content": f"Trial {number + 1} of study `{study.name}` ({origin}): {summary}",
         }
         run = self._create_run(exp_id, f"{study.name}/trial-{number + 1}", tags)
         params = [Param(k, str(v)) for k, v in config.items()]

@@ -54,13 +54,14 @@ class MlflowModels(MlflowConnection):
                                                 registered_model_name=name, pip_requirements=[])
             return str(info.registered_model_version)
 
-        status = self._call(self._client.get_run, trial.trial_id).info.status
+        info = self._call(self._client.get_run, trial.trial_id).info
+        status, ended = info.status, info.end_time
         try:
             version = self._call_once(log, made)
         finally:
             # start_run reopens the trial's run, and a try that failed inside it ended it FAILED:
             # the run goes back to how the study left it
-            self._call(self._client.set_terminated, trial.trial_id, status)
+            self._call(self._client.set_terminated, trial.trial_id, status, end_time=ended)  # its own duration kept
         for key, value in tags.items():
             self._call(self._client.set_model_version_tag, name, version, key, str(value)[:5000])
         self._call(self._client.update_model_version, name, version,
