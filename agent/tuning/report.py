@@ -76,6 +76,9 @@ def _distribution(space: SearchSpace, name: str) -> Any:
     return CategoricalDistribution(p.choices)
 
 
+ROUGH_BELOW = 20  # finished trials under which the importance ranking is said to be rough
+
+
 def importance(trials: list[TrialRecord], space: SearchSpace, mode: str) -> tuple[dict[str, float], str]:
     """Importance of each hyperparameter over the finished trials, by Optuna's evaluators; ``({}, why)``
     when there are too few trials."""
@@ -100,7 +103,9 @@ def importance(trials: list[TrialRecord], space: SearchSpace, mode: str) -> tupl
         except (ValueError, RuntimeError, ZeroDivisionError):
             continue
         if scores and any(v > 0 for v in scores.values()):
-            return {k: float(v) for k, v in scores.items()}, f"Optuna's {label} over {len(finished)} finished trials"
+            caveat = "" if len(finished) >= ROUGH_BELOW else (f" (a rough ranking: with under {ROUGH_BELOW} trials one "
+                                                               "lucky configuration can decide it)")
+            return {k: float(v) for k, v in scores.items()}, f"Optuna's {label} over {len(finished)} finished trials{caveat}"
     return {}, f"no evaluator could rank the hyperparameters over {len(finished)} trials (all equal?)"
 
 
@@ -158,11 +163,17 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
             ax.step(rx, ry, where="post", color="tab:gray", alpha=0.7, label=f"cold: {name}")
     ax.set_xlabel("trial")
     ax.set_ylabel(f"best {metric}")
+    shown = [v for v in ys] + [v for _, ref in refs for v in _best_so_far(ref, mode)[1]]
+    log_axis = bool(shown) and min(shown) > 0 and max(shown) / min(shown) >= 10
+    if log_axis:  # one diverged first trial (31 against 1.7) flattened every later improvement on a linear axis
+        ax.set_yscale("log")
     ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
     figures["best_so_far.png"] = fig
     ref_note = (f"grey: {len(refs)} cold-start stud{'y' if len(refs) == 1 else 'ies'} of the same dataset, job and space"
                 if refs else "the history has no cold-start study of this dataset, job and space to compare with")
+    if log_axis:
+        ref_note += "; a log axis: the values span more than a factor of 10"
     sections.append(f"<h2>1. Best so far</h2><p>{html.escape(ref_note)}.</p><img src='best_so_far.png'>")
 
     # 2. importance

@@ -93,7 +93,9 @@ def source_cache() -> SourceFits:
 
 
 def default_study_name(dataset_name: str, job_name: str) -> str:
-    short = dataset_name.split("/")[-1].replace("?", "-").replace("&", "-").replace("=", "")
+    short = dataset_name.split("/")[-1]
+    for mark in "?&#=":  # a CSV study is `mine.csv-label-y-mlp-...`, not `mine.csv#labely-mlp-...`
+        short = short.replace(mark, "-")
     return f"{short}-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
