@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# The tracking servers the tests start run as the product's do (agent.knowledge.team_server): without
+# The tracking servers the tests start run as the product's do (agent.ops.team_server): without
 # MLflow 3's GenAI job runner, whose worker processes would compete for the cores
 os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 

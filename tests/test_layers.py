@@ -39,3 +39,17 @@ def test_help_imports_neither_numpy_nor_torch() -> None:
     from agent.surrogates.names import CHOICES
 
     assert CHOICES == registry.choices()
+
+
+def test_no_module_over_400_lines_and_no_package_over_15_percent() -> None:
+    """One room per responsibility (issue 35): no module grows past 400 lines, no package past 15 %
+    of the package's lines."""
+    root = Path(__file__).resolve().parents[1] / "agent"
+    sizes = {p.relative_to(root).as_posix(): len(p.read_text().splitlines()) for p in root.rglob("*.py")}
+    assert {m: n for m, n in sizes.items() if n > 400} == {}
+    total = sum(sizes.values())
+    packages: dict[str, int] = {}
+    for module, n in sizes.items():
+        if "/" in module:
+            packages[module.split("/")[0]] = packages.get(module.split("/")[0], 0) + n
+    assert {p: round(n / total, 3) for p, n in packages.items() if n > 0.15 * total} == {}

@@ -21,7 +21,7 @@ from agent.bench.transfer import BenchConfig, fold_of, history_store, make_histo
 def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Sequence[str], budget: int = 15,
                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     from agent.jobs import load_job
-    from agent.tuning.service import source_cache
+    from agent.tuning.plan import source_cache
 
     pin_threads()
     from agent.bench.fingerprint import engine_fingerprint, environment

@@ -70,7 +70,7 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
     from agent.bench.neighbours import measure_warm_start
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge import open_knowledge_base
-    from agent.knowledge.team_server import wait_until_up
+    from agent.ops.team_server import wait_until_up
 
     entries, space = starter_entries(starter)
     per_study = max(len(e["configs"]) for e in entries)

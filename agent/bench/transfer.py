@@ -51,7 +51,7 @@ def sampler_methods() -> tuple[str, ...]:
 
 def method_names() -> tuple[str, ...]:
     """Every method the benchmark can run: the samplers and the registry's surrogates."""
-    from agent.tuning.service import surrogate_names
+    from agent.tuning.plan import surrogate_names
 
     return (*sampler_methods(), *surrogate_names())
 
@@ -229,7 +229,7 @@ def pin_threads() -> None:
 
 def _worker_state(config: BenchConfig) -> tuple[Any, dict, Any]:
     from agent.jobs import load_job
-    from agent.tuning.service import source_cache
+    from agent.tuning.plan import source_cache
 
     key = json.dumps({**asdict(config), "tasks": None, "seeds": 0, "workers": 0}, sort_keys=True, default=str)
     if _WORKER.get("key") != key:
@@ -262,7 +262,7 @@ def protocol_key(config: BenchConfig, method: str) -> str:
     """What makes a run's result reproducible: scenario, protocol settings, control, method, the
     method's revision in the surrogate registry and the engine's code (:mod:`agent.bench.fingerprint`)."""
     from agent.bench.fingerprint import run_key
-    from agent.tuning.service import surrogate_revision
+    from agent.tuning.plan import surrogate_revision
 
     fields = {k: v for k, v in asdict(config).items()
               if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")

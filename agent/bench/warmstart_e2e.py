@@ -81,7 +81,7 @@ def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:
     import torch
 
     from agent.execution.runner import quiet_lightning
-    from agent.tuning.service import source_cache
+    from agent.tuning.plan import source_cache
 
     torch.set_num_threads(1)
     quiet_lightning()

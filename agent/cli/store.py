@@ -74,7 +74,7 @@ def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str,
                                           "left by a killed process) and exit.")
 def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool, stop: bool) -> None:
     """Run a team tracking server: mlflow server on PostgreSQL, artifacts proxied; Ctrl-C stops both."""
-    from agent.knowledge.team_server import TeamServer
+    from agent.ops.team_server import TeamServer
 
     team = TeamServer(Path(data_dir).resolve(), host, port, pg_port, auth)
     try:
@@ -122,7 +122,7 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
         for job in sorted({s.job for s in studies}):
             click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list; "
                        "Model training view, columns best_objective and the Dataset column)")
-    from agent.knowledge.team_server import without_job_runner
+    from agent.ops.team_server import without_job_runner
 
     os.execve(sys.executable, args, without_job_runner(dict(os.environ)))
 

@@ -2,7 +2,7 @@
 
 As :mod:`agent.surrogates.registry` does for surrogates: each :class:`SamplerSpec` says what its
 plan needs from the history (``plan``) and how the sampler is built from the plan
-(:meth:`SamplerSpec.build`). The study services (:func:`agent.tuning.service.plan_sampler`,
+(:meth:`SamplerSpec.build`). The study services (:func:`agent.tuning.plan.plan_sampler`,
 ``Planned.sampler``), ``resume`` (through the recorded plan) and the benchmark's method list read
 it; the names alone live in :data:`agent.config.SAMPLERS` so that option parsing and ``--help``
 stay light (a test checks both agree), and ``tests/tuning/test_sampler_contract.py`` runs every
@@ -32,7 +32,7 @@ class SamplerSpec:
         plan: what planning reads before the first trial: ``surrogate`` (the history's sources and
             a prepared surrogate), ``sources`` (candidate source tasks, as HTS maps one), ``none``.
         build: ``(space, settings, planned) -> Sampler``, ``planned`` being the study's
-            :class:`agent.tuning.service.Planned`.
+            :class:`agent.tuning.plan.Planned`.
         hands_over: with plan ``sources``, whether a plain-GP BO sampler follows the sources' phase.
     """
 

@@ -29,7 +29,7 @@ def _free_port() -> int:
 
 def _pg_available() -> bool:
     from agent.errors import TuneAgentError
-    from agent.knowledge.team_server import pg_binary
+    from agent.ops.team_server import pg_binary
 
     try:
         for tool in ("initdb", "pg_ctl", "psql"):
@@ -46,7 +46,7 @@ pytestmark = pytest.mark.skipif(not _pg_available(), reason="PostgreSQL binaries
 @contextlib.contextmanager
 def serving(auth: bool = False):  # noqa: ANN201
     """`tune-agent server` in a folder PostgreSQL's own user can reach (pytest's tmp is private to root)."""
-    from agent.knowledge.team_server import wait_until_up
+    from agent.ops.team_server import wait_until_up
 
     data = Path(tempfile.mkdtemp(prefix="tune-agent-server-", dir="/tmp"))
     data.chmod(0o755)
@@ -89,7 +89,7 @@ def _agent(url: str, dataset: str, name: str, **creds: str) -> subprocess.Popen[
 def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:  # noqa: ANN001
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
-    from agent.knowledge.team_server import pg_binary
+    from agent.ops.team_server import pg_binary
 
     url, data, pg_port, proc = team_server
     datasets = ("iris", "wine", "breast-cancer", "digits")
@@ -191,7 +191,7 @@ def client_experiment(url: str, study: str) -> str:
 def test_a_killed_server_leaves_nothing_running_and_a_second_start_says_so() -> None:
     """SIGKILL of `tune-agent server`: PostgreSQL and MLflow die with it (parent-death signal); a
     server still up on the same data dir is refused in one line pointing to --stop."""
-    from agent.knowledge.team_server import TeamServer
+    from agent.ops.team_server import TeamServer
 
     with serving() as (url, data, pg_port, proc):
         second = subprocess.run([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port",

@@ -41,7 +41,7 @@ def history(store):  # noqa: ANN201
 def _plan(kb, models: Path, fits=None, surrogate: str = "rgpe"):  # noqa: ANN001, ANN202
     from agent.config import StudySettings
     from agent.jobs import load_job
-    from agent.tuning.service import plan_sampler
+    from agent.tuning.plan import plan_sampler
 
     job = load_job("mlp")
     settings = StudySettings(job="mlp", job_name=job.name, dataset="wine", dataset_name="wine", fingerprint="new",
