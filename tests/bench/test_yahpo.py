@@ -297,3 +297,20 @@ def test_lcbench_files_that_drift_from_the_builtin_descriptor_are_refused(tmp_pa
     shutil.copy(TOY / "model.onnx", folder / "model.onnx")
     with pytest.raises(TuneAgentError, match="columns"):
         YahpoScenario.load(folder)
+
+
+@needs_lcbench
+def test_a_descriptor_with_columns_swapped_is_refused_for_a_scenario_yahpo_gym_knows(tmp_path: Path) -> None:
+    """Two numeric columns swapped pass every check of the files and return plausible wrong values
+    (issue 38: mmce off by up to 0.45); for a scenario yahpo-gym describes, the order must be its."""
+    from agent.data.yahpo_scenarios import BUILTIN
+
+    folder = tmp_path / "lcbench"
+    shutil.copytree(LCBENCH, folder)
+    known = BUILTIN["lcbench"]
+    cont = list(known.cont_names)
+    cont[0], cont[1] = cont[1], cont[0]
+    record = {**known.to_dict(), "cont_names": cont}
+    (folder / "descriptor.json").write_text(json.dumps(record))
+    with pytest.raises(TuneAgentError, match="another order"):
+        YahpoScenario.load(folder)
