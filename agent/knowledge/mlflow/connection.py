@@ -43,6 +43,10 @@ from agent.knowledge.mlflow.store_file import (
 )
 
 
+# MLflow 3's UI opens an experiment in the view its kind names; without it, its GenAI view came first
+EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+
+
 class MlflowConnection(KnowledgeBase):
     """The store's client, its retried calls, searches and experiments; what every part of
     :class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase` builds on."""
@@ -269,9 +273,15 @@ class MlflowConnection(KnowledgeBase):
         exp = self._call(self._client.get_experiment_by_name, name)
         if exp is not None:
             self._conflict(exp, name, location)
+            if exp.tags.get(EXPERIMENT_KIND) is None:  # made before the tag: the UI opened it in its GenAI view
+                try:
+                    self._call(self._client.set_experiment_tag, exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+                except StoreError:
+                    pass  # another owner's experiment: theirs to tag
             return exp.experiment_id
         whose = f" by {self.owner}" if self.owner else ""
-        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study."}
+        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study.",
+                EXPERIMENT_KIND: MODEL_TRAINING}
         try:
             return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
         except StoreError:
