@@ -33,16 +33,18 @@ OUTSIDE = (("MASS", "biopsy", "breast-cancer"), ("ISLR", "Default", None), ("AER
 def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, seed: int = 0) -> dict[str, Any]:
     from agent.knowledge.starter import read_starter
     from agent.meta.handcrafted import HANDCRAFTED_VERSION, handcrafted_metafeatures, metafeature_matrix
+    from agent.tuning.ticker import Ticker
     from agent.tuning.warmstart import FAR_FACTOR
 
     start = time.perf_counter()
     _, entries = read_starter(Path(starter))
     entries = [e for e in entries if e["sample"] is not None]
     rows = []
+    progress(f"meta-features of {len(entries)} datasets")
+    ticker = Ticker(progress, "datasets", len(entries))
     for i, e in enumerate(entries):
-        rows.append(handcrafted_metafeatures(*e["sample"], _summary(e)))
-        if (i + 1) % 50 == 0:
-            progress(f"meta-features: {i + 1}/{len(entries)} datasets")
+        rows.append(handcrafted_metafeatures(*e["sample"], e["summary"]))
+        ticker.tick(i + 1)
     V = metafeature_matrix(rows)
     kinds = np.array([e["summary"]["kind"] for e in entries])
     sources = np.array([str(e["summary"]["source"]) for e in entries])
@@ -64,10 +66,12 @@ def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, see
     rng = np.random.default_rng(seed)
     stable = []
     progress(f"units: {len(tables)} tables put in other units")
-    for i in tables:
+    ticker = Ticker(progress, "tables", len(tables))
+    for n, i in enumerate(tables):
+        ticker.tick(n)
         X, y = entries[i]["sample"]
         scaled = np.asarray(X, dtype=float) * 10.0 ** rng.uniform(-3, 3, size=X.shape[1:])
-        W = np.vstack([V, metafeature_matrix([handcrafted_metafeatures(scaled, y, _summary(entries[i]))])])
+        W = np.vstack([V, metafeature_matrix([handcrafted_metafeatures(scaled, y, entries[i]["summary"])])])
         Dw = _distances(W)[:, :len(V)]
         Dw[-1, i] = np.inf  # the rescaled copy does not count its original as a neighbour
         before, after = set(np.argsort(Dw[i], kind="stable")[:5]), set(np.argsort(Dw[-1], kind="stable")[:5])
@@ -110,10 +114,6 @@ def _outside(package: str, item: str, family: str | None, V: np.ndarray, sources
     if family is not None:
         out["family_rank"] = int(np.flatnonzero(sources[order] == family)[0]) + 1
     return out
-
-
-def _summary(entry: dict[str, Any]) -> dict[str, Any]:
-    return dict(entry["summary"])
 
 
 def _distances(V: np.ndarray) -> np.ndarray:

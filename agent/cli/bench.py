@@ -13,6 +13,7 @@ from agent.cli.options import (
     check_workers,
     checked_resources,
     fidelity_values,
+    write_json,
 )
 from agent.config import PENDING
 from agent.errors import TuneAgentError
@@ -145,9 +146,7 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
         raise TuneAgentError(f"starter history not found: {starter}")
     report = run_server_bench(Path(starter), agents, runs, dataset, models_dir=Path(models_dir),
                               say=lambda line: click.echo(line, err=True))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(Path(out), report)
     click.echo(json.dumps(report, indent=2))
 
 
@@ -174,9 +173,7 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
         check_positive("--sizes", n)
     report = measure_sources(counts, [m.strip() for m in methods.split(",") if m.strip()], target, budget=budget,
                              fit_up_to=fit_up_to, progress=lambda line: click.echo(line, err=True))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(Path(out), report)
     click.echo(json.dumps(report["runs"], indent=2))
 
 
@@ -203,9 +200,7 @@ def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter
     else:
         report = run_startup_bench(repeats, dataset, job)
     out = out or ("metrics/startup_warm.json" if starter is not None else "metrics/startup.json")
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(Path(out), report)
     click.echo(json.dumps(report["summary"], indent=2))
 
 
@@ -223,9 +218,7 @@ def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) ->
     for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
         check_positive(option, value)
     report = run_fault_campaign(studies, trials, epochs, seed=seed, say=lambda line: click.echo(line, err=True))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(Path(out), report)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
 
 

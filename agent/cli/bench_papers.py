@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from agent.cli.options import artifact_option, kb_for, tracking_option
+from agent.cli.options import artifact_option, kb_for, tracking_option, write_json
 from agent.errors import TuneAgentError
 
 
@@ -82,9 +82,7 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
     models.mkdir(parents=True, exist_ok=True)
     report = run_e2e(kb_for(tracking_uri), config, journal, models, progress=click.echo, params=params,
                      normalisation=params.get("distances", {}).get("normalisation", "rank"))
-    path = Path(out) / "metrics" / "warmstart_e2e.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path = write_json(Path(out) / "metrics" / "warmstart_e2e.json", report)
     for m, row in report["methods"].items():
         click.echo(f"{m:24s} " + "  ".join(f"{k} {v}" for k, v in row.items()))
     click.echo(f"wrote {path}")
@@ -117,9 +115,7 @@ def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, tri
     suffix = "" if n_init is None else f"_m{n_init}"
     journal = Path(out) / "data" / "bench-runs" / f"hts_pairs-{job_name}-{trials}x{epochs}{suffix}.jsonl"
     report = run_hts_pairs(kb_for(tracking_uri), config, journal, progress=click.echo)
-    path = Path(out) / "metrics" / f"hts_pairs{suffix}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path = write_json(Path(out) / "metrics" / f"hts_pairs{suffix}.json", report)
     for key, row in report["pairs"].items():
         shown = "not reached" if row["ratio"] is None else f"{row['ratio']}x"
         a = row["anchored"]
@@ -152,8 +148,7 @@ def bench_scale(folder: str | None, task: str, sizes: str, methods: str, budget:
     report = measure_scale(str(Path(folder) if folder else yahpo_root() / "lcbench"), task, counts, names, budget,
                            progress=lambda line: click.echo(line, err=True))
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(Path(out), report)
     click.echo(json.dumps(report, indent=2))
 
 
@@ -205,9 +200,7 @@ def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: st
         from agent.bench.neighbour_sanity import neighbour_sanity
 
         report = neighbour_sanity(Path(sanity), progress=click.echo)
-        path = Path(out) / "metrics" / "neighbour_sanity.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        path = write_json(Path(out) / "metrics" / "neighbour_sanity.json", report)
         click.echo(json.dumps({k: report[k] for k in ("image_to_image", "family_in_5", "units_stable")}))
         click.echo(f"wrote {path}")
         return

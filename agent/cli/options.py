@@ -4,6 +4,7 @@ execution, and the checks that turn bad values into one line and exit code 2 bef
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -263,3 +264,10 @@ def fidelity_values(values: tuple[str, ...]) -> dict[str, float]:
         if not sep or not name.strip():
             raise TuneAgentError(f"--fidelity takes NAME=NUMBER, got {item!r}")
     return out
+
+
+def write_json(path: Path, report: Any) -> Path:
+    """A benchmark's report at ``path`` (its folder made), as every ``bench`` command writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path

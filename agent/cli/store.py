@@ -191,6 +191,7 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
     kb_for(tracking_uri, artifact_root).open()  # the store exists, whole, before the workers open it
     click.echo(f"bootstrap: {len(specs)} datasets x {configs} configurations of {job}, {workers} worker(s)")
     summary = run_bootstrap(job, specs, configs, epochs, seed, tracking_uri, artifact_root, echo=click.echo,
+                            check_content=bool(datasets),  # --dataset specs; the default sources are clean
                             workers=workers)
     click.echo(json.dumps(summary))
 

@@ -23,12 +23,12 @@ import numpy as np
 from agent.knowledge.base import KnowledgeBase, StudyRecord
 from agent.surrogates.contract import MIN_SOURCE_POINTS, SourceFits, SourceTask, SurrogateInputs, source_task, source_tasks
 from agent.surrogates.source_store import SourceModelStore
+from agent.tuning.ticker import Ticker
 
 Progress = Callable[[str], None]
 # Sources a transfer surrogate attends to at most: each costs a GP in every RGPE suggestion and in
 # the portfolio; beyond this (the starter history has 239) the most relevant are kept (bench sources).
 MAX_SOURCES = 256
-PROGRESS_EVERY = 2.0  # seconds between progress lines of a long phase
 
 
 def study_stamp(studies: Sequence[StudyRecord]) -> str | None:
@@ -38,22 +38,6 @@ def study_stamp(studies: Sequence[StudyRecord]) -> str | None:
         return None
     rows = sorted((s.study_id, s.status, repr(s.best_value)) for s in studies)
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:20]
-
-
-class _Ticker:
-    """Says a long phase's progress at most every :data:`PROGRESS_EVERY` seconds, with an ETA."""
-
-    def __init__(self, progress: Progress | None, what: str, total: int) -> None:
-        self.progress, self.what, self.total = progress, what, total
-        self.start = self.last = time.perf_counter()
-
-    def tick(self, done: int) -> None:
-        now = time.perf_counter()
-        if self.progress is None or now - self.last < PROGRESS_EVERY or done >= self.total:
-            return
-        self.last = now
-        eta = (now - self.start) / done * (self.total - done) if done else float("nan")
-        self.progress(f"  {self.what}: {done}/{self.total}" + (f", about {eta:.0f} s left" if done else ""))
 
 
 def history_sources(kb: KnowledgeBase, job_name: str, space: Any, exclude_fingerprint: str | None,
@@ -82,7 +66,7 @@ def history_sources(kb: KnowledgeBase, job_name: str, space: Any, exclude_finger
             todo.append((group, stamp))
     if todo and progress is not None and store is not None and len(todo) > 1:
         progress(f"history: reading {len(todo)} of {len(groups)} datasets' trials (new since {store.path} was updated)")
-    ticker = _Ticker(progress if store is not None else None, "datasets read", len(todo))
+    ticker = Ticker(progress if store is not None else None, "datasets read", len(todo))
     for i, (group, stamp) in enumerate(todo):
         loaded = load_history(kb, job=job_name, space_signature=space.signature(), with_samples=False, studies=group)
         # a dataset without a finished trial is stored too (empty), so it is not read again
@@ -106,7 +90,7 @@ def fit_missing(fits: SourceFits, sources: Sequence[SourceTask], inputs: Surroga
     if progress is not None and len(missing) > 1:
         progress(f"source models: fitting {len(missing)} source GPs ({len(sources)} sources) not in {where} "
                  "(once: `tune-agent meta source-models` or `dvc repro` builds them ahead)")
-    ticker = _Ticker(progress, "source GPs fitted", len(missing))
+    ticker = Ticker(progress, "source GPs fitted", len(missing))
     for i, source in enumerate(missing):
         fits.gp(source, inputs)
         ticker.tick(i + 1)

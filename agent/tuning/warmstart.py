@@ -247,6 +247,7 @@ def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Ma
     from dataclasses import replace
 
     from agent.meta.handcrafted import handcrafted_metafeatures, is_current
+    from agent.tuning.ticker import Ticker
 
     stale = [i for i, h in enumerate(history) if h.sample is not None and not is_current(h.metafeatures)]
     if not stale:
@@ -254,6 +255,7 @@ def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Ma
     if progress is not None:
         progress(f"warm start: meta-features of {len(stale)} historical datasets are an older version's; "
                  "recomputing and storing them (once)")
+    ticker = Ticker(progress, "meta-features recomputed", len(stale))
     for n, i in enumerate(stale):
         h = history[i]
         features = handcrafted_metafeatures(h.sample[0], h.sample[1], h.summary)
@@ -264,8 +266,7 @@ def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Ma
             except Exception:  # noqa: BLE001 - a store this user may not write: recomputed again next time
                 pass
         history[i] = replace(h, metafeatures=features)
-        if progress is not None and (n + 1) % 50 == 0:
-            progress(f"warm start: {n + 1}/{len(stale)} meta-features recomputed")
+        ticker.tick(n + 1)
 
 
 def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Callable[[], Any] | None:

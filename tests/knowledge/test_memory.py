@@ -171,7 +171,7 @@ def test_threads_share_a_store(kb: InMemoryKnowledgeBase) -> None:
     assert all(t.state == TRIAL_OK and t.value == t.number for t in trials)
 
 
-def test_thousands_of_trials_stay_cheap(kb: InMemoryKnowledgeBase) -> None:
+def _five_thousand_trials(kb: InMemoryKnowledgeBase) -> float:
     study = new_study(kb, "j")
     start = time.perf_counter()
     for n in range(5000):
@@ -179,5 +179,16 @@ def test_thousands_of_trials_stay_cheap(kb: InMemoryKnowledgeBase) -> None:
         kb.finish_trial(study, trial, 0.5, TRIAL_OK, duration=1.0, metrics={"val_acc": 0.9})
         if n % 50 == 0:
             kb.trials(study)
-    assert time.perf_counter() - start < 5.0  # about 0.1 s on a laptop; generous for busy CI
+    seconds = time.perf_counter() - start
     assert len(kb.trials(study)) == 5000
+    return seconds
+
+
+def test_thousands_of_trials_are_kept(kb: InMemoryKnowledgeBase) -> None:
+    _five_thousand_trials(kb)
+
+
+@pytest.mark.slow
+def test_thousands_of_trials_stay_cheap(kb: InMemoryKnowledgeBase) -> None:
+    """A speed figure: a benchmark (``-m slow``), not a default test a busy CI machine could fail."""
+    assert _five_thousand_trials(kb) < 5.0  # about 0.1 s on a laptop

@@ -220,12 +220,9 @@ def _running(pid: int) -> bool:
 
 def test_sigterm_stops_mlflow_and_postgres(team_server) -> None:  # noqa: ANN001
     _, data, _, proc = team_server
-    start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=90) == 0
-    stopped = time.monotonic() - start
+    assert proc.wait(timeout=90) == 0  # a guard against a hang, not a speed claim
     assert "tracking server and PostgreSQL stopped" in proc.stdout.read()
     assert not (data / "postgres" / "postmaster.pid").exists()
-    assert stopped < 60
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
-from agent.errors import StoreError, StoreUnwritableError
+from agent.errors import StoreError
 from agent.knowledge import layout
 from agent.knowledge.base import (
     TRIAL_KILLED,
@@ -107,7 +107,7 @@ class MlflowConnection(KnowledgeBase):
         """A local artifact root must take files before a study run is created: a read-only one
         used to fail 30 s later with a traceback and a study run left RUNNING without its files."""
         root = self.artifact_root
-        if not root or ("://" in root and not root.startswith("file:")):
+        if not root or ("://" in root and not root.startswith("file:")) or self.__dict__.get("_root_checked"):
             return
         path = Path(root[len("file://"):] if root.startswith("file://") else root)
         try:
@@ -117,13 +117,9 @@ class MlflowConnection(KnowledgeBase):
                 probe.flush()
                 os.fsync(probe.fileno())
         except OSError as exc:
-            import errno
-
-            if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
-                raise unwritable(f"artifact root {path} is not writable", exc).hinted(
-                    "give a writable --artifact-root") from None
-            raise StoreError(f"artifact root {path} is not writable ({exc.strerror or type(exc).__name__}); "
-                             "give a writable --artifact-root") from None
+            raise unwritable(f"artifact root {path} is not writable", exc).hinted("give a writable --artifact-root") \
+                from None
+        self.__dict__["_root_checked"] = True  # once per process: a study checks before its preparation
 
     # -- helpers -------------------------------------------------------------------------------
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -163,8 +159,7 @@ class MlflowConnection(KnowledgeBase):
                     raise StoreError(f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
                                      f"retries over {time.monotonic() - first_failure:.0f} s") from None
                 if isinstance(exc, MlflowException):
-                    line = explain_mlflow_error(self.tracking_uri, exc)
-                    raise (StoreUnwritableError if "nothing was written" in line else StoreError)(line) from None
+                    raise explain_mlflow_error(self.tracking_uri, exc) from None
                 raise unwritable(f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",
                                  exc) from None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from agent.errors import StoreError, StoreUnwritableError
+
 RETRY_DELAYS = (2.0, 4.0, 8.0, 15.0, 30.0, 30.0, 30.0)  # seconds between tries of an unreachable server
 # A trial's epoch metrics are written at most this often, as one batch (and always when training
 # ends): one write per epoch cost ~15 ms on sqlite, ~3 s of a 100-epoch trial, and on the driver of
@@ -64,24 +66,27 @@ def server_error(exc: BaseException) -> bool:
     return code == "INTERNAL_ERROR" or any(f"error code {n}" in text for n in (429, 500, 502, 503, 504))
 
 
-def explain_mlflow_error(uri: str, exc: Exception) -> str:
-    """One line for an MLflow error; refused credentials and permissions say what to do."""
+def explain_mlflow_error(uri: str, exc: Exception) -> StoreError:
+    """An MLflow error as one line, of the kind the user can act on: refused credentials and
+    permissions say what to do; a read-only or full store is a :class:`StoreUnwritableError`."""
     text = str(exc).strip()
     code = str(getattr(exc, "error_code", ""))
     if code == "UNAUTHENTICATED" or "error code 401" in text:
         user = os.environ.get("MLFLOW_TRACKING_USERNAME")
         who = f"as user {user!r}" if user else "without credentials"
-        return (f"tracking server {uri} refused the request {who} (401): set MLFLOW_TRACKING_USERNAME and "
-                "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server")
+        return StoreError(f"tracking server {uri} refused the request {who} (401): set MLFLOW_TRACKING_USERNAME and "
+                          "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server")
     low = text.lower()
     if "readonly database" in low or "read-only file system" in low:
-        return f"tracking store {uri} is read-only (attempt to write a readonly database); nothing was written"
+        return StoreUnwritableError(f"tracking store {uri} is read-only (attempt to write a readonly database); "
+                                    "nothing was written")
     if "database or disk is full" in low or "no space left" in low:
-        return f"tracking store {uri}: its disk is full (database or disk is full); nothing was written"
+        return StoreUnwritableError(f"tracking store {uri}: its disk is full (database or disk is full); nothing was written")
     if code == "PERMISSION_DENIED" or "error code 403" in text:
         user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
-        return (f"tracking server {uri}: {user} has no permission for this (403); a study can be changed only by "
-                "its owner (everyone reads it): start your own, or ask the server's admin for EDIT on its experiment")
+        return StoreError(f"tracking server {uri}: {user} has no permission for this (403); a study can be changed "
+                          "only by its owner (everyone reads it): start your own, or ask the server's admin for EDIT on "
+                          "its experiment")
     first = text.splitlines()[0] if text else type(exc).__name__
-    return f"tracking store {uri}: {first}"
+    return StoreError(f"tracking store {uri}: {first}")
 
