@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from agent.bench.fingerprint import read_journal, run_key
+from agent.surrogates.source_store import SourceModelStore
 
 METHODS: dict[str, dict[str, Any]] = {
     "cold": {"warm_start": "none", "surrogate": "gp"},
@@ -75,17 +76,46 @@ def choose_targets(entries: Sequence[dict[str, Any]], n: int) -> list[dict[str, 
 
 
 _WORKER: dict[str, Any] = {}
+# Seconds since a study was asked at which the wall-clock view reads each method's regret.
+CLOCK_AT = (5, 10, 20, 30, 45, 60, 90, 120)
+
+
+class _RunSourceStore(SourceModelStore):
+    """The product's source-model file (source GPs and portfolios, loaded as a study loads them),
+    except that the sources' training data stay in memory: each run's history is a fresh
+    in-memory store with new study ids, so storing them would append the whole history to the
+    file once per run."""
+
+    def add_source(self, task: Any, stamp: str) -> None:
+        return None
 
 
 def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:
     import torch
 
     from agent.execution.runner import quiet_lightning
-    from agent.tuning.plan import source_cache
 
     torch.set_num_threads(1)
     quiet_lightning()
-    _WORKER.update(entries=entries, space=space, fits=source_cache())
+    _WORKER.update(entries=entries, space=space)
+
+
+class _Clock:
+    """A silent reporter that notes when each trial ends, in seconds since ``start``."""
+
+    def __init__(self, start: float) -> None:
+        self.start, self.ended, self.first_started = start, {}, None
+
+    def line(self, text: str, style: str | None = None) -> None: ...
+    def begin(self, study: Any, trials: list[Any]) -> None: ...
+    def end(self, study: Any, best: Any, timing: Any) -> None: ...
+
+    def trial_started(self, trial: Any) -> None:
+        if self.first_started is None:
+            self.first_started = time.perf_counter() - self.start
+
+    def trial_finished(self, trial: Any, best: Any, trials: list[Any]) -> None:
+        self.ended[trial.number] = time.perf_counter() - self.start
 
 
 def _history_without(source: str) -> Any:
@@ -100,8 +130,8 @@ def _history_without(source: str) -> Any:
 
 def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str) -> dict[str, Any]:
     from agent.config import StudyRequest
-    from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
+    from agent.surrogates.contract import SourceFits
     from agent.tuning.service import prepare_study
 
     source = target["summary"]["source"]
@@ -115,13 +145,53 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
         req = StudyRequest(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
                           epochs=config.epochs, seed=seed, study_name=f"e2e-{method}-{seed}", models_dir=method_models,
                           **options)
+        # As a study of the product: its source models read from the stored file (built before
+        # the runs, :func:`build_source_models`), nothing kept from the worker's earlier studies.
+        fits = SourceFits(_RunSourceStore(source_models_dir(Path(models_dir))))
         start = time.perf_counter()
-        study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb, fits=_WORKER["fits"])
-        run_study(study, job, data, split, SilentReporter(), trace_plot=False)
-        values = [t.value if t.value is not None else float("nan") for t in sorted(study.trials(), key=lambda t: t.number)]
-        out[method] = {"values": values, "seconds": time.perf_counter() - start,
-                       "origins": [t.origin for t in sorted(study.trials(), key=lambda t: t.number)]}
+        clock = _Clock(start)
+        study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
+        run_study(study, job, data, split, clock, trace_plot=False)
+        trials = sorted(study.trials(), key=lambda t: t.number)
+        out[method] = {"values": [t.value if t.value is not None else float("nan") for t in trials],
+                       "seconds": time.perf_counter() - start, "first_trial_s": clock.first_started,
+                       "ended_s": [clock.ended.get(t.number) for t in trials], "source_fits": fits.fitted,
+                       "origins": [t.origin for t in trials]}
     return {"target": target["name"], "seed": seed, "methods": out}
+
+
+def source_models_dir(root: Path) -> Path:
+    """Where the history's source models (GPs, per-fold portfolios) are kept for the runs."""
+    return root / "source-models"
+
+
+def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
+                        root: Path, progress: Callable[[str], None] = print) -> None:
+    """What the product's stored source models would hold before each held-out study: every
+    source's GP (content-keyed, so one fit serves every fold) and each fold's portfolios (the
+    end of the history's last study stores them), built once, before any run is timed."""
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.starter import write_entries
+    from agent.space import SearchSpace
+    from agent.tuning.source_models import update_source_models
+
+    folder = source_models_dir(root)
+    done = folder / "built.json"
+    if done.exists() and json.loads(done.read_text()).get("sources") == sorted(sources):
+        return
+    kb = open_knowledge_base("memory:")
+    write_entries(kb, entries, space, "the evaluation's history")
+    sp = SearchSpace.from_dict(space)
+    start = time.perf_counter()
+    report = update_source_models(kb, folder, job, sp, store=_RunSourceStore(folder))
+    progress(f"source models of the whole history: {report['fitted']} GPs fitted ({time.perf_counter() - start:.0f} s)")
+    for i, source in enumerate(sources, 1):
+        fold = open_knowledge_base("memory:")
+        write_entries(fold, [e for e in entries if e["summary"].get("source") != source], space, "the fold's history")
+        report = update_source_models(fold, folder, job, sp, store=_RunSourceStore(folder))
+        progress(f"source models without {source} ({i}/{len(sources)}): {report['fitted']} GPs fitted, "
+                 f"{time.perf_counter() - start:.0f} s")
+    done.write_text(json.dumps({"sources": sorted(sources)}))
 
 
 def fold_models_dir(root: Path, source: str) -> Path:
@@ -203,6 +273,7 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
             if missing:
                 jobs.append((t, seed, missing, config, str(models_dir)))
     kinds = sorted({k for m in config.methods for k in FOLD_MODELS.get(m, ())})
+    build_source_models(entries, space, config.job, [t["summary"]["source"] for t in targets], models_dir, progress)
     if kinds:
         train_fold_models(entries, space, config.job, [t["summary"]["source"] for t in targets], kinds,
                           dict(params or {}), models_dir, normalisation, progress)
@@ -226,6 +297,52 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
     return summarise(targets, entries, done, config, time.perf_counter() - start)
 
 
+def wall_clock_view(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done: dict,
+                    config: E2EConfig) -> dict[str, Any]:
+    """Regret against seconds since the study was asked (preparation, warm start and surrogate
+    included; the process's imports not: every method pays them alike), at :data:`CLOCK_AT`: the best
+    value among the trials ended by then, 1 (the top of the range) before the first ends. Per method:
+    mean regret, the share of runs with a result, the paired Wilcoxon p against cold, the median time
+    to the first trial's start and to the last trial's end. Runs journalled before the clock was
+    recorded are left out."""
+    from scipy.stats import wilcoxon
+
+    at: dict[str, list[list[float]]] = {m: [] for m in config.methods}
+    started: dict[str, list[float]] = {m: [] for m in config.methods}
+    total: dict[str, list[float]] = {m: [] for m in config.methods}
+    for t in targets:
+        table = [v for v in t["values"] if v is not None and np.isfinite(v)]
+        for seed in range(config.seeds):
+            runs = {m: done[(t["name"], seed, m)] for m in config.methods}
+            if any("ended_s" not in r for r in runs.values()):
+                continue
+            found = [v for r in runs.values() for v in r["values"] if np.isfinite(v)]
+            low, high = min(table + found), max(table + found)
+            for m, r in runs.items():
+                pairs = [(e, v) for e, v in zip(r["ended_s"], r["values"]) if e is not None]
+                row = []
+                for limit in CLOCK_AT:
+                    seen = [v if np.isfinite(v) else high for e, v in pairs if e <= limit]
+                    row.append(float(np.clip((min(seen) - low) / max(high - low, 1e-12), 0, 1)) if seen else 1.0)
+                at[m].append(row)
+                started[m].append(float(r["first_trial_s"]))
+                total[m].append(float(r["seconds"]))
+    if not at["cold"]:
+        return {}
+    out: dict[str, Any] = {"seconds": list(CLOCK_AT), "runs": len(at["cold"]), "methods": {}}
+    C = np.array(at["cold"])
+    for m, rows in at.items():
+        A = np.array(rows)
+        row: dict[str, Any] = {"regret": A.mean(0).round(4).tolist(),
+                               "median_first_trial_s": round(float(np.median(started[m])), 2),
+                               "median_run_s": round(float(np.median(total[m])), 1)}
+        if m != "cold":
+            row["p_vs_cold"] = [float(f"{wilcoxon(A[:, j] - C[:, j]).pvalue:.3g}") if np.any(A[:, j] != C[:, j])
+                                else 1.0 for j in range(len(CLOCK_AT))]
+        out["methods"][m] = row
+    return out
+
+
 def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done: dict, config: E2EConfig,
               seconds: float) -> dict[str, Any]:
     from scipy.stats import wilcoxon
@@ -241,6 +358,7 @@ def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done
                 best = np.minimum.accumulate(np.where(np.isfinite(r), r, high))
                 curves[m].append(np.clip((best - low) / max(high - low, 1e-12), 0.0, 1.0))
     methods: dict[str, Any] = {}
+    clock = wall_clock_view(targets, entries, done, config)
     for m, rows in curves.items():
         A = np.array(rows)
         methods[m] = {f"regret@{k}": round(float(A[:, k - 1].mean()), 4) for k in REPORT_AT if k <= A.shape[1]}
@@ -263,5 +381,6 @@ def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done
                      "signed-rank test against cold over (target, seed)"),
         "history_datasets": len(entries), "history_sources": len({e["summary"].get("source") for e in entries}),
         "targets": [t["name"] for t in targets], "seeds": config.seeds, "methods": methods,
+        "wall_clock": clock,
         "wall_seconds": round(seconds, 1), "mean_curves": {m: np.array(r).mean(0).round(4).tolist() for m, r in curves.items()},
     }

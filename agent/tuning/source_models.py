@@ -131,15 +131,16 @@ def sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
 
 
 def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
-                         progress: Progress | None = None) -> dict[str, Any]:
+                         progress: Progress | None = None, store: SourceModelStore | None = None) -> dict[str, Any]:
     """Brings ``models_dir/source_models.jsonl`` up to date with the history of ``job_name`` in
     ``space``: every source's data and GP, and the portfolios a study on a dataset new to the
     history starts from (``portfolio_gp``'s, and the transfer surrogates' over the sources that
-    pass the signal check). Returns counts and seconds."""
+    pass the signal check). Returns counts and seconds. ``store``: the file's reader and writer
+    (default: ``SourceModelStore(models_dir)``)."""
     from agent.surrogates.specs import PORTFOLIO_SIZE, portfolio
 
     start = time.perf_counter()
-    store = SourceModelStore(models_dir)
+    store = store if store is not None else SourceModelStore(models_dir)
     fits = SourceFits(store)
     sources = history_sources(kb, job_name, space, None, store, progress)
     inputs = SurrogateInputs(space, tuple(sources), Path(models_dir), fits=fits, kernel=kernel)

@@ -282,6 +282,17 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     assert learned and not any(o.startswith("warm:handcrafted") for o in learned), learned  # no fallback
     assert "p_vs_cold@1" in report["methods"]["default"] and "p_vs_cold@1" not in report["methods"]["cold"]
     assert all(0.0 <= v <= 1.0 for row in report["mean_curves"].values() for v in row)
+    # the wall-clock view: regret at seconds since the study was asked, from each trial's end
+    clock = report["wall_clock"]
+    assert clock["runs"] == 2 and set(clock["methods"]) == {"cold", "default", "learned", "tnp"}
+    for row in clock["methods"].values():
+        assert len(row["regret"]) == len(clock["seconds"]) and all(0.0 <= v <= 1.0 for v in row["regret"])
+        assert 0 < row["median_first_trial_s"] < row["median_run_s"]
+    assert all(a >= b for a, b in zip(clock["methods"]["cold"]["regret"], clock["methods"]["cold"]["regret"][1:]))
+    # source models built once before the runs: no study fitted a source GP
+    assert "source models without" in res.out
+    assert all(row["result"]["source_fits"] == 0 for row in journal)
+    assert all(len(row["result"]["ended_s"]) == 3 for row in journal)
     again = cli(*args)  # everything is in the journal now
     assert again.code == 0 and "2 (target, seed) pairs already in" in again.out
     assert cli("bench", "warmstart", "--tracking-uri", store.uri, "--methods", "portfolio").code == 2
