@@ -2,7 +2,7 @@
 
     from agent.lightning import TuneAgentCallback, create_study
 
-    study = create_study("my-study", dataset="wine", job="agent.jobs.examples:logistic", trials=8)
+    study = create_study("my-study", dataset="wine", job="agent.jobs.examples:logistic", trials=8)  # agent.api
     while study.remaining() > 0:
         with study.trial() as trial:                       # asks; closes the trial when the block ends
             model = MyModule(**trial.config)               # your LightningModule, your data
@@ -24,35 +24,20 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 
-from agent.config import StudyRequest
+from agent.api import TuningStudy, create_study, load_study
 from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
-from agent.tuning.study import Study, TrialHandle
+from agent.tuning.study import TrialHandle
 
-__all__ = ["TuneAgentCallback", "create_study", "open_study", "quiet_lightning"]
+__all__ = ["TuneAgentCallback", "create_study", "load_study", "open_study", "quiet_lightning"]
 
 # BoTorch/GPyTorch's torch.jit deprecation notices are tune-agent's business, not the script's.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
 
 
-def create_study(name: str, dataset: str, job: str, trials: int = 20, tracking_uri: str | None = None,
-                 **options: Any) -> Study:
-    """A new study (as ``tune-agent create``); ``options`` are ``start``'s options by their Python
-    names (``warm_start="none"``, ``pruner="asha"``, ``epochs=10`` for the pruner's rungs, ...)."""
-    from agent.tuning.service import prepare_study
-
-    config = StudyRequest(dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options)
-    study, *_ = prepare_study(config, echo=lambda line: None)
-    return study
-
-
-def open_study(name: str, tracking_uri: str | None = None) -> Study:
-    """A stored study by name, with the sampler it was planned with (to go on after a crash)."""
-    from agent.tuning.service import open_study as _open
-
-    study, _ = _open(name, tracking_uri=tracking_uri)
-    study.recover()  # trials a dead process left running free their slots
-    return study
+def open_study(name: str, tracking_uri: str | None = None) -> TuningStudy:
+    """A stored study by name, to go on after a crash (:func:`agent.api.load_study`)."""
+    return load_study(name, tracking_uri=tracking_uri)
 
 
 class TuneAgentCallback(pl.Callback):

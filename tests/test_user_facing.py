@@ -46,11 +46,11 @@ def test_the_trial_context_manager_records_failures_and_goes_on(store, capsys) -
         pass  # no value reported
     with study.trial() as t:
         t.value = 0.5
-    states = {r.number: (r.state, r.reason, r.value) for r in study.trials()}
-    assert states[0] == (TRIAL_FAILED, "RuntimeError: CUDA out of memory", None)
-    assert states[1][0] == TRIAL_FAILED and "no value" in states[1][1]
-    assert states[2][:1] == (TRIAL_OK,) and states[2][2] == 0.5
-    assert study.record.status == "finished" and t.number == 3
+    states = {r.number: (r.state, r.reason, r.value) for r in study.trials}
+    assert states[1] == (TRIAL_FAILED, "RuntimeError: CUDA out of memory", None)
+    assert states[2][0] == TRIAL_FAILED and "no value" in states[2][1]
+    assert states[3][:1] == (TRIAL_OK,) and states[3][2] == 0.5
+    assert study.status == "finished" and t.number == 3 and study.best_trial.number == 3
 
 
 def test_history_and_neighbors_as_json(store, cli) -> None:  # noqa: ANN001

@@ -33,7 +33,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from agent.bench.fingerprint import read_journal, run_key
-from agent.surrogates.source_store import SourceModelStore
 
 METHODS: dict[str, dict[str, Any]] = {
     "cold": {"warm_start": "none", "surrogate": "gp"},
@@ -80,16 +79,6 @@ _WORKER: dict[str, Any] = {}
 CLOCK_AT = (5, 10, 20, 30, 45, 60, 90, 120)
 
 
-class _RunSourceStore(SourceModelStore):
-    """The product's source-model file (source GPs and portfolios, loaded as a study loads them),
-    except that the sources' training data stay in memory: each run's history is a fresh
-    in-memory store with new study ids, so storing them would append the whole history to the
-    file once per run."""
-
-    def add_source(self, task: Any, stamp: str) -> None:
-        return None
-
-
 def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:
     import torch
 
@@ -131,8 +120,8 @@ def _history_without(source: str) -> Any:
 def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str) -> dict[str, Any]:
     from agent.config import StudyRequest
     from agent.execution.runner import run_study
-    from agent.surrogates.contract import SourceFits
     from agent.tuning.service import prepare_study
+    from agent.tuning.source_models import stored_fits
 
     source = target["summary"]["source"]
     out: dict[str, Any] = {}
@@ -147,7 +136,7 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
                           **options)
         # As a study of the product: its source models read from the stored file (built before
         # the runs, :func:`build_source_models`), nothing kept from the worker's earlier studies.
-        fits = SourceFits(_RunSourceStore(source_models_dir(Path(models_dir))))
+        fits = stored_fits(source_models_dir(Path(models_dir)))
         start = time.perf_counter()
         clock = _Clock(start)
         study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
@@ -173,7 +162,7 @@ def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.starter import write_entries
     from agent.space import SearchSpace
-    from agent.tuning.source_models import update_source_models
+    from agent.tuning.source_models import FitsOnlyStore, update_source_models
 
     folder = source_models_dir(root)
     done = folder / "built.json"
@@ -183,12 +172,12 @@ def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any
     write_entries(kb, entries, space, "the evaluation's history")
     sp = SearchSpace.from_dict(space)
     start = time.perf_counter()
-    report = update_source_models(kb, folder, job, sp, store=_RunSourceStore(folder))
+    report = update_source_models(kb, folder, job, sp, store=FitsOnlyStore(folder))
     progress(f"source models of the whole history: {report['fitted']} GPs fitted ({time.perf_counter() - start:.0f} s)")
     for i, source in enumerate(sources, 1):
         fold = open_knowledge_base("memory:")
         write_entries(fold, [e for e in entries if e["summary"].get("source") != source], space, "the fold's history")
-        report = update_source_models(fold, folder, job, sp, store=_RunSourceStore(folder))
+        report = update_source_models(fold, folder, job, sp, store=FitsOnlyStore(folder))
         progress(f"source models without {source} ({i}/{len(sources)}): {report['fitted']} GPs fitted, "
                  f"{time.perf_counter() - start:.0f} s")
     done.write_text(json.dumps({"sources": sorted(sources)}))

@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from agent.lightning import TuneAgentCallback, create_study, open_study, quiet_lightning
+from agent.lightning import TuneAgentCallback, create_study, quiet_lightning
 
 
 class WineNet(pl.LightningModule):
@@ -63,11 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     quiet_lightning()  # Lightning's banners and hints off; the lines below say what happens
-    try:  # go on with a study of that name after a crash, else make it
-        study = open_study(args.study_name, tracking_uri=args.tracking_uri)
-    except Exception:  # noqa: BLE001 - no such study yet
-        study = create_study(args.study_name, dataset="wine", job="agent.jobs.examples:logistic", trials=args.trials,
-                             tracking_uri=args.tracking_uri, epochs=args.epochs, pruner=args.pruner, warm_start="none")
+    # a study of that name goes on where it stopped (after a crash), else a new one is made
+    study = create_study(args.study_name, dataset="wine", job="agent.jobs.examples:logistic", trials=args.trials,
+                         tracking_uri=args.tracking_uri, epochs=args.epochs, pruner=args.pruner, warm_start="none",
+                         load_if_exists=True)
     train, val = loaders()
     while study.remaining() > 0:
         with study.trial() as trial:
@@ -77,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             trainer.fit(model, train, val)
         print(f"trial {trial.number}: {trial.record.origin} {trial.config} -> "
               f"{'pruned: ' + trial.pruned if trial.pruned else f'val_loss={trial.value:.4f}'}")
-    best = study.best()
-    print(f"best val_loss={best.value:.4f} at trial {best.number + 1}: {dict(best.config)}")
+    best = study.best_trial
+    print(f"best val_loss={best.value:.4f} at trial {best.number}: {best.params}")
 
 
 if __name__ == "__main__":

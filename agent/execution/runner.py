@@ -43,12 +43,15 @@ class StudyTiming:
         return self.fit_seconds / (self.wall_seconds * self.workers) if self.wall_seconds > 0 else 0.0
 
 def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
-              trace_plot: bool = True, executor: Any = None, timeout: float | None = None) -> StudyTiming:
+              trace_plot: bool = True, executor: Any = None, timeout: float | None = None,
+              n_trials: int | None = None) -> StudyTiming:
     """Asks, trains and tells until the budget is spent; returns where the time went.
 
     ``timeout`` (seconds of this call, as Optuna's ``optimize(timeout=...)``): no trial starts
     after it, the running ones finish, and a study with trials left ends ``interrupted`` (resumable)
-    with ``timed_out`` set on the returned timing.
+    with ``timed_out`` set on the returned timing. ``n_trials``: at most this many trials start in
+    this call (Optuna's ``optimize(n_trials=...)``); the study ends ``interrupted`` as with a timeout
+    when budget is left.
 
     ``executor`` (:mod:`agent.execution.workers`) runs the trials: by default one at a time in this
     process; a parallel one keeps ``capacity`` trials running, each asked with the others pending,
@@ -79,6 +82,8 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             executor.submit(trial)
             running[trial.number] = trial
 
+    asked = 0
+
     def timed_out() -> bool:
         return timeout is not None and time.perf_counter() - wall_start >= timeout
 
@@ -88,9 +93,11 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
                 trials = _close_ready(study, ready, trials, f"not started before --timeout {timeout:g} s")
             start_ready()
             while (len(running) + len(ready) < executor.capacity + ahead
-                   and study.remaining(trials) - len(running) - len(ready) > 0 and not timed_out()):
+                   and study.remaining(trials) - len(running) - len(ready) > 0 and not timed_out()
+                   and (n_trials is None or asked < n_trials)):
                 ask_start = time.perf_counter()
                 trial = study.ask(trials)
+                asked += 1
                 timing.ask_seconds.append(time.perf_counter() - ask_start)
                 ready.append(trial)
                 trials = _with(trials, trial)

@@ -130,6 +130,21 @@ def sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
     return []
 
 
+class FitsOnlyStore(SourceModelStore):
+    """The source-model file (source GPs and portfolios, loaded as a study loads them) for
+    histories re-made in memory per use, as a benchmark's folds are: the sources' training data
+    are not stored, since each such history's study ids (the stamps) are new and storing them would
+    append the whole history to the file once per use."""
+
+    def add_source(self, task: SourceTask, stamp: str) -> None:
+        return None
+
+
+def stored_fits(models_dir: Path | str) -> SourceFits:
+    """What a benchmark's study reads source models from: :class:`FitsOnlyStore` over ``models_dir``."""
+    return SourceFits(FitsOnlyStore(models_dir))
+
+
 def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
                          progress: Progress | None = None, store: SourceModelStore | None = None) -> dict[str, Any]:
     """Brings ``models_dir/source_models.jsonl`` up to date with the history of ``job_name`` in

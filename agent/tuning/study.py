@@ -197,6 +197,11 @@ class TrialHandle:
     def config(self) -> dict[str, Any]:
         return dict(self.record.config)
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """The configuration, by Optuna's name for it."""
+        return self.config
+
     def logger(self) -> Any:
         """A Lightning logger writing to this trial's MLflow run (per-epoch metrics)."""
         return self.study.kb.trial_logger(self.study.record, self.record)

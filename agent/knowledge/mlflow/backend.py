@@ -43,7 +43,8 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels):
             "mlflow.parentRunId": study.study_id,
             T + "kind": "trial",
             T + "study": study.name,
-            T + "trial": str(number),
+            T + "trial": str(number + 1),  # as the run name, the description and the console say it
+            T + "slot": str(number),  # the budget slot the study counts from 0
             T + "state": TRIAL_RUNNING,
             T + "origin": origin,
             T + "config": layout.config_json(config),  # keeps the space's order

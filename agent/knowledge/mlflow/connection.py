@@ -298,7 +298,8 @@ class MlflowConnection(KnowledgeBase):
         value = metrics.get("objective")
         return TrialRecord(
             trial_id=run.info.run_id,
-            number=int(tags.get(T + "trial", -1)),
+            # stores written before the slot tag held the slot (from 0) in the trial tag
+            number=int(tags[T + "slot"]) if T + "slot" in tags else int(tags.get(T + "trial", -1)),
             state=state,
             config=json.loads(tags.get(T + "config", "{}")),
             value=None if value is None or not math.isfinite(value) else float(value),

@@ -1,0 +1,198 @@
+"""The Python API, shaped as an Optuna user expects it::
+
+    import agent
+
+    study = agent.create_study("mine", dataset="wine", job="mlp", trials=20)
+    study.optimize(n_trials=5)                       # the job trains itself, as `tune-agent start`
+
+    def objective(trial):                            # or your own training, one trial at a time
+        model = MyModule(**trial.params)
+        trainer = pl.Trainer(max_epochs=10, callbacks=[TuneAgentCallback(trial)], logger=trial.logger())
+        trainer.fit(model, train_loader, val_loader)
+        return float(trainer.callback_metrics["val_loss"])   # or return None: the callback set it
+
+    study.optimize(objective, n_trials=10, timeout=600)
+    study.best_trial.number, study.best_value, study.best_params
+
+A study made here is the one ``tune-agent start`` makes: the same request checks, warm start from
+the history, surrogate plan and MLflow record (the study run, one run per trial), so ``history``,
+``best``, ``report``, ``resume`` and the MLflow UI show it like any other. Trials are numbered
+from 1 everywhere a person reads them (run names, tags, console, :attr:`FrozenTrial.number`,
+:attr:`~agent.tuning.study.TrialHandle.number`).
+
+A failing objective is recorded as a failed trial with its reason (one line on stderr) and the
+study goes on; Ctrl-C frees the running trial's slot and is raised again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from agent.config import StudyRequest
+from agent.errors import StudyError, UnknownStudyError
+from agent.knowledge.base import TrialRecord
+from agent.tuning.study import Study, TrialHandle
+
+__all__ = ["FrozenTrial", "Trial", "TuningStudy", "create_study", "load_study"]
+
+
+@dataclass(frozen=True)
+class FrozenTrial:
+    """A stored trial as a person reads it: ``number`` from 1, ``params`` the configuration."""
+
+    number: int
+    params: Mapping[str, Any]
+    value: float | None
+    state: str
+    origin: str
+    reason: str = ""
+    duration: float | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: TrialRecord) -> "FrozenTrial":
+        return cls(record.number + 1, dict(record.config), record.value, record.state, record.origin, record.reason,
+                   record.duration, dict(record.extra))
+
+
+class TuningStudy:
+    """A stored study with Optuna's verbs (see the module docstring). ``study.study`` is the
+    ask/tell handle the product's loop uses (:class:`agent.tuning.study.Study`, slots from 0)."""
+
+    def __init__(self, study: Study, job: Any = None, data: Any = None, split: Any = None) -> None:
+        self.study = study
+        self._job, self._data, self._split = job, data, split
+
+    def __repr__(self) -> str:
+        return f"TuningStudy({self.name!r}, {len(self.trials)}/{self.study.settings.trials} trials)"
+
+    # -- what it is ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.study.name
+
+    @property
+    def metric(self) -> str:
+        return self.study.settings.metric
+
+    @property
+    def direction(self) -> str:
+        """``"minimize"`` or ``"maximize"``, as Optuna says it."""
+        return "minimize" if self.study.settings.mode == "min" else "maximize"
+
+    @property
+    def status(self) -> str:
+        return self.study.record.status
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        """Every trial the store holds, by number (a slot's re-run after a killed run)."""
+        return [FrozenTrial.of(t) for t in self.study.trials()]
+
+    @property
+    def best_trial(self) -> FrozenTrial:
+        best = self.study.best()
+        if best is None:
+            raise StudyError(f"study {self.name!r} has no finished trial yet")
+        return FrozenTrial.of(best)
+
+    @property
+    def best_value(self) -> float:
+        value = self.best_trial.value
+        assert value is not None  # a best trial is ok, with a value
+        return value
+
+    @property
+    def best_params(self) -> dict[str, Any]:
+        return dict(self.best_trial.params)
+
+    def remaining(self) -> int:
+        """Trials of the budget not yet finished (ok, failed or pruned)."""
+        return self.study.remaining()
+
+    # -- running it ------------------------------------------------------------------------------
+    def trial(self) -> Any:
+        """``with study.trial() as trial:`` one trial of your own loop (:meth:`Study.trial`)."""
+        return self.study.trial()
+
+    def ask(self) -> TrialHandle:
+        """The next trial (its ``params``/``config`` are the sampler's proposal); close it with :meth:`tell`."""
+        return TrialHandle(self.study, self.study.ask())
+
+    def tell(self, trial: TrialHandle, value: float | None = None, failed: str | None = None) -> FrozenTrial:
+        """Closes ``trial``: ``value`` (finite: ok) or ``failed`` (a reason)."""
+        done = self.study.tell(trial.record, value=value, failed=failed, metrics=trial.metrics)
+        self.study.set_status("finished" if self.study.remaining() <= 0 else "running")
+        return FrozenTrial.of(done)
+
+    def optimize(self, objective: Callable[[TrialHandle], Any] | None = None, n_trials: int | None = None,
+                 timeout: float | None = None, show_progress: bool = False) -> None:
+        """Runs up to ``n_trials`` more trials (default: the rest of the budget); none starts after
+        ``timeout`` seconds. Without ``objective`` the job trains each trial as ``tune-agent start``
+        does (its report and source model at the end); with one, ``objective(trial)`` trains it and
+        returns the value (or None when :class:`agent.lightning.TuneAgentCallback` set it)."""
+        if n_trials is not None and n_trials < 1:
+            raise StudyError(f"n_trials must be at least 1, got {n_trials}")
+        if timeout is not None and timeout <= 0:
+            raise StudyError(f"timeout must be positive, got {timeout}")
+        if objective is None:
+            self._run_job(n_trials, timeout, show_progress)
+            return
+        start = time.perf_counter()
+        done = 0
+        while self.study.remaining() > 0 and (n_trials is None or done < n_trials):
+            if timeout is not None and time.perf_counter() - start >= timeout:
+                break
+            with self.study.trial() as trial:
+                value = objective(trial)
+                if value is not None:
+                    trial.value = float(value)
+            done += 1
+
+    def _run_job(self, n_trials: int | None, timeout: float | None, show_progress: bool) -> None:
+        from agent.execution.progress import ProgressReporter, SilentReporter
+        from agent.execution.runner import run_study
+
+        if self._job is None:
+            from agent.tuning.service import load_study_data, open_study
+
+            self.study, self._job = open_study(self.name, kb=self.study.kb)
+            self._data, self._split = load_study_data(self.study, self._job)
+        reporter = ProgressReporter() if show_progress else SilentReporter()
+        run_study(self.study, self._job, self._data, self._split, reporter, timeout=timeout, n_trials=n_trials)
+
+    def __iter__(self) -> Iterator[FrozenTrial]:
+        return iter(self.trials)
+
+
+def create_study(name: str | None = None, *, dataset: str, job: str, trials: int = 20, tracking_uri: str | None = None,
+                 load_if_exists: bool = False, **options: Any) -> TuningStudy:
+    """A new study, as ``tune-agent start`` makes it (checked, warm-started, stored) without
+    running a trial; ``options`` are ``start``'s options by their Python names (``epochs=10``,
+    ``warm_start="none"``, ``surrogate="rgpe"``, ``pruner="asha"``, ``seed=1``, ...).
+    ``load_if_exists``: a study of that name in the store is opened instead (Optuna's flag)."""
+    from agent.tuning.service import prepare_study
+
+    if load_if_exists and name is not None:
+        try:
+            return load_study(name, tracking_uri=tracking_uri)
+        except UnknownStudyError:
+            pass
+    request = StudyRequest(dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options)
+    study, job_obj, data, split = prepare_study(request, echo=lambda line: None)
+    return TuningStudy(study, job_obj, data, split)
+
+
+def load_study(name: str, tracking_uri: str | None = None) -> TuningStudy:
+    """A stored study by name, with the sampler it was planned with; trials a dead process left
+    running are closed as killed, freeing their slots (as ``tune-agent resume`` does)."""
+    from agent.tuning.service import open_study
+
+    study, _ = open_study(name, tracking_uri=tracking_uri)
+    study.recover()
+    return TuningStudy(study)
+
+
+Trial = TrialHandle  # what an objective receives (Optuna's name for it)

@@ -1,0 +1,98 @@
+"""The Python API as an Optuna user drives it (``agent.create_study``, ``study.optimize``), on a
+real store: the job's own training and a user's objective in one study, ``n_trials`` and
+``timeout``, failures recorded, resumption by name, and one numbering from 1 wherever a trial is
+read (the API, the run names, tags and descriptions, ``best``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
+
+JOB = "agent.jobs.examples:logistic"
+
+
+def test_optimize_runs_the_job_and_an_objective_numbered_from_one(store, cli, capsys) -> None:  # noqa: ANN001
+    import agent
+    from mlflow import MlflowClient
+
+    study = agent.create_study("api", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri,
+                               artifact_root=store.artifacts, warm_start="none", epochs=1)
+    assert study.direction == "minimize" and study.metric == "val_loss" and study.trials == []
+    study.optimize(n_trials=2)  # the job trains itself, as `tune-agent start`
+    assert [t.number for t in study.trials] == [1, 2] and study.remaining() == 3
+    assert study.status == "interrupted"  # budget left: resumable
+
+    seen = []
+
+    def objective(trial):  # noqa: ANN001, ANN202 - a user's training: the value from the proposed params
+        seen.append(trial.number)
+        if len(seen) == 2:
+            raise ValueError("diverged")
+        return 0.1 + trial.params["lr"]
+
+    study.optimize(objective, n_trials=2)
+    assert seen == [3, 4]
+    assert "trial 4 failed: ValueError: diverged (recorded; the study goes on)" in capsys.readouterr().err
+    by_number = {t.number: t for t in study.trials}
+    assert by_number[3].state == TRIAL_OK and by_number[3].value == pytest.approx(0.1 + by_number[3].params["lr"])
+    assert by_number[4].state == TRIAL_FAILED and "diverged" in by_number[4].reason
+
+    again = agent.create_study("api", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri, load_if_exists=True)
+    again.optimize(timeout=600)  # the rest of the budget, the job's training again
+    assert sorted(t.number for t in again.trials) == [1, 2, 3, 4, 5] and again.status == "finished"
+    best = again.best_trial
+    assert best.state == TRIAL_OK and again.best_value == best.value and again.best_params == dict(best.params)
+
+    # the same numbers in the store a person browses, and in `best`
+    client = MlflowClient(store.uri)
+    record = store.kb().find_study("api")
+    experiment = client.get_run(record.study_id).info.experiment_id
+    runs = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{record.study_id}'")
+    for run in runs:
+        n = int(run.data.tags["tune_agent.trial"])
+        assert run.info.run_name == f"api/trial-{n}"
+        assert run.data.tags["mlflow.note.content"].startswith(f"Trial {n} of study")
+    assert sorted(int(r.data.tags["tune_agent.trial"]) for r in runs) == [1, 2, 3, 4, 5]
+    shown = cli("best", "api", "--json", "--tracking-uri", store.uri)
+    assert shown.code == 0 and json.loads(shown.out)["trial"] == best.number
+
+
+def test_optimize_refuses_bad_arguments_and_unknown_studies(store) -> None:  # noqa: ANN001
+    import agent
+    from agent.errors import StudyError, UnknownStudyError
+
+    study = agent.create_study("small", dataset="iris", job=JOB, trials=2, tracking_uri=store.uri,
+                               artifact_root=store.artifacts, warm_start="none", epochs=1)
+    with pytest.raises(StudyError, match="n_trials must be at least 1"):
+        study.optimize(n_trials=0)
+    with pytest.raises(StudyError, match="timeout must be positive"):
+        study.optimize(timeout=0)
+    with pytest.raises(StudyError, match="no finished trial yet"):
+        study.best_trial  # noqa: B018
+    with pytest.raises(UnknownStudyError):
+        agent.load_study("nope", tracking_uri=store.uri)
+    trial = study.ask()  # Optuna's ask/tell
+    assert trial.number == 1 and trial.params == trial.config
+    done = study.tell(trial, value=0.5)
+    assert done.number == 1 and done.state == TRIAL_OK and study.best_value == 0.5
+
+
+def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### From Python"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    number, value, params = done.stdout.split(" ", 2)
+    assert 1 <= int(number) <= 6 and float(value) > 0 and "learning_rate" in params
+    assert (tmp_path / "mlflow").is_dir()  # the embedded store, made where the user ran it
