@@ -96,3 +96,18 @@ def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, 
     number, value, params = done.stdout.split(" ", 2)
     assert 1 <= int(number) <= 6 and float(value) > 0 and "learning_rate" in params
     assert (tmp_path / "mlflow").is_dir()  # the embedded store, made where the user ran it
+
+
+def test_a_tiny_budget_still_gets_bo_steps(store) -> None:  # noqa: ANN001
+    import agent
+
+    study = agent.create_study("tiny", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri,
+                               artifact_root=store.artifacts, warm_start="none", surrogate="gp", epochs=1)
+    assert study.study.settings.n_init == 2  # half the budget at most, not 5 design points of 5
+    study.optimize()
+    origins = [t.origin for t in study.trials]
+    assert [o.split(":")[0] for o in origins[:2]] == ["init", "init"], origins
+    assert all(o.startswith("bo:") for o in origins[2:]), origins
+    kept = agent.create_study("kept", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri, warm_start="none",
+                              surrogate="gp", n_init=4, epochs=1)
+    assert kept.study.settings.n_init == 4  # an explicit --n-init is the user's

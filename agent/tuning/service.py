@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -22,6 +23,9 @@ from agent.tuning.plan import PLAN_TAG, SurrogatePlan, plan_sampler
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
+# Below this many trials at most half of the budget (at least 2) goes to the initial design (warm
+# seeds, then a space-filling design): 5 trials used to be 5 design points and no BO step.
+TINY_BUDGET = 10
 
 
 def default_study_name(dataset_name: str, job_name: str) -> str:
@@ -82,6 +86,9 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
     settings = _settings(req, job, data, warm, n_init=req.n_init or 1)  # validates before anything is written
     planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits, progress=echo)
     n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
+    if req.n_init is None and req.trials < TINY_BUDGET:  # a tiny budget still gets BO steps
+        n_init = min(n_init, max(2, req.trials // 2))
+        planned = replace(planned, plan=replace(planned.plan, initial=planned.plan.initial[:n_init]))
     settings = _settings(req, job, data, warm, n_init)
     if warm.message:
         echo(warm.message)
