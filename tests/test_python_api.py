@@ -111,3 +111,28 @@ def test_a_tiny_budget_still_gets_bo_steps(store) -> None:  # noqa: ANN001
     kept = agent.create_study("kept", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri, warm_start="none",
                               surrogate="gp", n_init=4, epochs=1)
     assert kept.study.settings.n_init == 4  # an explicit --n-init is the user's
+
+
+def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path) -> None:  # noqa: ANN001
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("#### The best model, registered"):]
+    shell = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
+    exe = str(Path(sys.executable).with_name("tune-agent"))
+    for line in shell.strip().splitlines():
+        command = line.split("#")[0].split()
+        assert command[0] == ".venv/bin/tune-agent"
+        done = subprocess.run([exe, *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    header = lines[0].split()  # pandas prints the class columns (0..9, the middle ones elided), then 3 rows
+    assert header[0] == "0" and header[-1] == "9" and "[3 rows x 10 columns]" in lines

@@ -136,8 +136,6 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
 
 def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> None:  # noqa: ANN001
     import mlflow
-    import mlflow.pytorch
-    import torch
     from sklearn.datasets import load_wine
 
     res = cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "3", "--epochs", "3",
@@ -148,12 +146,50 @@ def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> Non
     registered = json.loads(res.out)["registered"]
     assert registered["version"] == "1" and registered["retrained_value"] == pytest.approx(registered["value"], rel=1e-4)
     mlflow.set_tracking_uri(store.uri)
-    model = mlflow.pytorch.load_model("models:/wine-model/1")
-    X, y = load_wine(return_X_y=True)
-    with torch.no_grad():
-        probabilities = model(torch.tensor(X, dtype=torch.float32)).numpy()
-    assert probabilities.shape == (len(y), 3) and abs(probabilities.sum(1) - 1).max() < 1e-5
-    assert (probabilities.argmax(1) == y).mean() > 0.8  # raw features in: the standardisation travels with it
+    model = mlflow.pyfunc.load_model("models:/wine-model/1")  # a pyfunc: raw rows in, one column per class out
+    frame = load_wine(as_frame=True).frame
+    probabilities = model.predict(frame.drop(columns=["target"]))
+    assert list(probabilities.columns) == ["class_0", "class_1", "class_2"]
+    assert probabilities.shape == (len(frame), 3) and abs(probabilities.to_numpy().sum(1) - 1).max() < 1e-5
+    assert (probabilities.to_numpy().argmax(1) == frame["target"]).mean() > 0.8  # the standardisation travels with it
+    inputs = model.metadata.get_input_schema().input_names()
+    assert inputs[:2] == ["alcohol", "malic_acid"] and len(inputs) == 13
     version = mlflow.MlflowClient(store.uri).get_model_version("wine-model", "1")
     assert version.tags["tune_agent.study"] == "reg" and version.tags["tune_agent.dataset"] == "wine"
     assert "tune_agent.surrogate" in version.tags and "tune_agent.neighbours" in version.tags
+
+
+def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, tmp_path) -> None:  # noqa: ANN001
+    """A CSV with a text category and gaps: the model takes the table's own columns (text, missing
+    values) and encodes them as loading did; registering leaves the trial's run as it was."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    n = 240
+    colour = rng.choice(["red", "green", "blue"], n)
+    size = rng.normal(10, 3, n)
+    size[rng.choice(n, 12, replace=False)] = np.nan
+    label = np.where((colour == "red") | (np.nan_to_num(size, nan=10) > 12), "yes", "no")
+    table = pd.DataFrame({"colour": colour, "size": size, "label": label})
+    table.to_csv(tmp_path / "shop.csv", index=False)
+    res = cli("start", "--dataset", str(tmp_path / "shop.csv"), "--label", "label", "--job", "agent.jobs.examples:logistic",
+              "--trials", "2", "--epochs", "20", "--warm-start", "none", "--study-name", "shop", *store.args)
+    assert res.code == 0, res.err
+    client = mlflow.MlflowClient(store.uri)
+    kb = store.kb()
+    best_trial = max(kb.trials(kb.find_study("shop")), key=lambda t: -(t.value or 9))
+    before = client.get_run(best_trial.trial_id).info
+    res = cli("best", "shop", "--register", "shop-model", "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    after = client.get_run(best_trial.trial_id).info
+    assert (after.status, after.end_time) == (before.status, before.end_time)  # the trial run is unchanged
+    mlflow.set_tracking_uri(store.uri)
+    model = mlflow.pyfunc.load_model("models:/shop-model/1")
+    assert model.metadata.get_input_schema().input_names() == ["colour", "size"]
+    rows = pd.DataFrame({"colour": ["red", "blue", "green"], "size": [9.0, np.nan, 15.0]})
+    out = model.predict(rows)
+    assert list(out.columns) == ["no", "yes"] and out.shape == (3, 2)
+    assert abs(out.to_numpy().sum(1) - 1).max() < 1e-5
+    assert (model.predict(table.drop(columns=["label"])).to_numpy().argmax(1) == (table["label"] == "yes")).mean() > 0.7

@@ -25,10 +25,13 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
                            quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
                            workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
                            fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1,
-                           pending: str = "auto", tag: str | None = None, ask_ahead: int = 0) -> dict[str, Any]:
+                           pending: str = "auto", tag: str | None = None, ask_ahead: int = 0,
+                           history_size: int = 100, sources: int | None = None) -> dict[str, Any]:
     """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending][_aheadK]][_tag].json``
     and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline. ``tag``
-    names a side run (other methods beside the main table) so that it writes files of its own.
+    names a side run (other methods beside the main table) so that it writes files of its own;
+    ``history_size`` (configurations per source) other than 100 and ``sources`` (source tasks per
+    run) add ``_historyN`` / ``_sourcesK`` to the names.
 
     Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
     the next call with the same protocol; ``fresh`` deletes the journal first.
@@ -44,7 +47,8 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
                          budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir, batch=batch,
                          pending=pending if batch > 1 else "auto", ask_ahead=ask_ahead if batch > 1 else 0,
-                         report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget))
+                         report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget),
+                         history_size=history_size, sources=sources)
     job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
         config = BenchConfig(**{**config.__dict__, "tasks": tuple(job.scenario.instances[:tasks])})
@@ -59,11 +63,14 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
                                    journal=journal)
     variant = "" if batch == 1 else (f"batch{batch}" + ("" if config.pending == "auto" else f"_{config.pending}")
                                      + (f"_ahead{config.ask_ahead}" if config.ask_ahead else ""))
-    name += (f"_{variant}" if variant else "") + (f"_{tag}" if tag else "")
+    side = "_".join(filter(None, [f"history{history_size}" if history_size != 100 else "",
+                                  f"sources{sources}" if sources is not None else "", tag or ""]))
+    name += (f"_{variant}" if variant else "") + (f"_{side}" if side else "")
     metrics = out / "metrics" / f"{name}.json"
-    plots = out / "plots" / ("" if control == "none" else control) / variant / (tag or "")
+    plots = out / "plots" / ("" if control == "none" else control) / variant / side
     write_report(result, metrics, plots)
     report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
+              "history_size": history_size, "sources": sources,
               **({"tag": tag} if tag else {}), "engine": engine_fingerprint("bench/transfer.py"),
               "environment": environment(),
               **({"pending": config.pending, "ask_ahead": config.ask_ahead} if batch > 1 else {}),

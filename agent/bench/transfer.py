@@ -72,7 +72,8 @@ class BenchConfig:
     tasks: tuple[str, ...] | None = None  # None = every instance
     seeds: int = 5
     budget: int = 30
-    history_size: int = 100
+    history_size: int = 100  # configurations per source task (--history)
+    sources: int | None = None  # source tasks in each run's history (--sources): None = every other task
     report_at: tuple[int, ...] = (1, 3, 5, 10, 20, 30)
     workers: int = 2  # <= 1 runs in this process
     quick: bool = False
@@ -135,6 +136,17 @@ def history_store(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray
     return kb
 
 
+def run_sources(instances: Sequence[str], task: str, config: BenchConfig) -> list[str]:
+    """The source tasks of ``task``'s runs: every other task, or (``config.sources``) that many of
+    them drawn once per task (the same for every method and seed), in the scenario's order."""
+    others = [t for t in instances if t != task]
+    if config.sources is None or config.sources >= len(others):
+        return others
+    rng = np.random.default_rng([config.history_seed, 7, list(instances).index(task)])
+    keep = set(rng.choice(len(others), size=config.sources, replace=False).tolist())
+    return [t for i, t in enumerate(others) if i in keep]
+
+
 def reference_range(job: Any, task: str, config: BenchConfig) -> tuple[float, float]:
     """(worst, best) of the objective over ``reference_size`` random configurations, maximised."""
     U = job.space.snap(np.random.default_rng(config.reference_seed).random((config.reference_size, job.space.dim)))
@@ -154,7 +166,8 @@ def fold_of(task_index: int) -> int:
 
 
 def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]], fold: int,
-                 config: BenchConfig, tnp_params: Mapping[str, Any] | None = None) -> Path:
+                 config: BenchConfig, tnp_params: Mapping[str, Any] | None = None,
+                 progress: Callable[[str], None] | None = None) -> Path:
     """The models dir of the TNP meta-trained on the tasks outside ``fold`` (trained if not cached).
 
     Named by the TNP settings and the training sources' contents, so a control's shuffled
@@ -167,8 +180,36 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
     sources = history_sources(history_store(job, histories, tasks), job.name, job.space)
     folder = Path(config.cache_dir) / f"tnp-{job.name}-fold{fold}-{tnp_key(sources, settings)}"
     if not tnp_trained(folder):
-        train_tnp(sources, job.name, job.space.signature(), folder, settings)
+        train_tnp(sources, job.name, job.space.signature(), folder, settings,
+                  progress=None if progress is None else (lambda line: progress(f"TNP fold {fold}: {line}")))
     return folder
+
+
+def _train_fold(config: BenchConfig, fold: int) -> tuple[int, str]:
+    job, histories, _ = _worker_state(config)  # a worker's lines go to the shared stdout as they come
+    return fold, str(tnp_fold_dir(job, histories, fold, config, progress=lambda line: print(line, flush=True)))
+
+
+def train_tnp_folds(config: BenchConfig, folds: Sequence[int], progress: Callable[[str], None] | None = None) -> dict[int, str]:
+    """The TNP of each fold in ``folds``, meta-trained ``config.workers`` at a time (cached ones
+    are read), each saying its steps; returns each fold's models dir."""
+    if not folds:
+        return {}
+    say = progress or (lambda line: None)
+    start = time.perf_counter()
+    say(f"TNP: meta-training {len(folds)} fold(s), {max(1, min(config.workers, len(folds)))} at a time (cached folds are read)")
+    out: dict[int, str] = {}
+    if config.workers <= 1 or len(folds) == 1:
+        for fold in folds:
+            out[fold] = str(tnp_fold_dir(*_worker_state(config)[:2], fold, config, progress=progress))
+            say(f"TNP fold {fold} ready ({len(out)}/{len(folds)}, {time.perf_counter() - start:.0f} s)")
+        return out
+    with ProcessPoolExecutor(min(config.workers, len(folds)), mp_context=get_context("spawn"), initializer=pin_threads) as pool:
+        for future in as_completed([pool.submit(_train_fold, config, fold) for fold in folds]):
+            fold, folder = future.result()
+            out[fold] = folder
+            say(f"TNP fold {fold} ready ({len(out)}/{len(folds)}, {time.perf_counter() - start:.0f} s)")
+    return out
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -243,7 +284,7 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
     config = job_args.config
     job, histories, fits = _worker_state(config)
     low, high = reference_range(job, job_args.task, config)
-    sources = [t for t in job.scenario.instances if t != job_args.task]
+    sources = run_sources(job.scenario.instances, job_args.task, config)
     out: dict[str, Any] = {"task": job_args.task, "seed": job_args.seed, "methods": {}}
     for method in job_args.methods:
         kb = history_store(job, histories, sources)
@@ -267,7 +308,7 @@ def protocol_key(config: BenchConfig, method: str) -> str:
     fields = {k: v for k, v in asdict(config).items()
               if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")
               and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")
-              and not (k == "ask_ahead" and v == 0)}
+              and not (k == "ask_ahead" and v == 0) and not (k == "sources" and v is None)}
     fields["scenario"] = Path(config.scenario).name
     revision = surrogate_revision(method)
     return run_key("bench/transfer.py", {"method": method, "engine": "study", **fields,
@@ -308,17 +349,10 @@ def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callabl
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
     pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or ()]
-    folds: dict[int, str] = {}
-    jobs = []
-    for task, seed in pairs:
-        todo = tuple(m for m in methods if (keys[m], task, seed) not in done)
-        if not todo:
-            continue
-        fold = fold_of(job.scenario.instances.index(task))
-        if "tnp" in todo and fold not in folds:
-            histories = _worker_state(config)[1]
-            folds[fold] = str(tnp_fold_dir(job, histories, fold, config))
-        jobs.append(_Job(task, seed, todo, config, folds.get(fold)))
+    todo = {(task, seed): tuple(m for m in methods if (keys[m], task, seed) not in done) for task, seed in pairs}
+    fold = {task: fold_of(job.scenario.instances.index(task)) for task in config.tasks or ()}
+    folds = train_tnp_folds(config, sorted({fold[t] for (t, _), ms in todo.items() if "tnp" in ms}), progress)
+    jobs = [_Job(task, seed, ms, config, folds.get(fold[task])) for (task, seed), ms in todo.items() if ms]
     start = time.perf_counter()
     if progress is not None and len(jobs) < len(pairs):
         progress(f"{len(pairs) - len(jobs)} of {len(pairs)} (task, seed) runs taken from {journal}")

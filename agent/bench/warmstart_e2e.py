@@ -76,7 +76,7 @@ def choose_targets(entries: Sequence[dict[str, Any]], n: int) -> list[dict[str, 
 
 _WORKER: dict[str, Any] = {}
 # Seconds since a study was asked at which the wall-clock view reads each method's regret.
-CLOCK_AT = (5, 10, 20, 30, 45, 60, 90, 120)
+CLOCK_AT = (0.5, 1, 1.5, 2, 3, 5, 10, 20, 60)
 
 
 def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:

@@ -74,23 +74,29 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
                    "writes OUT/metrics/<scenario>_batchN[...]_aheadK.json.")
 @click.option("--tag", default=None,
               help="Name a side run: writes OUT/metrics/<scenario>[...]_TAG.json and plots/.../TAG/ instead of the main files.")
+@click.option("--history", "history_size", type=int, default=100, show_default=True,
+              help="Configurations per source task in the history; another value writes ..._historyN.json.")
+@click.option("--sources", type=int, default=None,
+              help="Source tasks in each run's history, drawn once per task [default: every other task]; writes ..._sourcesK.json.")
 def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
                   folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
-                  fresh: bool, batch: int, pending: str, tag: str | None, ask_ahead: int) -> None:
+                  fresh: bool, batch: int, pending: str, tag: str | None, ask_ahead: int, history_size: int,
+                  sources: int | None) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from agent.bench.run import run_transfer_benchmark
     from agent.config import check_positive
 
     for option, value in (("--seeds", seeds), ("--budget", budget), ("--workers", workers), ("--batch", batch)):
         check_positive(option, value)
-    if tasks is not None:
-        check_positive("--tasks", tasks)
+    for option, given in (("--tasks", tasks), ("--history", history_size), ("--sources", sources)):
+        if given is not None:
+            check_positive(option, given)
     check_workers(workers, ask_ahead=ask_ahead)
     report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
                                     target=target, maximize=maximize, fidelity=fidelity_values(fidelity), quick=quick,
                                     seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
                                     progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending,
-                                    tag=tag, ask_ahead=ask_ahead)
+                                    tag=tag, ask_ahead=ask_ahead, history_size=history_size, sources=sources)
     click.echo(json.dumps(report, indent=2))
 
 

@@ -75,7 +75,8 @@ def meta_train_transfer(models_dir: str, params_file: str) -> None:
     from agent.pipeline.stages import load_params
 
     params = load_params(Path(params_file)).get("transfer", {})
-    click.echo(json.dumps(stage_train_transfer(params, Path(models_dir), Path("metrics/train_transfer.json"))))
+    click.echo(json.dumps(stage_train_transfer(params, Path(models_dir), Path("metrics/train_transfer.json"),
+                                               progress=lambda line: click.echo(line, err=True))))
 
 
 @click.command("evaluate")

@@ -23,14 +23,20 @@ class RawSource:
     X: np.ndarray
     y: np.ndarray
     class_names: tuple[str, ...]
+    columns: tuple[str, ...] = ()  # the raw values' names (agent.data.inputs), one per value of a row
+    scale: float = 1.0  # X = raw values / scale
 
 
-def _freeze(kind: str, X: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> RawSource:
+def _freeze(kind: str, X: np.ndarray, y: np.ndarray, names: tuple[str, ...], columns: tuple[str, ...] = (),
+            scale: float = 1.0) -> RawSource:
+    from agent.data.inputs import pixel_columns
+
     X = np.ascontiguousarray(X, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.int64)
     X.setflags(write=False)
     y.setflags(write=False)
-    return RawSource(kind=kind, X=X, y=y, class_names=tuple(str(n) for n in names))
+    columns = tuple(str(c) for c in columns) or pixel_columns(int(np.prod(X.shape[1:])), "x" if kind == "sequence" else "pixel")
+    return RawSource(kind=kind, X=X, y=y, class_names=tuple(str(n) for n in names), columns=columns, scale=scale)
 
 
 def _digits() -> RawSource:
@@ -38,7 +44,7 @@ def _digits() -> RawSource:
 
     bunch = load_digits()
     X = bunch.data.reshape(-1, 1, 8, 8) / 16.0
-    return _freeze("image", X, bunch.target, tuple(str(t) for t in bunch.target_names))
+    return _freeze("image", X, bunch.target, tuple(str(t) for t in bunch.target_names), scale=16.0)
 
 
 def _mnist_5k() -> RawSource:
@@ -46,7 +52,7 @@ def _mnist_5k() -> RawSource:
 
     X, y = mnist_data()
     X = np.asarray(X, dtype=np.float64).reshape(-1, 1, 28, 28) / 255.0
-    return _freeze("image", X, y, tuple(str(i) for i in range(10)))
+    return _freeze("image", X, y, tuple(str(i) for i in range(10)), scale=255.0)
 
 
 def _mnist1d() -> RawSource:
@@ -63,7 +69,8 @@ def _sklearn_table(loader_name: str) -> Callable[[], RawSource]:
         import sklearn.datasets
 
         bunch = getattr(sklearn.datasets, loader_name)()
-        return _freeze("tabular", bunch.data, bunch.target, tuple(str(t) for t in bunch.target_names))
+        return _freeze("tabular", bunch.data, bunch.target, tuple(str(t) for t in bunch.target_names),
+                       columns=tuple(bunch.feature_names))
 
     return load
 

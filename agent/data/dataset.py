@@ -9,8 +9,9 @@ a one-line message when they do not hold.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,8 @@ class Dataset:
     y: np.ndarray
     class_names: tuple[str, ...]
     preparation: str = ""  # one line: how a table's columns became features (empty: nothing to say)
+    # how raw rows become rows of X (agent.data.inputs.RawInputs; None: the model takes X as it is)
+    inputs: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -114,7 +117,7 @@ def encode_labels(labels: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarra
 
 
 def build_dataset(name: str, source: str, kind: str, X: np.ndarray, labels: np.ndarray,
-                  class_names: tuple[str, ...] | None = None, preparation: str = "") -> Dataset:
+                  class_names: tuple[str, ...] | None = None, preparation: str = "", inputs: Any = None) -> Dataset:
     """Validate raw arrays and build a :class:`Dataset`.
 
     ``labels`` are original labels of any sortable type; when ``class_names`` is given
@@ -140,4 +143,5 @@ def build_dataset(name: str, source: str, kind: str, X: np.ndarray, labels: np.n
         raise DatasetError(f"dataset {name} has only {len(X)} instances; at least {MIN_INSTANCES} are needed")
     if len(names) < 2:
         raise DatasetError(f"dataset {name} has a single class ({names[0]}); at least 2 are needed")
-    return Dataset(name=name, source=source, kind=kind, X=X, y=y, class_names=names, preparation=preparation)
+    return Dataset(name=name, source=source, kind=kind, X=X, y=y, class_names=names, preparation=preparation,
+                   inputs=inputs)

@@ -138,8 +138,9 @@ def _load_table(path: Path, options: TableOptions) -> Dataset:
         raise DatasetError(f"dataset file is empty: {path}")
     df.columns = [str(c) for c in df.columns]
     target = _pick_label(list(df.columns), options.label, path)
-    X, labels, note = prepare_table(df, target, options.drop, where=str(path), rows=options.rows)
-    return build_dataset(name, "file", "tabular", X, labels, preparation=note)
+    inputs: list = []
+    X, labels, note = prepare_table(df, target, options.drop, where=str(path), rows=options.rows, inputs=inputs)
+    return build_dataset(name, "file", "tabular", X, labels, preparation=note, inputs=inputs[0])
 
 
 def _short_list(items: list[str], limit: int = 8) -> str:

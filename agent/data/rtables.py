@@ -250,10 +250,11 @@ def load_rtable(spec: str, options: TableOptions = TableOptions()) -> Any:
     if label not in df.columns:
         raise DatasetError(f"{spec} has no column {label!r}")
     implicit = tuple(c for c in ("rownames",) if c in df.columns and c not in drop and c != label)
+    inputs: list = []
     X, y, note = prepare_table(df, label, tuple(drop) + implicit, where=spec, why_dropped={"rownames": "R row names"},
-                               rows=options.rows)
+                               rows=options.rows, inputs=inputs)
     return build_dataset(replace(options, label=label).name(spec), f"{PREFIX}{package}", "tabular", X, y,
-                         preparation=note)
+                         preparation=note, inputs=inputs[0])
 
 
 if __name__ == "__main__":

@@ -32,13 +32,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from agent.data.dataset import MIN_INSTANCES
+from agent.data.inputs import MISSING
 from agent.errors import DatasetError
 
 ONEHOT_MAX = 10  # distinct values up to which a categorical column is one-hot encoded
 ID_LIKE = 0.9  # a text column with distinct values on more than this share of rows is an identifier
 NUMERIC_TEXT = 0.95  # share of non-missing text values that must parse as numbers to read it as numeric
 MIN_ROWS_PER_CLASS = 2.0  # average rows per class below which a label is not a class column
-MISSING = "(missing)"
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,13 @@ def check_label(labels: Any, column: str, where: str) -> None:
 
 
 def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "table",
-                  why_dropped: Mapping[str, str] | None = None, rows: int | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+                  why_dropped: Mapping[str, str] | None = None, rows: int | None = None,
+                  inputs: list[Any] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """Features (float32 ``n x F``), raw labels and a one-line note; see the module docstring.
 
     ``why_dropped`` says why a column of ``drop`` is left out (default: ``--drop``); ``rows`` caps
-    the table at a stratified sample of that many rows (seed 0)."""
+    the table at a stratified sample of that many rows (seed 0); ``inputs`` (a list) gets the
+    :class:`~agent.data.inputs.RawInputs` that encodes raw rows of the used columns as here."""
     import pandas as pd
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
@@ -229,4 +231,16 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
         steps.append(("ordinal", OrdinalEncoder(dtype=np.float32), plan.ordinal))
     encoder = ColumnTransformer(steps, sparse_threshold=0.0)
     X = np.asarray(encoder.fit_transform(table), dtype=np.float32)
+    if inputs is not None:
+        from agent.data.inputs import EXAMPLE_ROWS, RawInputs, TableEncoding
+
+        used = list(table.columns)
+        example = features[used].head(EXAMPLE_ROWS).copy()
+        for col in plan.numeric:  # typed as numbers in the model's signature (ints pass as floats)
+            example[col] = pd.to_numeric(example[col], errors="coerce").astype(float)
+        categorical = [c for c in used if c not in plan.numeric]
+        for col in categorical:
+            example[col] = example[col].astype("string").astype(object).where(example[col].notna(), None)
+        inputs.append(RawInputs(tuple(used), (X.shape[1],), 1.0,
+                                TableEncoding(tuple(plan.numeric), tuple(categorical), encoder), example))
     return X, labels.to_numpy(), plan.note(len(df), features.shape[1], X.shape[1])

@@ -131,4 +131,7 @@ def load_variant(spec: str) -> Dataset:
     if parsed.fraction < 1.0:
         idx = stratified_fraction(y, parsed.fraction, parsed.seed)
         X, y = X[idx], y[idx]
-    return build_dataset(parsed.name, parsed.source, raw.kind, X, y, class_names=raw.class_names)
+    from agent.data.inputs import numeric_inputs
+
+    return build_dataset(parsed.name, parsed.source, raw.kind, X, y, class_names=raw.class_names,
+                         inputs=numeric_inputs(raw.columns, X, raw.scale, named=raw.kind == "tabular"))

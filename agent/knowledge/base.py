@@ -170,9 +170,9 @@ class KnowledgeBase(abc.ABC):
 
     def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
                        name: str, tags: Mapping[str, str]) -> str:
-        """Logs the torch ``model`` (with a signature from ``example`` -> ``predictions``) on
-        ``trial``'s run and registers it as a new version of ``name`` tagged ``tags``; returns the
-        version. Stores without a model registry refuse."""
+        """Logs ``model`` (any object with ``predict(rows)``, as an MLflow pyfunc with a signature
+        from ``example`` -> ``predictions``) on ``trial``'s run and registers it as a new version of
+        ``name`` tagged ``tags``; returns the version. Stores without a model registry refuse."""
         from agent.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")

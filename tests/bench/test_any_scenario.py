@@ -51,3 +51,22 @@ def test_scale_bench_reports_what_each_study_ran_as(cli, tmp_path: Path) -> None
     assert [(r["method"], r["ran_as"], r["history_points"]) for r in runs] == [
         ("gp", "gp", 10), ("rgpe", "gp", 10), ("gp", "gp", 20), ("rgpe", "rgpe", 20)]
     assert all(r["median_ask_s"] > 0 for r in runs)
+
+
+def test_history_and_sources_options_shape_each_runs_history(cli, tmp_path: Path) -> None:
+    from agent.bench.transfer import BenchConfig, run_sources
+
+    tasks = [f"t{i}" for i in range(10)]
+    few = run_sources(tasks, "t3", BenchConfig(scenario="x", sources=4))
+    assert len(few) == 4 and "t3" not in few and few == sorted(few, key=tasks.index)
+    assert few == run_sources(tasks, "t3", BenchConfig(scenario="x", sources=4))  # the same for every method and seed
+    assert run_sources(tasks, "t3", BenchConfig(scenario="x")) == [t for t in tasks if t != "t3"]
+    res = cli("bench", "lcbench", "--scenario", str(TOY), "--target", "cost", "--minimize", "--fidelity", "repl=5",
+              "--tasks", "2", "--seeds", "1", "--budget", "4", "--workers", "1", "--methods", "gp,rgpe",
+              "--history", "20", "--sources", "1", "--out", str(tmp_path))
+    assert res.code == 0, res.err
+    metrics = json.loads((tmp_path / "metrics" / "yahpo_toy_history20_sources1.json").read_text())
+    assert metrics["history_size"] == 20 and metrics["sources"] == 1 and set(metrics["methods"]) == {"gp", "rgpe"}
+    assert not (tmp_path / "metrics" / "yahpo_toy.json").exists()  # the main table is left alone
+    bad = cli("bench", "lcbench", "--scenario", str(TOY), "--sources", "0", "--out", str(tmp_path))
+    assert bad.code == 2 and "--sources" in bad.err

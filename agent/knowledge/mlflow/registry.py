@@ -27,10 +27,10 @@ class MlflowModels(MlflowConnection):
 
     def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
                        name: str, tags: Mapping[str, str]) -> str:
-        import mlflow.pytorch
         from mlflow.models import infer_signature
 
         import mlflow
+        from agent.knowledge.mlflow.pyfunc import ServingPyfunc
 
         signature = infer_signature(example, predictions)
         mlflow.set_tracking_uri(self.tracking_uri)
@@ -50,8 +50,8 @@ class MlflowModels(MlflowConnection):
 
             # MLflow narrates the registration on stderr; the command prints the version it made
             with mlflow.start_run(run_id=trial.trial_id), contextlib.redirect_stderr(io.StringIO()):
-                info = mlflow.pytorch.log_model(model, name="model", signature=signature, input_example=example,
-                                                registered_model_name=name, pip_requirements=[])
+                info = mlflow.pyfunc.log_model(name="model", python_model=ServingPyfunc(model), signature=signature,
+                                               input_example=example, registered_model_name=name, pip_requirements=[])
             return str(info.registered_model_version)
 
         info = self._call(self._client.get_run, trial.trial_id).info
