@@ -157,12 +157,12 @@ def source_models_dir(root: Path) -> Path:
 def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
                         root: Path, progress: Callable[[str], None] = print) -> None:
     """What the product's stored source models would hold before each held-out study: every
-    source's GP (content-keyed, so one fit serves every fold) and each fold's portfolios (the
-    end of the history's last study stores them), built once, before any run is timed."""
+    source's data and GP (content-keyed, so one fit serves every fold) and each fold's portfolios
+    (the end of the history's last study stores them), built once, before any run is timed."""
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.starter import write_entries
     from agent.space import SearchSpace
-    from agent.tuning.source_models import FitsOnlyStore, update_source_models
+    from agent.tuning.source_models import BenchSourceStore, update_source_models
 
     folder = source_models_dir(root)
     done = folder / "built.json"
@@ -172,12 +172,12 @@ def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any
     write_entries(kb, entries, space, "the evaluation's history")
     sp = SearchSpace.from_dict(space)
     start = time.perf_counter()
-    report = update_source_models(kb, folder, job, sp, store=FitsOnlyStore(folder))
+    report = update_source_models(kb, folder, job, sp, store=BenchSourceStore(folder))
     progress(f"source models of the whole history: {report['fitted']} GPs fitted ({time.perf_counter() - start:.0f} s)")
     for i, source in enumerate(sources, 1):
         fold = open_knowledge_base("memory:")
         write_entries(fold, [e for e in entries if e["summary"].get("source") != source], space, "the fold's history")
-        report = update_source_models(fold, folder, job, sp, store=FitsOnlyStore(folder))
+        report = update_source_models(fold, folder, job, sp, store=BenchSourceStore(folder))
         progress(f"source models without {source} ({i}/{len(sources)}): {report['fitted']} GPs fitted, "
                  f"{time.perf_counter() - start:.0f} s")
     done.write_text(json.dumps({"sources": sorted(sources)}))

@@ -130,19 +130,27 @@ def sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
     return []
 
 
-class FitsOnlyStore(SourceModelStore):
-    """The source-model file (source GPs and portfolios, loaded as a study loads them) for
-    histories re-made in memory per use, as a benchmark's folds are: the sources' training data
-    are not stored, since each such history's study ids (the stamps) are new and storing them would
-    append the whole history to the file once per use."""
+class BenchSourceStore(SourceModelStore):
+    """The source-model file as a benchmark's histories use it: source GPs and portfolios as for any
+    study, and each source's data keyed by its dataset key alone. A benchmark re-makes its history
+    in memory for every run, so the same studies get new ids (the stamps a study checks); their
+    trials never change, so the data stored once serve every run, as the file serves a study of the
+    product whose history did not change."""
+
+    def source(self, key: str, stamp: str) -> SourceTask | None:
+        self._load()
+        stored = next((s for k, s in self._sources if k == key), None)
+        return None if stored is None else super().source(key, stored)
 
     def add_source(self, task: SourceTask, stamp: str) -> None:
-        return None
+        self._load()
+        if not any(k == task.key for k, _ in self._sources):
+            super().add_source(task, "benchmark")
 
 
 def stored_fits(models_dir: Path | str) -> SourceFits:
-    """What a benchmark's study reads source models from: :class:`FitsOnlyStore` over ``models_dir``."""
-    return SourceFits(FitsOnlyStore(models_dir))
+    """What a benchmark's study reads source models from: :class:`BenchSourceStore` over ``models_dir``."""
+    return SourceFits(BenchSourceStore(models_dir))
 
 
 def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
