@@ -175,3 +175,21 @@ def test_timeout_stops_starting_trials_and_the_study_resumes_to_its_budget(store
     trials = kb.trials(kb.find_study("t1"))
     assert sorted(t.number for t in trials) == [0, 1, 2] and all(t.state == TRIAL_OK for t in trials)
     assert kb.find_study("t1").status == "finished"
+
+
+def test_best_and_report_read_a_study_without_its_job_or_a_sampler(store, cli, tmp_path) -> None:
+    """Reading commands take the study's space from the store: no Lightning, torch or BoTorch import."""
+    import subprocess
+    import sys
+
+    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "2", "--epochs", "1", "--warm-start", "none",
+              "--study-name", "read", *store.args)
+    assert res.code == 0, res.err
+    for command in (["best", "read"], ["report", "read", "--out", str(tmp_path / "rep")]):
+        code = ("import sys\nfrom agent.cli import main\ntry:\n    main(" + repr([*command, "--tracking-uri", store.uri])
+                + ")\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+                "print('HEAVY', sorted(m for m in ('lightning', 'torch', 'botorch', 'gpytorch') if m in sys.modules))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-1500:]
+        assert "HEAVY []" in done.stdout, (command, done.stdout[-500:])
+    assert json.loads(cli("best", "read", "--tracking-uri", store.uri).out)["trial"] in (1, 2)

@@ -144,9 +144,12 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 @talks("reading the study")
 def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None) -> None:
     """Print the best configuration of a study as JSON (and register its model with --register)."""
-    from agent.tuning.service import load_study_data, open_study
+    from agent.tuning.service import load_study_data, open_study, read_study
 
-    study, job = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
+    if register_as is not None and not register_as.strip():
+        raise TuneAgentError("--register needs a model name")
+    kb = kb_for(tracking_uri)
+    study, job = open_study(study_name, kb=kb, with_sampler=False) if register_as else (read_study(study_name, kb), None)
     trial = study.best()
     if trial is None:
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
@@ -154,8 +157,6 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
     if register_as is not None:
         from agent.ops.models import register_best
 
-        if not register_as.strip():
-            raise TuneAgentError("--register needs a model name")
         data, split = load_study_data(study, job)
         out["registered"] = register_best(study, job, data, split, register_as.strip())
     click.echo(json.dumps(out, indent=2))
@@ -170,10 +171,10 @@ def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
     """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
     failures) as HTML, and log it with its figures on the study run (report/)."""
     from agent.tuning.report import write_report
-    from agent.tuning.service import open_study
+    from agent.tuning.service import read_study
 
-    study, job = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
-    page = write_report(study.kb, study.record, job.space, Path(out or f"report-{study_name}"))
+    study = read_study(study_name, kb_for(tracking_uri))
+    page = write_report(study.kb, study.record, study.space, Path(out or f"report-{study_name}"))
     click.echo(f"report of {study_name}: {page} (and report/report.html on the study run)")
 
 

@@ -163,6 +163,11 @@ class KnowledgeBase(abc.ABC):
         """The ``(X, y)`` sample given to ``create_study`` as numpy arrays, or None when the study
         has none or the id is unknown."""
 
+    def load_study_space(self, study: StudyRecord) -> list[dict[str, Any]] | None:
+        """The search space given to ``create_study`` (``SearchSpace.to_dict`` form), so a command
+        that only reads a study needs not import its job; None when the store does not keep it."""
+        return None
+
     @abc.abstractmethod
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         """Saves a matplotlib ``figure`` with the study as ``artifact_file`` (its suffix picks

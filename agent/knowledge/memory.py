@@ -247,6 +247,11 @@ class InMemoryKnowledgeBase(KnowledgeBase):
             sample = None if study is None else study.sample
         return None if sample is None else (sample[0].copy(), sample[1].copy())
 
+    def load_study_space(self, study: StudyRecord) -> list[dict[str, Any]] | None:
+        with self._lock:
+            found = self._studies.get(study.study_id)
+            return None if found is None else json.loads(json.dumps(found.space))
+
     def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
         files = {f"{artifact_path}/{Path(p).name}": Path(p).read_bytes() for p in paths}
         with self._lock:

@@ -159,17 +159,11 @@ def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | 
     refuses what changed. Commands that only read or record results (best, report, tell) pass
     ``with_sampler=False``: rebuilding a transfer surrogate is work no line they print needs."""
     from agent.jobs import load_job
-    from agent.knowledge import store_exists
     from agent.tuning.warmstart import WarmStart
 
     if kb is None:
         kb = open_store(tracking_uri, artifact_root)
-    if not store_exists(kb.tracking_uri):  # an embedded store never written: nothing to resume, and
-        raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # no file made
-    record = kb.find_study(name)
-    if record is None:
-        raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri} (a study stopped before its first trial "
-                                "was stored is not there: run `tune-agent start ... --study-name` again)")
+    record = _find_record(name, kb)
     job = load_job(record.settings["job"])
     study = Study.load(kb, name, job.space)
     tags = kb.study_tags(record)
@@ -187,6 +181,33 @@ def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | 
         planned = plan_sampler(kb, job.space, settings, warm, tags.get("surrogate", "gp"), record.fingerprint)
         study.sampler = planned.sampler(job.space, settings)
     return study, job
+
+
+def _find_record(name: str, kb: KnowledgeBase) -> Any:
+    from agent.knowledge import store_exists
+
+    if not store_exists(kb.tracking_uri):  # an embedded store never written: nothing to resume, and
+        raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # no file made
+    record = kb.find_study(name)
+    if record is None:
+        raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri} (a study stopped before its first trial "
+                                "was stored is not there: run `tune-agent start ... --study-name` again)")
+    return record
+
+
+def read_study(name: str, kb: KnowledgeBase) -> Study:
+    """A stored study to read (``best``, ``report``): its search space from the store, so neither
+    its job (a Lightning import, seconds) nor a sampler is loaded; the job's space when the store
+    kept none."""
+    from agent.space import SearchSpace
+
+    record = _find_record(name, kb)
+    stored = kb.load_study_space(record)
+    if stored is None:
+        from agent.jobs import load_job
+
+        return Study.load(kb, name, load_job(record.settings["job"]).space)
+    return Study.load(kb, name, SearchSpace.from_dict(stored))
 
 
 def load_study_data(study: Study, job: Any = None) -> tuple[Any, Any]:

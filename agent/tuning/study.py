@@ -53,7 +53,19 @@ class Study:
         self.record = record
         self.space = space
         self.settings = StudySettings.from_dict(record.settings)
-        self.sampler = sampler if sampler is not None else cold_sampler(space, self.settings)
+        self._sampler = sampler
+
+    @property
+    def sampler(self) -> Sampler:
+        """The study's sampler; a study given none gets the cold GP when it first asks (a command
+        that only reads the study never builds one)."""
+        if self._sampler is None:
+            self._sampler = cold_sampler(self.space, self.settings)
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, sampler: Sampler) -> None:
+        self._sampler = sampler
 
     @property
     def name(self) -> str:

@@ -231,6 +231,15 @@ class MlflowStudies(MlflowConnection):
             with np.load(path) as data:
                 return data["X"], data["y"]
 
+    def load_study_space(self, study: StudyRecord) -> list[dict[str, Any]] | None:
+        """The study's ``space.json`` (every study run logs one), or None when it cannot be read."""
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self._call(self._client.download_artifacts, study.study_id, "space.json", tmp)
+                return list(json.loads(Path(path).read_text())["params"])
+            except (StoreError, OSError, ValueError, KeyError, TypeError):
+                return None
+
     # -- external evaluations ------------------------------------------------------------------
     def import_evaluations(
         self,
