@@ -136,3 +136,15 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
     lines = done.stdout.strip().splitlines()
     header = lines[0].split()  # pandas prints the class columns (0..9, the middle ones elided), then 3 rows
     assert header[0] == "0" and header[-1] == "9" and "[3 rows x 10 columns]" in lines
+
+
+def test_the_study_description_names_dataset_surrogate_and_best(store, cli) -> None:  # noqa: ANN001
+    from mlflow import MlflowClient
+
+    res = cli("start", "--dataset", "iris", "--job", JOB, "--trials", "2", "--epochs", "1", "--warm-start", "none",
+              "--study-name", "described", *store.args)
+    assert res.code == 0, res.err
+    study = store.kb().find_study("described")
+    note = MlflowClient(store.uri).get_run(study.study_id).data.tags["mlflow.note.content"]
+    assert note.startswith("**Tuning `logistic` on `iris`**: 2 trials of 1 epochs") and "Surrogate: " in note
+    assert f"**Best** val_loss {study.best_value:.6g}: lr=" in note and note.count("**Best**") == 1

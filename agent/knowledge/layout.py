@@ -118,3 +118,8 @@ def study_record(
         tags=tags,
         params=params,
     )
+
+
+def short(value: Any) -> str:
+    """A configuration value as a description shows it (floats to 4 significant digits)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

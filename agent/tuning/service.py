@@ -35,6 +35,24 @@ def default_study_name(dataset_name: str, job_name: str) -> str:
     return f"{short}-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def study_description(job: str, dataset: str, settings: StudySettings, plan: SurrogatePlan, epochs: bool,
+                      warm: Any) -> str:
+    """The study run's description (markdown, the MLflow UI's Description): what is tuned on what,
+    the budget and sampler, the surrogate's note and the neighbours that seeded it with their
+    distances; the store adds the best configuration when the study ends."""
+    lines = [f"**Tuning `{job}` on `{dataset}`**: {settings.trials} trials"
+             + (f" of {settings.epochs} epochs" if epochs else "")
+             + f", {settings.n_init} initial then {settings.sampler} ({plan.surrogate}, {settings.acq}), "
+             f"{settings.mode} `{settings.metric}`, seed {settings.seed}.", "", f"Surrogate: {plan.note}."]
+    if warm is not None and warm.message:
+        lines += ["", f"Warm start: {warm.message}"]
+    neighbours = list(getattr(warm, "neighbours", ()) or ())
+    if neighbours:
+        lines += ["", f"| neighbour | distance | best {settings.metric} |", "|---|---|---|"]
+        lines += [f"| `{n.name}` | {n.distance:.4g} | {n.best_value:.5g} |" for n in neighbours]
+    return "\n".join(lines)
+
+
 def open_store(tracking_uri: str | None, artifact_root: str | None) -> KnowledgeBase:
     from agent.knowledge import open_knowledge_base
 
@@ -93,12 +111,8 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
     if warm.message:
         echo(warm.message)
     echo(planned.plan.note)
-    description = (
-        f"Tuning job `{job.name}` on `{data.name}`: {settings.trials} trials"
-        + (f" of {settings.epochs} epochs" if split is not None or not isinstance(job, BenchmarkJob) else "")
-        + f", {settings.n_init} initial then {settings.sampler} ({planned.plan.surrogate}, {settings.acq}), "
-        f"{settings.mode} {settings.metric}, seed {settings.seed}. {warm.message}"
-    )
+    description = study_description(job.name, data.name, settings, planned.plan,
+                                    split is not None or not isinstance(job, BenchmarkJob), warm)
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
     try:
         tags: dict[str, Any] = {

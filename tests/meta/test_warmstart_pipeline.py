@@ -151,6 +151,11 @@ def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
     assert record["far"] is False and record["distance_ratio"] > 0
     assert "x the history's median nearest-neighbour distance" in res.out
     assert trials[2].origin == "bo:logei"  # the neighbour prior mean drove a real BO step
+    from mlflow import MlflowClient  # the UI's description lists the neighbours with their distances
+
+    note = MlflowClient(store.uri).get_run(study.study_id).data.tags["mlflow.note.content"]
+    first = record["neighbours"][0]
+    assert "| neighbour | distance | best val_loss |" in note and f"| `{first['name']}` | {first['distance']:.4g} |" in note
     # A study reopened in another command (resume, ask) gets the same seeds from its run's record.
     assert cli("create", *args, "--warm-start", "handcrafted", "--k", "2", "--study-name", "warm-ask").code == 0
     asked = json.loads(cli("ask", "warm-ask", "--tracking-uri", store.uri).out)

@@ -38,7 +38,7 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels):
         from mlflow.entities import Param
 
         exp_id = self._experiment_of(study)
-        summary = ", ".join(f"{k}={_short(v)}" for k, v in config.items())
+        summary = ", ".join(f"{k}={layout.short(v)}" for k, v in config.items())
         tags = {
             "mlflow.parentRunId": study.study_id,
             T + "kind": "trial",
@@ -92,7 +92,3 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels):
         logger._initialized = True
         return logger
 
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)

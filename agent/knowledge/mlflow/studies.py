@@ -29,6 +29,8 @@ from agent.knowledge.mlflow.store_file import (
     store_exists,
 )
 
+BEST_MARK = "**Best**"  # where a study description's closing line starts (replaced on every finish)
+
 
 class MlflowStudies(MlflowConnection):
     """Study runs: created, found, listed (through the study cache), updated, tagged; imported evaluations."""
@@ -194,6 +196,11 @@ class MlflowStudies(MlflowConnection):
         else:
             self._call(self._client.update_run, study.study_id, status="RUNNING")
         run = self._call(self._client.get_run, study.study_id)
+        if status == "finished" and best_value is not None:  # the description ends with the best configuration
+            note = run.data.tags.get("mlflow.note.content", "").split(BEST_MARK)[0].rstrip()
+            best = ", ".join(f"{k}={layout.short(v)}" for k, v in (best_config or {}).items())
+            self._call(self._client.set_tag, study.study_id, "mlflow.note.content",
+                       f"{note}\n\n{BEST_MARK} {study.settings.get('metric', 'objective')} {best_value:.6g}: {best}")
         if run_status:
             self._studies_changed(run.info.experiment_id)
         return self._to_study(run)
