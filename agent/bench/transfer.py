@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
@@ -186,8 +187,8 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
 
 
 def _train_fold(config: BenchConfig, fold: int) -> tuple[int, str]:
-    job, histories, _ = _worker_state(config)  # a worker's lines go to the shared stdout as they come
-    return fold, str(tnp_fold_dir(job, histories, fold, config, progress=lambda line: print(line, flush=True)))
+    job, histories, _ = _worker_state(config)  # a worker's lines go to the shared stderr, as the bench's own do
+    return fold, str(tnp_fold_dir(job, histories, fold, config, progress=lambda line: print(line, file=sys.stderr, flush=True)))
 
 
 def train_tnp_folds(config: BenchConfig, folds: Sequence[int], progress: Callable[[str], None] | None = None) -> dict[int, str]:
@@ -195,8 +196,7 @@ def train_tnp_folds(config: BenchConfig, folds: Sequence[int], progress: Callabl
     are read), each saying its steps; returns each fold's models dir."""
     if not folds:
         return {}
-    say = progress or (lambda line: None)
-    start = time.perf_counter()
+    say, start = progress or (lambda line: None), time.perf_counter()
     say(f"TNP: meta-training {len(folds)} fold(s), {max(1, min(config.workers, len(folds)))} at a time (cached folds are read)")
     out: dict[int, str] = {}
     if config.workers <= 1 or len(folds) == 1:
