@@ -35,7 +35,7 @@ def test_start_logs_study_and_trials(store, cli) -> None:
     assert tags["tune_agent.job"] == "cnn" and tags["tune_agent.status"] == "finished"
     assert tags["tune_agent.objective"] == "min val_loss"
     assert json.loads(tags["tune_agent.best_config"])["conv_layers"] >= 1
-    assert "Tuning job `cnn`" in tags["mlflow.note.content"]
+    assert tags["mlflow.note.content"].startswith("**Tuning `cnn` on `digits?fraction=0.3`**")
     assert p.data.params["dataset.num_classes"] == "10"
     artifacts = {a.path for a in client.list_artifacts(p.info.run_id)} | {
         a.path for a in client.list_artifacts(p.info.run_id, "dataset")}
