@@ -65,8 +65,8 @@ class TuningStudy:
         self.study = study
         self._job, self._data, self._split = job, data, split
 
-    def __repr__(self) -> str:
-        return f"TuningStudy({self.name!r}, {len(self.trials)}/{self.study.settings.trials} trials)"
+    def __repr__(self) -> str:  # no store read: a repr is printed by debuggers and logs
+        return f"TuningStudy({self.name!r}, budget {self.study.settings.trials})"
 
     # -- what it is ------------------------------------------------------------------------------
     @property
@@ -124,7 +124,7 @@ class TuningStudy:
     def tell(self, trial: TrialHandle, value: float | None = None, failed: str | None = None) -> FrozenTrial:
         """Closes ``trial``: ``value`` (finite: ok) or ``failed`` (a reason)."""
         done = self.study.tell(trial.record, value=value, failed=failed, metrics=trial.metrics)
-        self.study.set_status("finished" if self.study.remaining() <= 0 else "running")
+        self.study.settle()
         return FrozenTrial.of(done)
 
     def optimize(self, objective: Callable[[TrialHandle], Any] | None = None, n_trials: int | None = None,

@@ -24,7 +24,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 
-from agent.api import TuningStudy, create_study, load_study
+from agent.api import create_study, load_study
 from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
 from agent.tuning.study import TrialHandle
@@ -35,9 +35,7 @@ __all__ = ["TuneAgentCallback", "create_study", "load_study", "open_study", "qui
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
 
 
-def open_study(name: str, tracking_uri: str | None = None) -> TuningStudy:
-    """A stored study by name, to go on after a crash (:func:`agent.api.load_study`)."""
-    return load_study(name, tracking_uri=tracking_uri)
+open_study = load_study  # its earlier name: a stored study by name, to go on after a crash
 
 
 class TuneAgentCallback(pl.Callback):

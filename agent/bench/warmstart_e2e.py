@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from agent.bench.fingerprint import read_journal, run_key
+from agent.execution.progress import SilentReporter
 
 METHODS: dict[str, dict[str, Any]] = {
     "cold": {"warm_start": "none", "surrogate": "gp"},
@@ -89,15 +90,11 @@ def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:
     _WORKER.update(entries=entries, space=space)
 
 
-class _Clock:
+class _Clock(SilentReporter):
     """A silent reporter that notes when each trial ends, in seconds since ``start``."""
 
     def __init__(self, start: float) -> None:
         self.start, self.ended, self.first_started = start, {}, None
-
-    def line(self, text: str, style: str | None = None) -> None: ...
-    def begin(self, study: Any, trials: list[Any]) -> None: ...
-    def end(self, study: Any, best: Any, timing: Any) -> None: ...
 
     def trial_started(self, trial: Any) -> None:
         if self.first_started is None:
@@ -172,7 +169,7 @@ def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any
     write_entries(kb, entries, space, "the evaluation's history")
     sp = SearchSpace.from_dict(space)
     start = time.perf_counter()
-    report = update_source_models(kb, folder, job, sp, store=BenchSourceStore(folder))
+    report = update_source_models(kb, folder, job, sp, store=BenchSourceStore(folder), progress=progress)
     progress(f"source models of the whole history: {report['fitted']} GPs fitted ({time.perf_counter() - start:.0f} s)")
     for i, source in enumerate(sources, 1):
         fold = open_knowledge_base("memory:")

@@ -131,7 +131,7 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
         raise TuneAgentError(f"trials are numbered from 1, got {trial}")
     study, _ = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
     record = study.tell(study.trial_by_number(trial - 1), value=value, failed=failed)
-    study.set_status("finished" if study.remaining() <= 0 else "running")
+    study.settle()
     click.echo(f"trial {trial}: {record.state}")
 
 

@@ -143,14 +143,20 @@ class Study:
         """Closes trials a dead process left RUNNING as killed, freeing their slots."""
         return self.kb.close_running_trials(self.record, "process died before the trial ended")
 
-    def set_status(self, status: str) -> None:
-        best = self.best()
+    def set_status(self, status: str, trials: list[TrialRecord] | None = None) -> None:
+        best = self.best(trials)
         self.record = self.kb.update_study(
             self.record,
             status,
             best_value=best.value if best else None,
             best_config=dict(best.config) if best else None,
         )
+
+    def settle(self) -> None:
+        """After a trial was told outside the study loop: ``finished`` when the budget is spent,
+        else ``running``, from one read of the trials."""
+        trials = self.trials()
+        self.set_status("finished" if self.remaining(trials) <= 0 else "running", trials)
 
     def failed_majority(self, trials: list[TrialRecord]) -> bool:
         failed = sum(t.state == TRIAL_FAILED for t in trials)
@@ -187,7 +193,7 @@ class Study:
                                                 "TuneAgentCallback)", duration=seconds)
             else:
                 self.tell(handle.record, value=handle.value, duration=seconds, metrics=handle.metrics)
-        self.set_status("finished" if self.remaining() <= 0 else "running")
+        self.settle()
 
 
 class TrialHandle:
