@@ -193,3 +193,30 @@ def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, 
     assert list(out.columns) == ["no", "yes"] and out.shape == (3, 2)
     assert abs(out.to_numpy().sum(1) - 1).max() < 1e-5
     assert (model.predict(table.drop(columns=["label"])).to_numpy().argmax(1) == (table["label"] == "yes")).mean() > 0.7
+
+def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store, cli, capsys) -> None:  # noqa: ANN001
+    """Every study writes its job's saved runs view (the objective and the space's hyperparameters
+    as columns), once per space: a second study of the same job leaves the tag as it was; `tune-agent
+    ui` prints the link that opens it in the training view (the browser test opens it in Chromium)."""
+    from mlflow import MlflowClient
+
+    from agent.cli.store import _job_links
+    from agent.knowledge.mlflow.connection import VIEW_TAG
+
+    args = ("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
+            "--warm-start", "none", *store.args)
+    assert cli(*args).code == 0
+    client = MlflowClient(store.uri)
+    exp = client.get_experiment_by_name("tune-agent/logistic")
+    view = json.loads(exp.tags[VIEW_TAG])
+    assert view["name"].startswith("tune-agent")
+    columns = json.loads(view["state"])["selectedColumns"]
+    assert columns[:3] == ["attributes.`Dataset`", "metrics.`objective`", "metrics.`best_objective`"]
+    assert {"params.`lr`", "params.`weight_decay`", "params.`optimizer`", "params.`momentum`"} <= set(columns)
+    assert cli(*args).code == 0  # the same space: the view is not written again
+    assert client.get_experiment_by_name("tune-agent/logistic").tags[VIEW_TAG] == exp.tags[VIEW_TAG]
+    capsys.readouterr()
+    _job_links(store.kb(), "http://127.0.0.1:5000")
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.endswith(f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?viewStateShareKey=tune-agent"
+                         "&workflowType=machine_learning")

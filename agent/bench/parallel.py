@@ -102,6 +102,56 @@ def waiting_job() -> WaitingJob:
     return WaitingJob(load_job(os.environ[WAIT_JOB_ENV]), float(os.environ.get(WAIT_SECONDS_ENV, "0")))
 
 
+class _Timed:
+    """An executor as the study loop uses it, timing each trial from its submission to its result
+    reaching the loop: less the trial's own training (``fit_seconds``, taken where it trained), that
+    is the trial's overhead — handing it to a worker, shipping what it needs, the worker's start
+    when it had not started, the result's way back and any wait for a busy driver."""
+
+    _OWN = ("inner", "_sent", "overheads")
+
+    def __init__(self, inner: Any) -> None:
+        object.__setattr__(self, "inner", inner)
+        object.__setattr__(self, "_sent", {})
+        object.__setattr__(self, "overheads", [])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # what the loop sets (on_epoch, say) is the executor's
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
+
+    def submit(self, trial: Any) -> None:
+        self._sent[trial.trial_id] = time.perf_counter()
+        self.inner.submit(trial)
+
+    def wait(self) -> Any:
+        return self._seen(self.inner.wait())
+
+    def poll(self) -> Any:
+        ended = self.inner.poll()
+        return None if ended is None else self._seen(ended)
+
+    def _seen(self, ended: Any) -> Any:
+        trial, outcome = ended
+        sent = self._sent.pop(trial.trial_id, None)
+        if sent is not None:
+            self.overheads.append(time.perf_counter() - sent - outcome.fit_seconds)
+        return ended
+
+
+def _overhead_fields(overheads: list[float]) -> dict[str, Any]:
+    if not overheads:
+        return {}
+    ordered = sorted(overheads)
+    return {"median_trial_overhead_seconds": round(ordered[len(ordered) // 2], 3),
+            "mean_trial_overhead_seconds": round(sum(ordered) / len(ordered), 3),
+            "max_trial_overhead_seconds": round(ordered[-1], 3)}
+
+
 def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
                        progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Runs the study for each worker count; writes ``out`` (JSON) when given and returns it."""
@@ -158,8 +208,8 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
             early = start_workers_early(n, None, job_spec, resources)  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = make_executor(study, job, data, split, ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources),
-                                     started=early)
+            executor = _Timed(make_executor(study, job, data, split,
+                                            ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources), started=early))
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start
@@ -172,10 +222,13 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
                      "batched_tells": timing.batched_tells,
                      # the first trial's result, from the request: Ray's start and its workers' imports
                      # delay it; inline, one trial's training does
-                     "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2)})
+                     "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2),
+                     **_overhead_fields(executor.overheads),
+                     # processes the trials trained in (Ray's workers; inline, this one)
+                     "worker_processes": len(set(getattr(executor.inner, "pids", []))) or 1})
         progress(f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, workers' start "
                  f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
-                 f"best {rows[-1]['best']}")
+                 f"best {rows[-1]['best']}, trial overhead median {rows[-1].get('median_trial_overhead_seconds')} s")
     return _report(config, rows, out)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 from pathlib import Path
 
 import click
@@ -92,6 +93,19 @@ def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool, stop: 
         raise TuneAgentError(f"mlflow server exited with code {code}; see {Path(data_dir) / 'logs' / 'mlflow.log'}")
 
 
+def _job_links(kb: Any, base: str) -> None:
+    """One line per job with studies: the link that opens its experiment's runs in the training
+    view with tune-agent's saved view (written now for an experiment that has none)."""
+    latest = {s.job: s for s in kb.list_studies()}  # oldest first: the last of each job wins
+    for job in sorted(latest):
+        space = kb.load_study_space(latest[job])
+        link = kb.runs_view(job, space, base) if space is not None else None
+        if link is None:
+            click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list)")
+        else:
+            click.echo(f"  studies of job {job}, each trial's objective and hyperparameters: {link}")
+
+
 @click.command()
 @click.option("--port", type=int, default=5000, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on (0.0.0.0: the whole network).")
@@ -109,8 +123,10 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
 
     uri = resolve_tracking_uri(tracking_uri)
     check_reachable(uri)
-    if uri.startswith(("http://", "https://")):
-        raise TuneAgentError(f"{uri} is already a tracking server: open it in a browser")
+    if uri.startswith(("http://", "https://")):  # a server already serves the UI: only the links
+        click.echo(f"{uri} is already a tracking server: open it in a browser")
+        _job_links(kb_for(tracking_uri, artifact_root), uri)
+        return
     root = artifact_root or DEFAULT_ARTIFACT_ROOT
     args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", host, "--port", str(port)]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
@@ -118,10 +134,7 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
     from agent.knowledge import store_exists
 
     if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
-        studies = kb_for(tracking_uri, artifact_root).list_studies()
-        for job in sorted({s.job for s in studies}):
-            click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list; "
-                       "Model training view, columns best_objective and the Dataset column)")
+        _job_links(kb_for(tracking_uri, artifact_root), f"http://{shown}:{port}")
     from agent.ops.team_server import without_job_runner
 
     os.execve(sys.executable, args, without_job_runner(dict(os.environ)))

@@ -18,15 +18,57 @@ from agent.errors import TuneAgentError
 from agent.execution.resources import TrialResources
 
 
-def _warm_worker(threads: int = 1) -> int:
-    """A Ray task that imports what a trial needs, so the worker it ran on is ready for one."""
-    import lightning.pytorch  # noqa: F401
-    import torch
+class TrialWorker:
+    """A long-lived Ray worker (an actor) that trains a study's trials one after another.
 
-    import agent.execution.trial  # noqa: F401
+    Created when Ray is up, before the study is prepared, so that its imports (torch, Lightning,
+    the trial code) and, for a GPU share, its CUDA context overlap the study's preparation; it then
+    keeps them, and the job and data it is given with its first trial, for every trial after. Ray
+    Core tasks gave none of this back: a task that reserves a GPU runs on a fresh worker process
+    each time (Ray's default for GPU tasks, ``max_calls=1``), so every GPU trial paid the imports and
+    a new CUDA context again, and every task deserialised the job and data again. An actor holds
+    its reservation (``--cpus-per-trial``, ``--gpus-per-trial``) for its life, which also keeps
+    the GPU a share was given fixed for the context it made."""
 
-    torch.set_num_threads(threads)
-    return os.getpid()
+    def __init__(self, threads: int = 1, accelerator: str = "cpu") -> None:
+        import lightning.pytorch  # noqa: F401
+        import torch
+
+        from agent.execution.trial import quiet_lightning
+
+        torch.set_num_threads(threads)
+        quiet_lightning()
+        if accelerator != "cpu" and torch.cuda.is_available():
+            torch.zeros(1, device="cuda")  # the CUDA context now, not in the first trial
+        self.threads, self.accelerator = threads, accelerator
+        self._given: tuple[Any, Any, Any] | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, job: Any, dataset: Any, split: Any, config: dict[str, Any], number: int, settings: Any,
+            pruning: Any = None) -> tuple[Any, list[Any], int]:
+        """One training run of ``config`` and what it logged. ``job``, ``dataset`` and ``split``
+        come with this worker's first trial (Ray resolves them from its object store once) and are
+        None after: the worker keeps them."""
+        import torch
+
+        from agent.execution.trial import recording_logger, train_config
+
+        if job is not None:
+            self._given = (job, dataset, split)
+        if self._given is None:
+            raise RuntimeError("this worker was given no job")  # the executor always sends it first
+        job, dataset, split = self._given
+        torch.set_num_threads(self.threads)
+        logger = recording_logger()
+        try:
+            outcome = train_config(job, config, number, settings, dataset, split, logger, pruning,
+                                   accelerator=self.accelerator)
+        finally:
+            if self.accelerator != "cpu" and torch.cuda.is_available():
+                torch.cuda.empty_cache()  # what this trial cached goes back to the trials sharing the GPU
+        return outcome, logger.records, os.getpid()
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -41,9 +83,9 @@ class RayStart:
     """Ray's start on a background thread, begun before the study is prepared (``tune-agent start``
     and ``resume`` begin it first thing), so that it overlaps this process's imports and the
     study's preparation instead of following them. ``ray.init`` takes seconds of waiting (the
-    node registers, its API server comes up: 8 s on the 16-core machine); once it is up, one task
-    per worker imports torch, Lightning and the trial code, so the first trials do not pay that
-    either.
+    node registers, its API server comes up: 8 s on the 16-core machine); once it is up, one
+    :class:`TrialWorker` per trial slot is created, shaped as the trials, and imports torch,
+    Lightning and the trial code while the study is prepared (:meth:`workers` hands them over).
 
     The thread lives until :meth:`stop`: a local instance's processes are started to die with
     their parent, and on Linux the parent is the thread that started them, so a thread that ended
@@ -60,7 +102,8 @@ class RayStart:
         self._abandoned = False
         self._lock = threading.Lock()
         self._up, self._release = threading.Event(), threading.Event()
-        self._warming: list[Any] = []
+        self._workers: list[Any] = []
+        self._actor: Any = None  # TrialWorker as a Ray actor class, with the trials' resources
         if threading.current_thread() is threading.main_thread():
             # what ray.init sets on the main thread, and cannot from another (it warns instead):
             # SIGTERM ends the study as Ctrl-C does, its running trials closed as killed
@@ -86,9 +129,7 @@ class RayStart:
                     ray.init(address=self.address, log_to_driver=False, configure_logging=False, **env)
                 self.own = True
             if not self._abandoned:
-                # shaped as the trials, so that the workers they warm are the ones trials get
-                warm = ray.remote(max_retries=0, **self.resources.ray_options())(_warm_worker)
-                self._warming = [warm.remote(self.resources.cpus) for _ in range(self.capacity)]
+                self._workers = [self.new_worker() for _ in range(self.capacity)]
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
             self._error = exc
         finally:
@@ -112,6 +153,19 @@ class RayStart:
             raise TuneAgentError(f"cannot reach the Ray cluster at {self.address or 'a new local instance'}: "
                                  f"{text.splitlines()[0] if text else type(exc).__name__}") from None
         return self.own
+
+    def new_worker(self) -> Any:
+        """A fresh :class:`TrialWorker` actor with the trials' resources (Ray is up). Ray does not
+        restart it: a worker that dies is replaced by the executor, which retries its trial once."""
+        if self._actor is None:
+            ray = import_ray()
+            self._actor = ray.remote(max_restarts=0, max_task_retries=0, **self.resources.ray_options())(TrialWorker)
+        return self._actor.remote(self.resources.cpus, self.resources.accelerator)
+
+    def workers(self) -> list[Any]:
+        """The workers created at the start (one per trial slot), handed over once."""
+        handed, self._workers = self._workers, []
+        return handed
 
     def stop(self, shutdown: bool = True) -> None:
         """Ends what this start began: the instance, when this process started it (unless
@@ -151,4 +205,4 @@ def import_ray() -> Any:
     return ray
 
 
-__all__ = ("RayStart", "import_ray", "start_workers_early")
+__all__ = ("RayStart", "TrialWorker", "import_ray", "start_workers_early")

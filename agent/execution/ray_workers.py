@@ -1,4 +1,4 @@
-"""Trials as Ray Core tasks (``--workers N``, ``--ray-address``): :class:`RayExecutor`.
+"""Trials on long-lived Ray workers (``--workers N``, ``--ray-address``): :class:`RayExecutor`.
 
 An executor of :mod:`agent.execution.workers`, kept in a module of its own: only a study that runs
 on Ray imports it (a benchmark's trials run in its own process), which is why the benchmarks'
@@ -7,17 +7,18 @@ engine fingerprint leaves it out (:mod:`agent.bench.fingerprint`).
 
 from __future__ import annotations
 
-import os
 import re
 import time
+from collections import deque
 from typing import Any, Callable
 
 from agent.errors import TuneAgentError, WorkersLostError
 from agent.knowledge.base import TrialRecord
 from agent.execution.pruning import pruning_state
-from agent.execution.ray_start import RayStart, import_ray
+from agent.execution import ray_start
+from agent.execution.ray_start import RayStart
 from agent.execution.resources import TrialResources, fit_note, trial_slots
-from agent.execution.trial import TrialOutcome, recording_logger, replay_logged, train_config
+from agent.execution.trial import TrialOutcome, replay_logged
 from agent.tuning.study import Study
 
 WORKER_RETRIES = 1
@@ -27,39 +28,34 @@ WORKER_DIED = "worker died"
 WAIT_REMINDER_SECONDS = 60.0  # while no trial fits the cluster, said again this often
 
 
-def _remote_trial(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                  split: Any, pruning: Any = None, threads: int = 1,
-                  accelerator: str = "cpu") -> tuple[TrialOutcome, list[Any], int]:
-    """The body of a Ray task: one training run on ``threads`` torch threads (the CPUs the task
-    reserved) and ``accelerator``, and what it logged."""
-    import torch
+class _Worker:
+    """A :class:`~agent.execution.ray_start.TrialWorker` actor's handle, and whether it holds the
+    study's job and data (sent with its first trial, kept once that trial came back)."""
 
-    from agent.execution.trial import quiet_lightning
-
-    torch.set_num_threads(threads)
-    quiet_lightning()
-    logger = recording_logger()
-    outcome = train_config(job, config, number, settings, dataset, split, logger, pruning, accelerator=accelerator)
-    return outcome, logger.records, os.getpid()
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.given = handle, False
 
 
 def _missing_module(exc: BaseException) -> str | None:
-    """The module a Ray task could not import, when that is why it failed: the job's own failures
-    are caught inside the task (:func:`~agent.execution.trial.train_config`), so a missing module
+    """The module a Ray worker could not import, when that is why it failed: the job's own failures
+    are caught inside the trial (:func:`~agent.execution.trial.train_config`), so a missing module
     here is one the worker needs to unpickle the job or run tune-agent at all."""
     found = re.search(r"ModuleNotFoundError: No module named '([^']+)'", str(exc))
     return found.group(1) if found else None
 
 
 class RayExecutor:
-    """Ray Core tasks (see the module doc), each reserving ``resources`` (``--cpus-per-trial``,
-    ``--gpus-per-trial``). ``address`` None starts a local Ray instance with ``capacity`` trials'
-    CPUs (and the GPUs Ray finds) for this study and stops it at :meth:`close`."""
+    """``capacity`` long-lived workers (:class:`~agent.execution.ray_start.TrialWorker` actors, made
+    as Ray starts), each reserving ``resources`` (``--cpus-per-trial``, ``--gpus-per-trial``) and
+    training one trial at a time; the job and data go to each worker once, with its first trial.
+    ``address`` None starts a local Ray instance with ``capacity`` trials' CPUs (and the GPUs Ray
+    finds) for this study and stops it at :meth:`close`. A worker that dies is replaced by a fresh
+    one and its trial runs again, once."""
 
     def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
                  address: str | None = None, ask_ahead: int = 1, started: RayStart | None = None,  # workers.ASK_AHEAD
                  resources: TrialResources | None = None, working_dir: str | None = None) -> None:
-        ray = import_ray()
+        ray = ray_start.import_ray()
         self.study, self.capacity, self.ask_ahead = study, capacity, ask_ahead
         self.resources = resources or TrialResources()
         self.where = f"the Ray cluster at {address}" if address else "a local Ray instance"
@@ -76,17 +72,20 @@ class RayExecutor:
         self.notes = [note] if note else []
         self.say: Callable[[str], None] = lambda line: None  # the command line's: a node that fits joined, ...
         self._slots, self._said_at = slots, time.monotonic()
-        self._task = ray.remote(max_retries=0, **self.resources.ray_options())(_remote_trial)
         self._job, self._dataset, self._split = ray.put(job), ray.put(dataset), ray.put(split)
-        self._running: dict[Any, tuple[TrialRecord, int]] = {}  # object ref -> (trial, attempts so far)
+        self._idle: deque[_Worker] = deque(_Worker(h) for h in self._start.workers())  # workers with no trial
+        # object ref -> (trial, attempts so far, the worker running it)
+        self._running: dict[Any, tuple[TrialRecord, int, _Worker]] = {}
+        self.pids: list[int] = []  # the process each finished trial trained in, in the order they ended
         self._gcs = ray.get_runtime_context().gcs_address  # the head, checked while trials run
         self._lost = False
 
     def submit(self, trial: TrialRecord, attempts: int = 0) -> None:
         pruning = pruning_state(self.study.settings, self.study.trials)  # the curves finished so far
-        ref = self._task.remote(self._job, dict(trial.config), trial.number, self.study.settings,
-                                self._dataset, self._split, pruning, self.resources.cpus, self.resources.accelerator)
-        self._running[ref] = (trial, attempts)
+        worker = self._idle.popleft() if self._idle else _Worker(self._start.new_worker())
+        data = (None, None, None) if worker.given else (self._job, self._dataset, self._split)
+        ref = worker.handle.run.remote(*data, dict(trial.config), trial.number, self.study.settings, pruning)
+        self._running[ref] = (trial, attempts, worker)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:
         while True:
@@ -102,37 +101,56 @@ class RayExecutor:
 
     def _next(self, timeout: float) -> tuple[TrialRecord, TrialOutcome] | None:
         """The next trial to end within ``timeout`` seconds with its outcome, or None; a trial
-        whose worker died is submitted again (once) and does not count as ended."""
-        ray = import_ray()
+        whose worker died is submitted again (once, on a fresh worker) and does not count as ended."""
+        ray = ray_start.import_ray()
         while self._running:
             ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
             if not ready:
                 return None
             (ref,) = ready
-            trial, attempts = self._running.pop(ref)
+            trial, attempts, worker = self._running.pop(ref)
             start = time.perf_counter()
             try:
-                outcome, records, _ = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:  # the task raised: a bug outside the job's own code
+                outcome, records, pid = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the call raised: a bug outside the job's own code
+                self._idle.append(worker)  # the worker itself lives on
                 missing = _missing_module(exc)
                 if missing is not None:  # every trial would fail the same way: the workers lack the code
-                    raise WorkersLostError(
-                        f"the Ray workers cannot load the job: no module named {missing!r} on {self.where}; install it "
-                        "on every node, or ship the folder that holds it with --ray-working-dir DIR",
-                        remedy="with --ray-working-dir DIR, or once every node has the module")
+                    raise self._cannot_load(missing)
                 return trial, TrialOutcome(None, f"worker error: {str(exc).strip().splitlines()[-1][:400]}",
                                            time.perf_counter() - start)
-            except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                     ray.exceptions.ObjectLostError, ray.exceptions.RaySystemError) as exc:
+                missing = _missing_module(exc)  # a worker that could not even be made: tune-agent is missing
+                if missing is not None:
+                    raise self._cannot_load(missing)
+                self._discard(worker)
                 if attempts < WORKER_RETRIES:
-                    self.submit(trial, attempts + 1)
+                    self.submit(trial, attempts + 1)  # on a fresh worker
                     continue
                 return trial, TrialOutcome(None, f"{WORKER_DIED} {attempts + 1} times ({type(exc).__name__})",
                                            retries=attempts)
+            worker.given = True
+            self._idle.append(worker)
+            self.pids.append(pid)
             replay_logged(records, self.study.kb.trial_logger(self.study.record, trial))
             outcome.retries = attempts
             return trial, outcome
         return None
+
+    def _cannot_load(self, missing: str) -> WorkersLostError:
+        return WorkersLostError(
+            f"the Ray workers cannot load the job: no module named {missing!r} on {self.where}; install it "
+            "on every node, or ship the folder that holds it with --ray-working-dir DIR",
+            remedy="with --ray-working-dir DIR, or once every node has the module")
+
+    def _discard(self, worker: _Worker) -> None:
+        """A worker that died, or whose trial is abandoned: ended, and forgotten."""
+        if not self._lost:
+            try:
+                ray_start.import_ray().kill(worker.handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone with its node
+                pass
 
     def _check_head(self) -> None:
         """Raises :class:`WorkersLostError` when the cluster's head (its GCS) refuses connections
@@ -154,7 +172,7 @@ class RayExecutor:
         again: a node that joined or left is said, and while none fits, a reminder once a minute."""
         if self._slots >= self.capacity:
             return
-        slots = trial_slots(import_ray().nodes(), self.resources)
+        slots = trial_slots(ray_start.import_ray().nodes(), self.resources)
         now = time.monotonic()
         if slots != self._slots:
             self._slots, self._said_at = slots, now
@@ -169,14 +187,15 @@ class RayExecutor:
         if self._lost:  # nothing left to cancel on
             self._running.clear()
             return
-        ray = import_ray()
-        for ref in list(self._running):
-            ray.cancel(ref, force=True)
+        for _, _, worker in list(self._running.values()):
+            self._discard(worker)  # an actor's running call cannot be force-cancelled: its worker ends
         self._running.clear()
 
     def close(self) -> None:
         if self._running:
             self.cancel()
+        while self._idle:  # a cluster's workers outlive this study unless ended (a local instance goes with it)
+            self._discard(self._idle.popleft())
         self._start.stop(shutdown=not self._lost)
 
 

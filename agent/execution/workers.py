@@ -8,15 +8,17 @@ what it is given and hands back finished trials one at a time, in the order they
 - :class:`QueuedExecutor`: a benchmark job (a surrogate lookup, instant) with ``capacity`` trials
   in flight that finish in the order they started: N equally fast workers, simulated exactly, so
   the benchmark measures batch BO through the same loop.
-- :class:`~agent.execution.ray_workers.RayExecutor`: Ray Core tasks, one per trial, on a local Ray
-  instance started for the study (``--workers N``) or on a cluster (``--ray-address``). Ray Core rather than Ray Tune's
-  trial runner: the study already owns scheduling, state and resumption (MLflow is the record),
-  so a trial is just a remote function; Tune would bring a second scheduler and a second record
-  of every trial. Workers train with a recording logger and the driver writes what they logged to
-  the trial's run, so only this process talks to the store (a worker may be on a machine that
-  cannot reach an embedded sqlite file). A worker that dies (SIGKILL, out of memory, its node
-  lost) is retried once on a fresh worker; a second death is a failed trial, never a lost one.
-  Each task reserves ``--cpus-per-trial`` CPUs and ``--gpus-per-trial`` of a GPU, as Ray Tune's
+- :class:`~agent.execution.ray_workers.RayExecutor`: one long-lived Ray Core actor per trial slot,
+  on a local Ray instance started for the study (``--workers N``) or on a cluster
+  (``--ray-address``). Ray Core rather than Ray Tune's trial runner: the study already owns
+  scheduling, state and resumption (MLflow is the record), so a worker only trains what it is
+  given; Tune would bring a second scheduler and a second record of every trial. Each worker keeps
+  torch, Lightning, the job and the data (and a GPU share's CUDA context) from one trial to the
+  next. Workers train with a recording logger and the driver writes what they logged to the
+  trial's run, so only this process talks to the store (a worker may be on a machine that cannot
+  reach an embedded sqlite file). A worker that dies (SIGKILL, out of memory, its node lost) is
+  replaced and its trial retried once; a second death is a failed trial, never a lost one. Each
+  worker reserves ``--cpus-per-trial`` CPUs and ``--gpus-per-trial`` of a GPU, as Ray Tune's
   ``resources_per_trial`` (:mod:`agent.execution.resources`).
 """
 

@@ -300,6 +300,45 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
     assert len(history) == 2
 
 
+@pytest.mark.timeout(1200)  # Ray's start and two workers' imports on a busy machine
+def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> None:  # noqa: ANN001
+    """Six trials, two at a time, each reserving a quarter of a GPU: they train in two worker
+    processes, each keeping torch, Lightning, the job and the data from one trial to the next. Ray
+    runs a *task* that reserves a GPU in a fresh process every time (its ``max_calls=1`` default
+    for GPU tasks), which made every GPU trial import torch and Lightning and create a CUDA context
+    again. Ray is told of a GPU that the trials leave alone (this machine may have none)."""
+    import ray
+
+    from agent.config import StudyRequest
+    from agent.execution.progress import SilentReporter
+    from agent.execution.resources import ExecutionSettings, TrialResources
+    from agent.execution.runner import run_study
+    from agent.execution.workers import make_executor
+    from agent.knowledge.base import TRIAL_OK
+    from agent.tuning.service import prepare_study
+
+    class ShareOnCpu(TrialResources):
+        @property
+        def accelerator(self) -> str:  # reserve the share, train on the CPU
+            return "cpu"
+
+    req = StudyRequest(dataset="iris", job="mlp", trials=6, epochs=1, seed=0, study_name="gpu-share",
+                       warm_start="none", tracking_uri=store.uri, artifact_root=store.artifacts)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        study, job, data, split = prepare_study(req, echo=lambda _: None)
+        executor = make_executor(study, job, data, split, ExecutionSettings(workers=2, resources=ShareOnCpu(1, 0.25)))
+        assert executor.per_trial == "1 CPU and 0.25 GPU"
+        run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
+        pids = list(executor.pids)
+    finally:
+        ray.shutdown()
+    trials = study.trials()
+    assert sorted(t.number for t in trials) == list(range(6)) and all(t.state == TRIAL_OK for t in trials)
+    assert len(pids) == 6 and len(set(pids)) == 2, pids
+    assert os.getpid() not in pids
+
+
 @pytest.mark.timeout(1200)  # a Ray cluster on a busy machine: see above
 def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> None:  # noqa: ANN001
     """--cpus-per-trial 2 on a cluster of one-CPU nodes: the study says no node fits and waits (as

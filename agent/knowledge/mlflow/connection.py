@@ -44,7 +44,44 @@ from agent.knowledge.mlflow.store_file import (
 
 
 # MLflow 3's UI opens an experiment in the view its kind names; without it, its GenAI view came first
+# (MLflow 3.17's UI reads the kind only behind a flag it keeps off: the sidebar's workflow, which the
+# link below sets, chooses the view; the tag stays for the UIs that read it)
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+# A saved view of the experiment's runs table (MLflow >= 3.15 "Views"; the UI's "Save view" writes
+# the same tag): the objective and the job's hyperparameters as columns. A bare experiment page
+# shows only Run Name, Created, Dataset, Duration, Source and Models, every metric and parameter
+# hidden until chosen; the link of :func:`runs_view_url` opens this view with nothing to click.
+VIEW_KEY = "tune-agent"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+
+
+def runs_view_state(space: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The runs table's state for a job's studies: each study's dataset and ``best_objective``, each
+    trial's ``objective`` and hyperparameters (the trials are grouped under their study's row)."""
+    names = [str(p["name"]) for p in space if "name" in p]
+    return {"selectedColumns": ["attributes.`Dataset`", "metrics.`objective`", "metrics.`best_objective`",
+                                *(f"params.`{n}`" for n in names)]}
+
+
+def runs_view_url(base: str, experiment_id: str) -> str:
+    """The MLflow UI's page of an experiment's runs in its training view with tune-agent's saved
+    view (nothing else in the query: the UI drops a saved view when sort or filter keys come with it)."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
+            "&workflowType=machine_learning")
+
+
+def _view_tag(state: Mapping[str, Any], previous: str | None) -> str | None:
+    """The tag's value for ``state``, or None when ``previous`` already holds it."""
+    text = json.dumps(dict(state), sort_keys=True)
+    if previous:
+        try:
+            if json.loads(previous).get("state") == text:
+                return None
+        except (ValueError, AttributeError):
+            pass
+    now = int(time.time() * 1000)
+    return json.dumps({"name": "tune-agent: objective and hyperparameters", "createdAt": now, "updatedAt": now,
+                       "state": text})
 
 
 class MlflowConnection(KnowledgeBase):
@@ -204,6 +241,15 @@ class MlflowConnection(KnowledgeBase):
         """tune-agent's experiments (``tune-agent/<job>``), with their tags."""
         return [e for e in self._call(self._client.search_experiments, max_results=1000) if e.name.startswith("tune-agent/")]
 
+    def runs_view(self, job: str, space: list[Mapping[str, Any]], ui: str) -> str | None:
+        """The link (:func:`runs_view_url`, the UI at ``ui``) to ``job``'s experiment with its saved
+        runs view for ``space``, written when it has another or none; None when there is no such
+        experiment (never made here: on a server, the experiment is this user's own)."""
+        name, _ = self._experiment_location(job)
+        if self._call(self._client.get_experiment_by_name, name) is None:
+            return None
+        return runs_view_url(ui, self._experiment_for(job, runs_view_state(space)))
+
     def _experiment_ids(self) -> list[str]:
         return [e.experiment_id for e in self._tune_experiments()]
 
@@ -263,20 +309,30 @@ class MlflowConnection(KnowledgeBase):
         if exp is not None:
             self._conflict(exp, name, location)
 
-    def _experiment_for(self, job: str) -> str:
+    def _experiment_for(self, job: str, view: Mapping[str, Any] | None = None) -> str:
+        """The id of ``job``'s experiment, made when missing; ``view`` (:func:`runs_view_state`)
+        becomes its saved runs view when it differs from the one it has."""
         name, location = self._experiment_location(job)
         exp = self._call(self._client.get_experiment_by_name, name)
         if exp is not None:
             self._conflict(exp, name, location)
+            missing = {}
             if exp.tags.get(EXPERIMENT_KIND) is None:  # made before the tag: the UI opened it in its GenAI view
+                missing[EXPERIMENT_KIND] = MODEL_TRAINING
+            value = _view_tag(view, exp.tags.get(VIEW_TAG)) if view is not None else None
+            if value is not None:
+                missing[VIEW_TAG] = value
+            for key, value in missing.items():
                 try:
-                    self._call(self._client.set_experiment_tag, exp.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
+                    self._call(self._client.set_experiment_tag, exp.experiment_id, key, value)
                 except StoreError:
                     pass  # another owner's experiment: theirs to tag
             return exp.experiment_id
         whose = f" by {self.owner}" if self.owner else ""
         tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study.",
                 EXPERIMENT_KIND: MODEL_TRAINING}
+        if view is not None:
+            tags[VIEW_TAG] = _view_tag(view, None) or ""
         try:
             return self._call(self._client.create_experiment, name, artifact_location=location, tags=tags)
         except StoreError:

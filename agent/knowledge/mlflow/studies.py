@@ -18,7 +18,7 @@ from agent.knowledge.base import (
     StudyRecord,
     TrialRecord,
 )
-from agent.knowledge.mlflow.connection import MlflowConnection
+from agent.knowledge.mlflow.connection import MlflowConnection, runs_view_state
 from agent.knowledge.mlflow.retry import (
     TAG_RACE_ATTEMPTS,
     _unique_key_race,
@@ -48,7 +48,7 @@ class MlflowStudies(MlflowConnection):
         from mlflow.entities import Param, RunTag
 
         self._check_artifact_root()
-        exp_id = self._experiment_for(settings["job_name"])
+        exp_id = self._experiment_for(settings["job_name"], runs_view_state(space))
         tags = layout.study_tags(name, settings, dataset_summary)
         kind = tags.pop("kind")  # tagged last: searches find the study only once it is complete
         run_tags = {T + k: v for k, v in tags.items()}
