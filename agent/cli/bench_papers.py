@@ -210,4 +210,30 @@ def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: st
     click.echo(json.dumps(measure_neighbour_search(dataset, n_history, Path(models_dir))))
 
 
-COMMANDS = [bench_arc, bench_warmstart, bench_hts, bench_scale, bench_history, bench_neighbours]
+@click.command("metafeature-data")
+@click.option("--export", "export_dir", default="data/export", show_default=True,
+              help="The history's export (`tune-agent meta export`): the targets and their neighbours.")
+@click.option("--extra", "extra_dir", required=True,
+              help="Another export whose datasets only train the extractors (e.g. tables the per-package cap left out, "
+                   "bootstrapped on the same shared configurations).")
+@click.option("--factor", type=int, default=4, show_default=True, help="Training steps of the two longer arms, as a multiple of meta_features.steps.")
+@click.option("--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings (evaluate, meta_features, distances).")
+@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/metafeature_data.json; extractors cached in OUT/data/.")
+def bench_metafeature_data(export_dir: str, extra_dir: str, factor: int, params_file: str, out: str) -> None:
+    """Do learned meta-features improve with more training tasks? The evaluate replay's learned
+    neighbours from extractors trained on the history, on it for longer, and on it plus EXTRA datasets."""
+    from agent.bench.metafeature_data import run_metafeature_data
+    from agent.pipeline.stages import load_params
+
+    for option, folder in (("--export", export_dir), ("--extra", extra_dir)):
+        if not Path(folder).is_dir():
+            raise TuneAgentError(f"{option} {folder}: no such export folder (write one with `tune-agent meta export --out DIR`)")
+    if factor < 1:
+        raise TuneAgentError(f"--factor must be at least 1, got {factor}")
+    report = run_metafeature_data(Path(export_dir), Path(extra_dir), load_params(Path(params_file)), Path(out), factor,
+                                  say=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps({m: {k: v for k, v in r.items() if k.startswith("regret")} for m, r in report["methods"].items()}))
+    click.echo(json.dumps(report["rank_correlation"]))
+
+
+COMMANDS = [bench_arc, bench_warmstart, bench_hts, bench_scale, bench_history, bench_neighbours, bench_metafeature_data]

@@ -54,9 +54,29 @@ def _environment_names(group: click.Group, path: str = "TUNE_AGENT") -> None:
 _environment_names(cli)
 
 
+def _end_workers_then_die(signum: int, frame: object) -> None:
+    """SIGTERM still ends this process at once, as by default, but first the worker processes it
+    started (a process pool's: bootstrap, evaluate, the benchmarks' folds and runs; a DataLoader's):
+    by default they were left running as orphans (a `bench lcbench` stopped with `kill` left its two
+    workers computing for an hour). A study on Ray replaces this with its own handler."""
+    import multiprocessing
+    import os
+    import signal
+
+    for child in multiprocessing.active_children():
+        child.terminate()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one line and an exit code."""
+    import signal
+    import threading
     import warnings
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _end_workers_then_die)
 
     # Library deprecation notices (torch.jit inside BoTorch/GPyTorch) are not the user's business.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")

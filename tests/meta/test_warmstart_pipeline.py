@@ -330,3 +330,52 @@ def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> N
     assert again.code == 0 and "1 (pair, seed) already in" in again.out
     missing = cli("bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "no-such-dataset", "--out", str(tmp_path))
     assert missing.code == 2 and "no bootstrap study of no-such-dataset" in missing.err
+
+
+def test_extra_datasets_keep_their_source_fold() -> None:
+    """An extra dataset of a history source trains only the folds its source is out of; a source
+    new to the history is dealt a fold round-robin, in sorted order."""
+    import numpy as np
+
+    from agent.bench.metafeature_data import extra_folds
+
+    folds = extra_folds(["a", "a", "b", "c"], np.array([0, 0, 1, 0]), ["b", "a", "z", "y", "x"])
+    assert folds.tolist() == [1, 0, 0, 1, 0]  # b -> 1, a -> 0; the new x, y, z dealt 0, 1, 0 in sorted order
+
+
+def test_the_metafeature_data_bench_trains_on_extra_datasets_and_resumes(built, tmp_path) -> None:
+    """`bench metafeature-data` on the tiny history with three extra datasets (two of its sources,
+    one new): the hand-crafted reference and three learned arms replayed on every history dataset
+    (never on an extra one); a second run reads every extractor from its cache."""
+    from agent.bench.metafeature_data import run_metafeature_data
+    from agent.knowledge import open_knowledge_base
+    from agent.pipeline.bootstrap import run_bootstrap
+    from agent.pipeline.export import export_history
+    from tests.conftest import Store
+
+    _, repo = built
+    (tmp_path / "extra").mkdir()
+    extra_store = Store(tmp_path / "extra")
+    run_bootstrap("mlp", ["wine?fraction=0.7&seed=3", "iris?fraction=0.8&seed=2", "digits?classes=0-2&fraction=0.2"],
+                  configs=6, epochs=1, seed=0, tracking_uri=extra_store.uri, artifact_root=extra_store.artifacts,
+                  echo=lambda _: None)
+    extra = tmp_path / "extra_export"
+    assert export_history(open_knowledge_base(extra_store.uri, extra_store.artifacts), extra, "mlp") == 3
+    said: list[str] = []
+    report = run_metafeature_data(repo / "data/export", extra, TINY, tmp_path / "out", factor=2, say=said.append)
+    arms = ["history", "history, steps x2", "history + extra, steps x2"]
+    assert list(report["methods"]) == ["handcrafted", *arms]
+    assert report["history"]["datasets"] == len(SPECS) and report["extra"]["datasets"] == 3
+    for arm in arms:
+        assert set(report["methods"][arm]) >= {"regret@1", "regret@3", "p_vs_handcrafted@3"}
+        assert -1.0 <= report["rank_correlation"][arm] <= 1.0
+    trained = [line for line in said if "training on" in line]
+    assert len(trained) == 3 * 2  # three arms x two folds
+    with_extra = [int(line.split("training on ")[1].split()[0]) for line in trained if "+ extra" in line]
+    alone = [int(line.split("training on ")[1].split()[0]) for line in trained if "+ extra" not in line]
+    assert sum(with_extra) - sum(alone[:2]) == 3 * (2 - 1)  # each extra trains the one fold its source is out of
+    assert "replayed 6/6 targets" in said[-1]
+    said.clear()
+    again = run_metafeature_data(repo / "data/export", extra, TINY, tmp_path / "out", factor=2, say=said.append)
+    assert not [line for line in said if "training on" in line]  # every extractor from the cache
+    assert again["methods"] == report["methods"]

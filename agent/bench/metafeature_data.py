@@ -1,0 +1,204 @@
+"""`tune-agent bench metafeature-data`: do learned meta-features get better with more training tasks?
+
+Paper 003's extractor (:mod:`agent.meta.extractor_train`), trained on the starter history alone,
+places datasets worse than the hand-crafted meta-features in the `evaluate` replay (README, "One
+dataset, one source"). This asks whether that is a matter of data rather than of architecture: the
+same replay of the learned neighbours, with the extractor of each source fold trained
+
+- ``history``: on the history alone, as the `evaluate` stage trains it (``meta_features.steps``);
+- ``history, steps x F``: on the history alone for ``F`` times the steps (the compute control);
+- ``history + extra, steps x F``: on the history and the EXTRA datasets (another export, e.g. the
+  R tables the per-package cap left out, run through ``tune-agent bootstrap`` on the same shared
+  configurations) for ``F`` times the steps.
+
+Extra datasets only ever enter the extractor's training pairs: they are never targets, never
+neighbours, and an extra dataset is in the fold of its source (a source new to the history gets a
+fold of its own choosing, dealt round-robin), so a target's extractor has seen no dataset of the
+target's source. The hand-crafted neighbours run in the same replay as the reference. Each
+(arm, fold) extractor is cached under OUT so an interrupted run resumes; every fold's training and
+the replay print their progress with an ETA.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+REPORT_AT = (1, 3, 5, 10)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def extra_folds(main_sources: list[str], main_folds: np.ndarray, extra_sources: list[str]) -> np.ndarray:
+    """The fold of each extra dataset: its source's fold in the history, else dealt round-robin
+    (sorted sources) over the folds."""
+    of = {s: int(f) for s, f in zip(main_sources, main_folds)}
+    n = int(main_folds.max()) + 1
+    new = sorted({s for s in extra_sources if s not in of})
+    of.update({s: i % n for i, s in enumerate(new)})
+    return np.array([of[s] for s in extra_sources], dtype=int)
+
+
+def _progress_logger(label: str, steps: int, say: Callable[[str], None]) -> Any:
+    """A Lightning logger that says a fold's training step, loss and ETA (at most every 5 s)."""
+    from lightning.pytorch.loggers import Logger
+
+    class Said(Logger):
+        def __init__(self) -> None:
+            super().__init__()
+            self.start, self.said = time.perf_counter(), 0.0
+
+        @property
+        def name(self) -> str:
+            return "said"
+
+        @property
+        def version(self) -> int:
+            return 0
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+            now = time.perf_counter()
+            if step is None or now - self.said < 5.0:
+                return
+            self.said = now
+            done = max(1, int(step) + 1)
+            eta = (now - self.start) / done * (steps - done)
+            loss = metrics.get("train_loss")
+            said_loss = f", loss {loss:.3f}" if loss is not None else ""
+            say(f"{label}: step {done}/{steps}{said_loss}, about {eta:.0f} s left")
+
+    return Said()
+
+
+def _train_fold(samples: list[Any], D: np.ndarray, train: np.ndarray, embed: list[Any], mf: Mapping[str, Any],
+                steps: int, label: str, say: Callable[[str], None]) -> np.ndarray:
+    from agent.meta.extractor_train import train_extractor
+    from agent.pipeline.stages import _extractor_config
+
+    config = _extractor_config({**mf, "steps": steps})
+    extractor, _ = train_extractor([samples[i] for i in train], D[np.ix_(train, train)], config,
+                                   logger=_progress_logger(label, steps, say), threads=2)
+    return extractor.embed_many(embed)
+
+
+def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], out: Path, factor: int = 4,
+                         say: Callable[[str], None] = _stderr) -> dict[str, Any]:
+    """Runs the three arms (see the module doc); writes ``out/metrics/metafeature_data.json``."""
+    from agent.errors import TuneAgentError
+    from agent.meta.handcrafted import HANDCRAFTED_VERSION  # noqa: F401 - the version the reference uses
+    from agent.meta.neighbours import pairwise_distances
+    from agent.pipeline.distances import target_distance_matrix
+    from agent.pipeline.evaluation import _handcrafted, _neighbour_plan, portfolio_rows
+    from agent.pipeline.evaluation_tables import build_table, rank_correlation, source_folds, summarise
+    from agent.pipeline.export import load_export
+    from agent.pipeline.replay import replay_dataset
+    from agent.pipeline.stages import _samples, history_space
+
+    start = time.perf_counter()
+    ev, mf = dict(params.get("evaluate", {})), dict(params.get("meta_features", {}))
+    main, more = load_export(export), load_export(extra)
+    names = {h.name for h in main}
+    more = [h for h in more if h.name not in names]
+    if len(main) < 4 or not more:
+        raise TuneAgentError(f"need a history of at least 4 datasets and extra datasets beside it "
+                             f"(got {len(main)} and {len(more)})")
+    every = main + more
+    n = len(main)
+    space = history_space(every)
+    table = build_table(every, space)
+    how = str(params.get("distances", {}).get("normalisation", "rank"))
+    D = target_distance_matrix(table.E, how=how)
+    D = np.where(np.isfinite(D), D, np.nanmax(D[np.isfinite(D)]) if np.isfinite(D).any() else 1.0)
+    sources = [h.source for h in main]
+    seed = int(mf.get("seed", 0))
+    folds = source_folds(sources, int(ev.get("folds", 5)), seed)
+    all_folds = np.concatenate([folds, extra_folds(sources, folds, [h.source for h in more])])
+    k, budget, acq = int(ev.get("k", 3)), int(ev.get("budget", 10)), str(ev.get("acquisition", "ei"))
+    steps = int(mf.get("steps", 300))
+    say(f"metafeature-data: {n} history datasets ({len(set(sources))} sources), {len(more)} extra "
+        f"({len(set(h.source for h in more))} sources), {len(table.keys)} shared configurations, "
+        f"{int(folds.max()) + 1} folds")
+    samples = _samples(every)
+    cache = out / "data" / "metafeature-data"
+    cache.mkdir(parents=True, exist_ok=True)
+    arms = [("history", steps, False), (f"history, steps x{factor}", steps * factor, False),
+            (f"history + extra, steps x{factor}", steps * factor, True)]
+    vectors: dict[str, dict[int, np.ndarray]] = {}
+    timings: dict[str, float] = {}
+    for label, arm_steps, with_extra in arms:
+        vectors[label] = {}
+        arm_start = time.perf_counter()
+        for f in np.unique(folds):
+            key = f"{'extra' if with_extra else 'history'}-{arm_steps}-fold{int(f)}-n{n}-m{len(more)}"
+            path = cache / f"{key}.npy"
+            if path.exists():
+                vectors[label][int(f)] = np.load(path)
+                continue
+            pool = np.arange(len(every)) if with_extra else np.arange(n)
+            train = pool[all_folds[pool] != f]
+            say(f"{label}, fold {int(f)}: training on {len(train)} datasets, {arm_steps} steps")
+            v = _train_fold(samples, D, train, samples[:n], mf, arm_steps, f"{label}, fold {int(f)}", say)
+            np.save(path, v)
+            vectors[label][int(f)] = v
+        timings[label] = round(time.perf_counter() - arm_start, 1)
+    hand = _handcrafted(main, 2)
+    hand_d = pairwise_distances(hand, True)
+    Dm, Em = D[:n, :n], table.E[:n]
+    tasks, corr = [], {"handcrafted": [], **{label: [] for label, _, _ in arms}}
+    for t, h in enumerate(main):
+        history = [j for j in range(n) if sources[j] != sources[t]]
+        fallback = portfolio_rows(Em, history, k)
+        _, h_rows, _ = _neighbour_plan(hand, t, history, sources, True, Em, k, fallback)
+        runs = [("handcrafted", h_rows, acq, None)]
+        corr["handcrafted"].append(rank_correlation(hand_d, Dm, t, history))
+        for label, _, _ in arms:
+            view = vectors[label][int(folds[t])]
+            _, rows, _ = _neighbour_plan(view, t, history, sources, False, Em, k, fallback)
+            runs.append((label, rows, acq, None))
+            corr[label].append(rank_correlation(pairwise_distances(view, False), Dm, t, history))
+        tasks.append({"target": t, "name": h.name, "U": table.U, "E": Em, "budget": budget, "runs": runs,
+                      "space": space})
+    curves: dict[str, dict[str, list[float]]] = {}
+    replay_start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        pending = {pool.submit(replay_dataset, task): task["name"] for task in tasks}
+        while pending:
+            ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in ready:
+                curves[pending.pop(fut)] = fut.result()
+            if len(curves) % 25 == 0 or not pending:
+                elapsed = time.perf_counter() - replay_start
+                say(f"metafeature-data: replayed {len(curves)}/{len(tasks)} targets, about "
+                    f"{elapsed / len(curves) * len(pending):.0f} s left")
+    per_target = [{m: np.asarray(c, dtype=float) for m, c in curves[task["name"]].items()} for task in tasks]
+    methods = summarise(per_target, baseline="handcrafted")
+    report = {
+        "protocol": ("the `evaluate` stage's leave-one-source-out replay of every history dataset (its sampler on the "
+                     f"target's {len(table.keys)}-configuration table, {k} neighbours' best configurations then BO "
+                     f"({acq}) to {budget} trials) for the learned neighbours of three extractors per source fold, and "
+                     "the hand-crafted neighbours as the reference; extra datasets enter only the extractors' training "
+                     "pairs, in the fold of their source; regret normalised over the target's table; p: paired "
+                     "Wilcoxon signed-rank against the hand-crafted neighbours"),
+        "history": {"datasets": n, "sources": len(set(sources))},
+        "extra": {"datasets": len(more), "sources": sorted({h.source for h in more})},
+        "steps": steps, "factor": factor, "methods": methods,
+        "rank_correlation": {m: round(float(np.nanmean(v)), 4) for m, v in corr.items()},
+        "training_seconds": timings, "seconds": round(time.perf_counter() - start, 1),
+    }
+    (out / "metrics").mkdir(parents=True, exist_ok=True)
+    (out / "metrics" / "metafeature_data.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+__all__ = ("extra_folds", "run_metafeature_data")
