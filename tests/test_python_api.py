@@ -148,3 +148,32 @@ def test_the_study_description_names_dataset_surrogate_and_best(store, cli) -> N
     note = MlflowClient(store.uri).get_run(study.study_id).data.tags["mlflow.note.content"]
     assert note.startswith("**Tuning `logistic` on `iris`**: 2 trials of 1 epochs") and "Surrogate: " in note
     assert f"**Best** val_loss {study.best_value:.6g}: lr=" in note and note.count("**Best**") == 1
+
+
+def test_the_readme_quickstart_runs_as_written_in_an_empty_folder(tmp_path) -> None:  # noqa: ANN001
+    """README's "Tune a job" command, run as written (its `.venv/bin/tune-agent` is this
+    installation's) in an empty folder with no store settings: it finishes, and its output has the
+    lines the README's sample shows, in that order."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Tune a job"):]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    command = block.group(1).strip().split()
+    sample = re.search(r"```\n(.*?)```", section[block.end():], re.S).group(1)
+    assert command[0] == ".venv/bin/tune-agent" and command[1] == "start"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
+    done = subprocess.run([str(Path(sys.executable).with_name("tune-agent")), *command[1:]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    kinds = ("warm start:", "surrogate:", "starting study", "trial 1/", "  trial 1 done (1/", "study ", "process ",
+             "report:")
+    for kind in kinds:
+        assert any(line.startswith(kind) for line in sample.splitlines()), kind  # the sample shows it
+    at = [next(i for i, line in enumerate(done.stdout.splitlines()) if line.startswith(kind)) for kind in kinds]
+    assert at == sorted(at), done.stdout
+    assert (tmp_path / "mlflow" / "mlflow.db").exists()  # the embedded store, made where the user ran it
