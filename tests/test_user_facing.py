@@ -205,7 +205,7 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
 
     args = ("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
             "--warm-start", "none", *store.args)
-    assert cli(*args).code == 0
+    assert cli(*args, "--study-name", "view-1").code == 0
     client = MlflowClient(store.uri)
     exp = client.get_experiment_by_name("tune-agent/logistic")
     view = json.loads(exp.tags[VIEW_TAG])
@@ -213,7 +213,7 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
     columns = json.loads(view["state"])["selectedColumns"]
     assert columns[:3] == ["attributes.`Dataset`", "metrics.`objective`", "metrics.`best_objective`"]
     assert {"params.`lr`", "params.`weight_decay`", "params.`optimizer`", "params.`momentum`"} <= set(columns)
-    assert cli(*args).code == 0  # the same space: the view is not written again
+    assert cli(*args, "--study-name", "view-2").code == 0  # the same space: the view is not written again
     assert client.get_experiment_by_name("tune-agent/logistic").tags[VIEW_TAG] == exp.tags[VIEW_TAG]
     capsys.readouterr()
     _job_links(store.kb(), "http://127.0.0.1:5000")
