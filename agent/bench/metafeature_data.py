@@ -96,7 +96,6 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
                          say: Callable[[str], None] = _stderr) -> dict[str, Any]:
     """Runs the three arms (see the module doc); writes ``out/metrics/metafeature_data.json``."""
     from agent.errors import TuneAgentError
-    from agent.meta.handcrafted import HANDCRAFTED_VERSION  # noqa: F401 - the version the reference uses
     from agent.meta.neighbours import pairwise_distances
     from agent.pipeline.distances import target_distance_matrix
     from agent.pipeline.evaluation import _handcrafted, _neighbour_plan, portfolio_rows
@@ -154,6 +153,8 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
         timings[label] = round(time.perf_counter() - arm_start, 1)
     hand = _handcrafted(main, 2)
     hand_d = pairwise_distances(hand, True)
+    learned_d = {label: {f: pairwise_distances(v, False) for f, v in folds_of.items()}  # once per fold, not per target
+                 for label, folds_of in vectors.items()}
     Dm, Em = D[:n, :n], table.E[:n]
     tasks, corr = [], {"handcrafted": [], **{label: [] for label, _, _ in arms}}
     for t, h in enumerate(main):
@@ -166,7 +167,7 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
             view = vectors[label][int(folds[t])]
             _, rows, _ = _neighbour_plan(view, t, history, sources, False, Em, k, fallback)
             runs.append((label, rows, acq, None))
-            corr[label].append(rank_correlation(pairwise_distances(view, False), Dm, t, history))
+            corr[label].append(rank_correlation(learned_d[label][int(folds[t])], Dm, t, history))
         tasks.append({"target": t, "name": h.name, "U": table.U, "E": Em, "budget": budget, "runs": runs,
                       "space": space})
     curves: dict[str, dict[str, list[float]]] = {}
