@@ -96,6 +96,9 @@ def test_the_ui_shows_the_study_its_dataset_objective_trials_and_report(store, c
             text = page.inner_text("body")
             assert "Model training" in text  # the training view's sidebar, not the GenAI one
             assert study.name in text and "wine (" in text  # the study and its dataset (the Dataset column)
+            cut = page.get_by_text(study.name, exact=True).first.evaluate(
+                "e => [e, e.parentElement, e.parentElement.parentElement].some(x => x.scrollWidth > x.clientWidth + 1)")
+            assert not cut, f"the runs table cuts {study.name!r}"  # a default name fits its column
             for column in ("best_objective", "objective", "lr", "weight_decay", "optimizer"):
                 assert column in text, column  # the objective and the hyperparameters, unclicked
             assert f"{study.best_value:.4f}"[:5] in text  # the objective, filled

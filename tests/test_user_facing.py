@@ -197,7 +197,12 @@ def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, 
 def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store, cli, capsys) -> None:  # noqa: ANN001
     """Every study writes its job's saved runs view (the objective and the space's hyperparameters
     as columns), once per space: a second study of the same job leaves the tag as it was; `tune-agent
-    ui` prints the link that opens it in the training view (the browser test opens it in Chromium)."""
+    ui` prints the link that opens it in the training view (the browser test opens it in Chromium).
+    The two studies are started back to back with default names: short enough for the runs table's
+    name column, and different although both start within the same second (a timestamp made them
+    clash, and the second was refused)."""
+    import re
+
     from mlflow import MlflowClient
 
     from agent.cli.store import _job_links
@@ -205,7 +210,7 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
 
     args = ("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
             "--warm-start", "none", *store.args)
-    assert cli(*args, "--study-name", "view-1").code == 0
+    assert cli(*args).code == 0
     client = MlflowClient(store.uri)
     exp = client.get_experiment_by_name("tune-agent/logistic")
     view = json.loads(exp.tags[VIEW_TAG])
@@ -213,7 +218,9 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
     columns = json.loads(view["state"])["selectedColumns"]
     assert columns[:3] == ["attributes.`Dataset`", "metrics.`objective`", "metrics.`best_objective`"]
     assert {"params.`lr`", "params.`weight_decay`", "params.`optimizer`", "params.`momentum`"} <= set(columns)
-    assert cli(*args, "--study-name", "view-2").code == 0  # the same space: the view is not written again
+    assert cli(*args).code == 0  # the same space: the view is not written again
+    names = [s.name for s in store.kb().list_studies()]
+    assert len(set(names)) == 2 and all(re.fullmatch(r"wine-logistic-[a-z2-9]{4}", n) for n in names), names
     assert client.get_experiment_by_name("tune-agent/logistic").tags[VIEW_TAG] == exp.tags[VIEW_TAG]
     capsys.readouterr()
     _job_links(store.kb(), "http://127.0.0.1:5000")

@@ -108,7 +108,7 @@ def study_options(fn: Any) -> Any:
         click.option("--random-every", type=int, default=StudyRequest.default("random_every"), show_default=True, help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never)."),
         click.option("--seed", type=int, default=StudyRequest.default("seed"), show_default=True),
         click.option("--val-fraction", type=float, default=StudyRequest.default("val_fraction"), show_default=True, help="Share of data held out for validation (stratified, seeded)."),
-        click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<time>]."),
+        click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<4 random characters>, e.g. digits-cnn-k3f9]."),
         click.option("--warm-start", type=click.Choice(WARM_METHODS), default=StudyRequest.default("warm_start"), show_default=True, help="Meta-features used to find similar historical datasets (auto: the ones the last `dvc repro` evaluation found better; hand-crafted before)."),
         click.option("--k", type=int, default=StudyRequest.default("k"), show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
         click.option("--prior-mean", type=click.Choice(PRIOR_MEANS), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),

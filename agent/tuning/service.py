@@ -9,7 +9,6 @@ run, so ``resume`` rebuilds exactly that sampler — or refuses in one line when
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -28,11 +27,27 @@ SAMPLE_SIZE = 256
 TINY_BUDGET = 10
 
 
-def default_study_name(dataset_name: str, job_name: str) -> str:
+NAME_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: a name read aloud or retyped survives
+DATASET_PART = 16  # MLflow's runs table shows about 20 characters of a run name
+
+
+def default_study_name(dataset_name: str, job_name: str, taken: Callable[[str], bool] = lambda name: False) -> str:
+    """``<dataset>-<job>-<4 random characters>``, e.g. ``digits-cnn-k3f9``: short enough for the
+    MLflow runs table's name column (a timestamp was cut there, and two ``start``\ s in one second
+    got the same name). The suffix comes from the operating system's randomness, not the study's
+    seed, so two studies launched together with the same seed still differ; ``taken`` (the store's
+    lookup) makes a clash with an existing study draw again."""
+    import secrets
+
     short = dataset_name.split("/")[-1]
     for mark in "?&#=":  # a CSV study is `mine.csv-label-y-mlp-...`, not `mine.csv#labely-mlp-...`
         short = short.replace(mark, "-")
-    return f"{short}-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    short = short[:DATASET_PART].rstrip("-.")
+    for _ in range(20):
+        name = f"{short}-{job_name}-{''.join(secrets.choice(NAME_ALPHABET) for _ in range(4))}"
+        if not taken(name):
+            return name
+    raise StudyError(f"no free default name for {short}-{job_name}-*: name the study with --study-name")
 
 
 def study_description(job: str, dataset: str, settings: StudySettings, plan: SurrogatePlan, epochs: bool,
@@ -97,7 +112,7 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
         split = None
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
-    name = req.study_name or default_study_name(data.name, job.name)
+    name = req.study_name or default_study_name(data.name, job.name, lambda n: kb.find_study(n) is not None)
     if kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     warm = _plan_warm_start(kb, job, data, sample, summary, req, echo)

@@ -91,3 +91,24 @@ def test_benchmark_job_bad_input_is_one_line(cli, store) -> None:
     res = cli("start", "--job", f"{JOB}?epoch=3", "--dataset", "t1", "--trials", "2", *store.args)
     assert res.code == 2 and "no fidelity parameter 'epoch'" in res.err
     assert not (Path(store.root) / "mlflow.db").exists()
+
+
+def test_default_study_names_are_short_and_draw_again_on_a_clash() -> None:
+    """`<dataset>-<job>-<4 characters>`: a CSV's query marks become dashes, a long dataset name is
+    cut, and a name the store already holds is drawn again (the store's lookup is ``taken``)."""
+    import re
+
+    from agent.tuning.service import default_study_name
+
+    seen: list[str] = []
+
+    def taken(name: str) -> bool:
+        seen.append(name)
+        return len(seen) < 3  # the first two draws clash
+
+    name = default_study_name("digits", "cnn", taken)
+    assert re.fullmatch(r"digits-cnn-[a-hj-km-np-z2-9]{4}", name) and len(name) <= 20
+    assert len(seen) == 3 and name == seen[-1]
+    assert default_study_name("/data/mine.csv?label=y", "mlp").startswith("mine.csv-label-y-mlp-")
+    long = default_study_name("a_very_long_dataset_name_indeed", "mlp")
+    assert long.startswith("a_very_long_data-mlp-") and len(long) == len("a_very_long_data-mlp-") + 4
