@@ -151,3 +151,43 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
                         "fresh process, piped, on a CSV new to the history (80% of wine's rows, its own seed); warm "
                         "and cold alternated; first trial: the line 'trial 1/'; the refit run points --models-dir at "
                         "an empty folder"}
+
+
+READING_COMMANDS = ("best", "history", "report")
+
+
+def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline: Path | None = None,
+                      commands: tuple[str, ...] = READING_COMMANDS, say: Any = print) -> dict[str, Any]:
+    """Wall seconds of the commands that read a store (``best STUDY``, ``history``, ``report
+    STUDY``), each a fresh process with output to a pipe, imports included; with ``baseline`` (a
+    folder holding another version's ``agent`` package, e.g. from ``git archive``) the same commands
+    of that code too, alternated with this code's, so both see the same machine."""
+    import shutil
+
+    codes = {"this code": None} | ({f"baseline ({baseline})": baseline} if baseline is not None else {})
+    runs: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            for command in commands:
+                for label, code in codes.items():
+                    args = {"best": ["best", study], "history": ["history"],
+                            "report": ["report", study, "--out", str(Path(tmp) / "report")]}[command]
+                    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
+                    if code is not None:
+                        env["PYTHONPATH"] = str(code)
+                    start = time.perf_counter()
+                    done = subprocess.run([sys.executable, "-m", "agent.cli", *args, "--tracking-uri", tracking_uri],
+                                          cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+                    wall = time.perf_counter() - start
+                    if done.returncode != 0:
+                        raise RuntimeError(f"{label}: {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
+                    runs.setdefault(f"{command}, {label}", []).append(round(wall, 3))
+                    say(f"{i + 1}/{repeats} {command} ({label}): {wall:.2f} s")
+                    shutil.rmtree(Path(tmp) / "report", ignore_errors=True)
+    median = {key: sorted(v)[len(v) // 2] for key, v in runs.items()}
+    ratios = {c: round(median[f"{c}, this code"] / median[f"{c}, {label}"], 3)
+              for c in commands for label in codes if label != "this code"}
+    return {"protocol": "wall seconds of `python -m agent.cli CMD --tracking-uri URI`, each a fresh process, output "
+                        "to a pipe, imports included; commands and code versions alternated; medians over repeats",
+            "tracking_uri": tracking_uri, "study": study, "repeats": repeats, "runs": runs, "median_s": median,
+            "this_over_baseline": ratios}

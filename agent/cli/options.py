@@ -41,19 +41,21 @@ class Stores:
     """``ctx.obj``: the invocation's knowledge base, opened once (by URI scheme) on first use."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[str | None, str | None], Any] = {}
+        self._open: dict[tuple[str | None, str | None, bool], Any] = {}
 
-    def get(self, tracking_uri: str | None, artifact_root: str | None = None) -> Any:
-        key = (tracking_uri, artifact_root)
+    def get(self, tracking_uri: str | None, artifact_root: str | None = None, reads: bool = False) -> Any:
+        key = (tracking_uri, artifact_root, reads)
         if key not in self._open:
             from agent.knowledge import open_knowledge_base
 
-            self._open[key] = open_knowledge_base(tracking_uri, artifact_root)
+            self._open[key] = open_knowledge_base(tracking_uri, artifact_root, fast_reads=reads)
         return self._open[key]
 
 
-def kb_for(tracking_uri: str | None, artifact_root: str | None = None) -> Any:
-    return click.get_current_context().find_object(Stores).get(tracking_uri, artifact_root)
+def kb_for(tracking_uri: str | None, artifact_root: str | None = None, reads: bool = False) -> Any:
+    """The invocation's store; ``reads``: a command that mostly reads (``best``, ``history``,
+    ``report``) reads an embedded store without importing MLflow, and writes through MLflow."""
+    return click.get_current_context().find_object(Stores).get(tracking_uri, artifact_root, reads)
 
 
 STARTER_FILE = "starter/mlp.npz"

@@ -120,7 +120,7 @@ def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], 
 
     ds = load_dataset(dataset, label=label, drop=drop)
     job_obj = load_job(job)
-    kb = kb_for(tracking_uri)
+    kb = kb_for(tracking_uri, reads=True)
     warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
                            warm_start, k, Path(models_dir))
     if as_json:

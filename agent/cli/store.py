@@ -30,7 +30,7 @@ def history(tracking_uri: str | None, as_json: bool) -> None:
     """List studies and the datasets they ran on."""
     from agent.ops.history import history_rows, render_history
 
-    kb = kb_for(tracking_uri)
+    kb = kb_for(tracking_uri, reads=True)
     click.echo(json.dumps(history_rows(kb), indent=2) if as_json else render_history(kb))
 
 

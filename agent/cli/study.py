@@ -148,7 +148,7 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
 
     if register_as is not None and not register_as.strip():
         raise TuneAgentError("--register needs a model name")
-    kb = kb_for(tracking_uri)
+    kb = kb_for(tracking_uri, reads=register_as is None)
     study, job = open_study(study_name, kb=kb, with_sampler=False) if register_as else (read_study(study_name, kb), None)
     trial = study.best()
     if trial is None:
@@ -173,7 +173,7 @@ def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
     from agent.tuning.report import write_report
     from agent.tuning.service import read_study
 
-    study = read_study(study_name, kb_for(tracking_uri))
+    study = read_study(study_name, kb_for(tracking_uri, reads=True))
     page = write_report(study.kb, study.record, study.space, Path(out or f"report-{study_name}"))
     click.echo(f"report of {study_name}: {page} (and report/report.html on the study run)")
 

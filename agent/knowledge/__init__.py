@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from agent.knowledge.base import KnowledgeBase
 
 
-def open_knowledge_base(uri: str | None, artifact_root: str | None = None) -> KnowledgeBase:
-    """The knowledge base at ``uri``; ``artifact_root`` is where MLflow backends keep artifacts.
+def open_knowledge_base(uri: str | None, artifact_root: str | None = None, fast_reads: bool = False) -> KnowledgeBase:
+    """The knowledge base at ``uri``; ``artifact_root`` is where MLflow backends keep artifacts;
+    ``fast_reads`` reads an embedded sqlite store without importing MLflow (the reading commands,
+    :mod:`agent.knowledge.mlflow.sqlite_reads`).
 
     Raises:
         StoreError: the scheme is none of the above, or the MLflow store cannot be reached.
@@ -42,7 +44,7 @@ def open_knowledge_base(uri: str | None, artifact_root: str | None = None) -> Kn
     if scheme in MLFLOW or scheme in ("", "file"):  # the last two: refused by the backend with what to use
         from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
-        return MlflowKnowledgeBase(resolved, artifact_root)
+        return MlflowKnowledgeBase(resolved, artifact_root, fast_reads=fast_reads)
     known = ", ".join(f"{s}:" for s in (MEMORY, *MLFLOW) if s)
     raise StoreError(f"unknown knowledge-base URI scheme {scheme!r} in {resolved!r} (known: {known} or a path)")
 

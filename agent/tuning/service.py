@@ -110,6 +110,8 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
         summary = describe_dataset(data)
         sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
         split = None
+    if req.study_name and "'" in req.study_name and '"' in req.study_name:
+        raise StudyError(f"--study-name {req.study_name}: a name may hold ' or \", not both (the store's searches cannot quote it)")
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
     name = req.study_name or default_study_name(data.name, job.name, lambda n: kb.find_study(n) is not None)

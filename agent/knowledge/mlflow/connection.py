@@ -88,7 +88,9 @@ class MlflowConnection(KnowledgeBase):
     """The store's client, its retried calls, searches and experiments; what every part of
     :class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase` builds on."""
 
-    def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None) -> None:
+    def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None,
+                 fast_reads: bool = False) -> None:
+        self._fast_reads = fast_reads  # reads of an embedded store without MLflow (:mod:`.sqlite_reads`)
         self._tracking_uri = resolve_tracking_uri(tracking_uri)
         check_reachable(self._tracking_uri)
         self.artifact_root = artifact_root
@@ -105,37 +107,47 @@ class MlflowConnection(KnowledgeBase):
     def _client(self) -> Any:
         # Created on first use: opening a sqlite URI creates the database file.
         if self._client_instance is None:
-            import logging
-
-            from mlflow import MlflowClient
-
-            logging.getLogger("mlflow").setLevel(logging.WARNING)
-            # its SQLAlchemy errors come back to _call as exceptions, said there in one line
-            logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-            # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
-            # against a server; the study's own lines say where things are.
-            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
-            # A server that went down: MLflow's default 7 silent retries took ~250 s; :meth:`_call`
-            # retries instead, saying so on stderr within seconds. MLflow's own retries would also
-            # re-send a POST whose answer was lost, and a run created twice is a duplicate trial:
-            # none are left to it, and :meth:`_call`'s first, silent retry absorbs a single dropped
-            # connection as MLflow's would.
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
             path = _sqlite_path(self.tracking_uri)
-            if path is not None:
-                create_sqlite_store(path)
-            try:
-                self._client_instance = MlflowClient(self.tracking_uri)
-            except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors for a file that is no store
-                if path is None:
-                    raise
-                first = (str(getattr(exc, "orig", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise StoreError(f"tracking store {self.tracking_uri} cannot be opened ({first}); move {path} aside "
-                                 "and a new store is made on next use") from None
+            if self._fast_reads and path is not None and path.is_file():
+                from agent.knowledge.mlflow.sqlite_reads import KNOWN_REVISIONS, SqliteReads, revision
+
+                if revision(path) in KNOWN_REVISIONS:
+                    self._client_instance = SqliteReads(path, self._mlflow_client)
+                    return self._client_instance
+            self._client_instance = self._mlflow_client()
         return self._client_instance
+
+    def _mlflow_client(self) -> Any:
+        import logging
+
+        from mlflow import MlflowClient
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        # its SQLAlchemy errors come back to _call as exceptions, said there in one line
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
+        # against a server; the study's own lines say where things are.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
+        # A server that went down: MLflow's default 7 silent retries took ~250 s; :meth:`_call`
+        # retries instead, saying so on stderr within seconds. MLflow's own retries would also
+        # re-send a POST whose answer was lost, and a run created twice is a duplicate trial:
+        # none are left to it, and :meth:`_call`'s first, silent retry absorbs a single dropped
+        # connection as MLflow's would.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        path = _sqlite_path(self.tracking_uri)
+        if path is not None:
+            create_sqlite_store(path)
+        try:
+            return MlflowClient(self.tracking_uri)
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors for a file that is no store
+            if path is None:
+                raise
+            first = (str(getattr(exc, "orig", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StoreError(f"tracking store {self.tracking_uri} cannot be opened ({first}); move {path} aside "
+                             "and a new store is made on next use") from None
 
     def open(self) -> None:
         self._call(self._client.search_experiments, max_results=1)
@@ -163,8 +175,6 @@ class MlflowConnection(KnowledgeBase):
         """``fn`` with MLflow's errors as one line; a tracking server that cannot be reached is
         retried with backoff (:data:`RETRY_DELAYS`, about two minutes in all), each wait announced
         on stderr, before the error is raised."""
-        from mlflow.exceptions import MlflowException
-
         delays = retry_delays()
         attempt = 0
         first_failure: float | None = None
@@ -174,7 +184,10 @@ class MlflowConnection(KnowledgeBase):
                 result = fn(*args, **kwargs)
                 self.__dict__["_gave_up"] = False
                 return result
-            except (MlflowException, OSError) as exc:
+            except Exception as exc:
+                mlflow_error = _is_mlflow_error(exc)
+                if not (mlflow_error or isinstance(exc, OSError)):
+                    raise
                 down = self._remote and unreachable(exc)
                 if down and self.__dict__.get("_gave_up"):  # the same outage: one wait in all, not one per call
                     raise StoreError(f"tracking server {self.tracking_uri} still unreachable") from None
@@ -195,7 +208,7 @@ class MlflowConnection(KnowledgeBase):
                     self.__dict__["_gave_up"] = True
                     raise StoreError(f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
                                      f"retries over {time.monotonic() - first_failure:.0f} s") from None
-                if isinstance(exc, MlflowException):
+                if mlflow_error:
                     raise explain_mlflow_error(self.tracking_uri, exc) from None
                 raise unwritable(f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",
                                  exc) from None
@@ -376,3 +389,9 @@ class MlflowConnection(KnowledgeBase):
             cache[study.study_id] = self._call(self._client.get_run, study.study_id).info.experiment_id
         return cache[study.study_id]
 
+
+def _is_mlflow_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is MLflow's; MLflow is not imported for it (a process that reads an embedded
+    store through :mod:`.sqlite_reads` never imports it, and then no error can be MLflow's)."""
+    errors = sys.modules.get("mlflow.exceptions")
+    return errors is not None and isinstance(exc, errors.MlflowException)

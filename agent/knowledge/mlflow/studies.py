@@ -92,8 +92,10 @@ class MlflowStudies(MlflowConnection):
     def find_study(self, name: str) -> StudyRecord | None:
         if not store_exists(self.tracking_uri):
             return None
-        safe = name.replace("'", "\\'")
-        flt = f"tags.`{T}kind` = 'study' and tags.`{T}study` = '{safe}'"
+        if "'" in name and '"' in name:
+            return None  # no filter can quote it, and no study is made with such a name (prepare_study)
+        quoted = f'"{name}"' if "'" in name else f"'{name}'"  # MLflow's filters take no escaped quote
+        flt = f"tags.`{T}kind` = 'study' and tags.`{T}study` = {quoted}"
         runs = list(self._search(flt))
         return self._to_study(runs[-1]) if runs else None
 
@@ -279,11 +281,8 @@ class MlflowStudies(MlflowConnection):
         return self.update_study(record, "finished")
 
     def _inline_trials(self, study_id: str) -> list[TrialRecord]:
-        import mlflow.artifacts
-
         with tempfile.TemporaryDirectory() as tmp:
-            path = self._call(mlflow.artifacts.download_artifacts, run_id=study_id, artifact_path=INLINE_TRIALS,
-                              dst_path=tmp, tracking_uri=self.tracking_uri)
+            path = self._call(self._client.download_artifacts, study_id, INLINE_TRIALS, tmp)
             rows = json.loads(Path(path).read_text())["trials"]
         return [TrialRecord(f"{study_id}:{r['number']}", int(r["number"]), TRIAL_OK, r["config"], r["value"], IMPORT_ORIGIN)
                 for r in rows]
