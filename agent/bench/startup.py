@@ -153,13 +153,15 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
                         "an empty folder"}
 
 
-READING_COMMANDS = ("best", "history", "report")
+READING_COMMANDS = ("best", "history", "report", "neighbors")
 
 
 def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline: Path | None = None,
-                      commands: tuple[str, ...] = READING_COMMANDS, say: Any = print) -> dict[str, Any]:
+                      commands: tuple[str, ...] = READING_COMMANDS, dataset: str = "wine", job: str = "mlp",
+                      say: Any = print) -> dict[str, Any]:
     """Wall seconds of the commands that read a store (``best STUDY``, ``history``, ``report
-    STUDY``), each a fresh process with output to a pipe, imports included; with ``baseline`` (a
+    STUDY``, ``neighbors --dataset DATASET --job JOB``), each a fresh process with output to a pipe,
+    imports included; with ``baseline`` (a
     folder holding another version's ``agent`` package, e.g. from ``git archive``) the same commands
     of that code too, alternated with this code's, so both see the same machine."""
     import shutil
@@ -171,7 +173,8 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
             for command in commands:
                 for label, code in codes.items():
                     args = {"best": ["best", study], "history": ["history"],
-                            "report": ["report", study, "--out", str(Path(tmp) / "report")]}[command]
+                            "report": ["report", study, "--out", str(Path(tmp) / "report")],
+                            "neighbors": ["neighbors", "--dataset", dataset, "--job", job]}[command]
                     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
                     if code is not None:
                         env["PYTHONPATH"] = str(code)
@@ -189,5 +192,5 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
               for c in commands for label in codes if label != "this code"}
     return {"protocol": "wall seconds of `python -m agent.cli CMD --tracking-uri URI`, each a fresh process, output "
                         "to a pipe, imports included; commands and code versions alternated; medians over repeats",
-            "tracking_uri": tracking_uri, "study": study, "repeats": repeats, "runs": runs, "median_s": median,
+            "tracking_uri": tracking_uri, "study": study, "neighbors_of": [dataset, job], "repeats": repeats, "runs": runs, "median_s": median,
             "this_over_baseline": ratios}

@@ -261,19 +261,22 @@ COMMANDS = [bench]
 @bench.command("reading")
 @click.option("--tracking-uri", required=True, help="A store to read, e.g. one `bootstrap --starter` filled.")
 @click.option("--study", required=True, help="The study `best` and `report` read.")
+@click.option("--dataset", default="wine", show_default=True, help="The dataset `neighbors` looks up.")
+@click.option("--job", default="mlp", show_default=True, help="The job `neighbors` looks up.")
 @click.option("--repeats", type=int, default=3, show_default=True)
 @click.option("--baseline", default=None, metavar="DIR",
               help="A folder with another version's agent package (git archive REV | tar -x -C DIR), timed alternately.")
 @click.option("--out", default="metrics/reading_commands.json", show_default=True)
-def bench_reading(tracking_uri: str, study: str, repeats: int, baseline: str | None, out: str) -> None:
-    """Seconds of `best`, `history` and `report` in fresh processes, imports included."""
+def bench_reading(tracking_uri: str, study: str, dataset: str, job: str, repeats: int, baseline: str | None,
+                  out: str) -> None:
+    """Seconds of `best`, `history`, `report` and `neighbors` in fresh processes, imports included."""
     from agent.bench.startup import run_reading_bench
     from agent.config import check_positive
 
     check_positive("--repeats", repeats)
     if baseline is not None and not (Path(baseline) / "agent" / "__init__.py").is_file():
         raise TuneAgentError(f"--baseline {baseline}: no agent package there")
-    report = run_reading_bench(tracking_uri, study, repeats, Path(baseline) if baseline else None,
-                               say=lambda line: click.echo(line, err=True))
+    report = run_reading_bench(tracking_uri, study, repeats, Path(baseline) if baseline else None, dataset=dataset,
+                               job=job, say=lambda line: click.echo(line, err=True))
     write_json(Path(out), report)
     click.echo(json.dumps(report["median_s"], indent=2))

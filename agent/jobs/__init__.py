@@ -6,7 +6,10 @@
 - :class:`ArrayDataModule` (``datamodule``): the in-memory DataModule the built-ins use.
 - :class:`ClassifierModule` (``classifier``): shared steps logging ``train_loss``, ``train_acc``,
   ``val_loss`` and ``val_acc`` per epoch.
-- ``cnn`` (paper 003), ``mlp`` (LCBench funnel) and ``examples`` (a user-job template).
+- ``cnn`` (paper 003), ``mlp`` (LCBench funnel), ``mlp_arch`` (paper 002's conditional space) and
+  ``examples`` (a user-job template). A built-in job's module holds its space and job class;
+  its network and LightningModule live in ``<job>_net``, imported by ``build`` (the first trial),
+  so loading a job costs no Lightning import.
 """
 
 from __future__ import annotations

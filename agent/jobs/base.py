@@ -16,6 +16,10 @@ import numpy as np
 from agent.errors import JobError
 from agent.space import SearchSpace
 
+# what agent.jobs.classifier.ClassifierModule logs per epoch; here, where a job's class can read
+# it without importing Lightning
+CLASSIFIER_METRICS = ("val_loss", "val_acc", "train_loss", "train_acc")
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import lightning.pytorch as pl
 

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
-CLASSIFIER_METRICS = ("val_loss", "val_acc", "train_loss", "train_acc")  # what ClassifierModule logs per epoch
+from agent.jobs.base import CLASSIFIER_METRICS  # noqa: F401 - what ClassifierModule logs per epoch
 
 
 class ClassifierModule(pl.LightningModule):

@@ -1,7 +1,7 @@
 """The built-in ``cnn`` job: the target CNN of paper 003 (section 5.1.2, Table 1).
 
 Owns the six-dimensional search space of Table 1, the backbone (:class:`ConvNet`), its
-LightningModule (:class:`CNNModule`: Adam with exponential learning-rate decay per optimisation
+LightningModule (:class:`CNNModule` in :mod:`agent.jobs.cnn_net`: Adam with exponential learning-rate decay per optimisation
 step, ``lr_t = 10**lr_log10 * exp(-10**decay_log10 * t)``) and the job object (:class:`CNNJob`).
 
 Architecture: ``conv_layers`` blocks of 3x3 convolution (padding 1) + BatchNorm + ReLU, with
@@ -13,93 +13,17 @@ units with dropout and a final linear layer. Sequences ``n x C x L`` are treated
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning.pytorch as pl
 import numpy as np
-import torch
-from torch import nn
 
 from agent.errors import JobError
-from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import (
-    CLASSIFIER_METRICS,
-    ClassifierModule,
-    exponential_decay,
-)
-from agent.jobs.datamodule import ArrayDataModule
+from agent.jobs.base import CLASSIFIER_METRICS, check_arrays, require
+from agent.jobs.shapes import FC_UNITS, conv_filters  # noqa: F401 - the architecture, described above
 from agent.space import Float, Int, SearchSpace
 
-FC_UNITS = 256
-BASE_FILTERS = 32
-
-
-def conv_filters(n_layers: int) -> list[int]:
-    """Filter counts rising then falling: layer ``i`` of ``n`` has ``32 * 2**min(i, n-1-i)``."""
-    return [BASE_FILTERS * 2 ** min(i, n_layers - 1 - i) for i in range(n_layers)]
-
-
-class ConvNet(nn.Module):
-    """Plain backbone: conv blocks with adaptive pooling, global average pool, dropout FC head."""
-
-    def __init__(
-        self,
-        in_shape: tuple[int, int, int],
-        num_classes: int,
-        conv_layers: int,
-        fc_layers: int,
-        dropout: float,
-    ) -> None:
-        super().__init__()
-        channels, height, width = in_shape
-        blocks: list[nn.Module] = []
-        for filters in conv_filters(conv_layers):
-            blocks += [
-                nn.Conv2d(channels, filters, kernel_size=3, padding=1),
-                nn.BatchNorm2d(filters),
-                nn.ReLU(inplace=True),
-            ]
-            if height > 1 or width > 1:
-                kernel = (min(2, height), min(2, width))
-                blocks.append(nn.MaxPool2d(kernel))
-                height, width = height // kernel[0], width // kernel[1]
-            channels = filters
-        blocks += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
-        self.features = nn.Sequential(*blocks)
-        head: list[nn.Module] = []
-        for _ in range(fc_layers):
-            head += [nn.Linear(channels, FC_UNITS), nn.ReLU(inplace=True), nn.Dropout(dropout)]
-            channels = FC_UNITS
-        head.append(nn.Linear(channels, num_classes))
-        self.classifier = nn.Sequential(*head)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
-
-
-class CNNModule(ClassifierModule):
-    """The paper-003 CNN trained with Adam and per-step exponential learning-rate decay."""
-
-    def __init__(
-        self,
-        in_shape: tuple[int, int, int],
-        num_classes: int,
-        conv_layers: int = 3,
-        fc_layers: int = 1,
-        dropout: float = 0.5,
-        lr_log10: float = -3.0,
-        decay_log10: float = -6.0,
-    ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.net = ConvNet(tuple(in_shape), num_classes, conv_layers, fc_layers, dropout)
-
-    def configure_optimizers(self) -> dict:
-        hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=10.0 ** hp.lr_log10)
-        scheduler = exponential_decay(optimizer, 10.0 ** hp.decay_log10)
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
-
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
 
 def as_images(X: np.ndarray) -> np.ndarray:
     """Images pass through; sequences ``n x C x L`` become ``n x C x 1 x L``."""
@@ -146,6 +70,12 @@ class CNNJob:
     ) -> tuple[pl.LightningModule, pl.LightningDataModule]:
         require(config, tuple(self.space.names), self.name)
         self.check_dataset(dataset)
+        # Lightning is imported here, by the first trial, not by loading the job
+        import torch
+
+        from agent.jobs.cnn_net import CNNModule
+        from agent.jobs.datamodule import ArrayDataModule
+
         X = as_images(dataset.X)
         torch.manual_seed(int(seed))
         model = CNNModule(

@@ -2,7 +2,7 @@
 
 Owns the LCBench space (batch size, learning rate, momentum, weight decay, depth, width,
 dropout), the funnel shape (:func:`funnel_shape`), the backbone (:class:`FunnelMLP`), its
-LightningModule (:class:`MLPModule`) and the job object (:class:`MLPJob`).
+LightningModule (:class:`MLPModule`, in :mod:`agent.jobs.mlp_net`) and the job object (:class:`MLPJob`).
 
 Funnel: with ``L`` hidden layers, layer ``i`` (0-based) has
 ``round(max_units - (max_units - num_classes) * i / L)`` units, so widths fall linearly from
@@ -16,83 +16,16 @@ split statistics, image and sequence values (already in [0, 1]) are left as they
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning.pytorch as pl
 import numpy as np
-import torch
-from torch import nn
 
-from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import CLASSIFIER_METRICS, ClassifierModule
-from agent.jobs.datamodule import ArrayDataModule
+from agent.jobs.base import CLASSIFIER_METRICS, check_arrays, require
+from agent.jobs.shapes import MAX_DROPOUT, funnel_shape  # noqa: F401 - the funnel, described above
 from agent.space import Float, Int, SearchSpace
 
-MAX_DROPOUT = 0.95
-
-
-def funnel_shape(
-    num_layers: int, max_units: int, num_classes: int, max_dropout: float
-) -> tuple[list[int], list[float]]:
-    """Hidden widths and dropout rates of the funnel (see the module docstring)."""
-    widths = [
-        max(1, round(max_units - (max_units - num_classes) * i / num_layers))
-        for i in range(num_layers)
-    ]
-    if num_layers == 1:
-        rates = [float(max_dropout)]
-    else:
-        rates = [max_dropout * i / (num_layers - 1) for i in range(num_layers)]
-    return widths, [min(float(p), MAX_DROPOUT) for p in rates]
-
-
-class FunnelMLP(nn.Module):
-    """Plain backbone: Linear + ReLU + Dropout per hidden layer, then a linear output layer."""
-
-    def __init__(
-        self, in_features: int, widths: list[int], rates: list[float], num_classes: int
-    ) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        width = in_features
-        for units, p in zip(widths, rates):
-            layers += [nn.Linear(width, units), nn.ReLU(inplace=True), nn.Dropout(p)]
-            width = units
-        layers.append(nn.Linear(width, num_classes))
-        self.layers = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
-
-
-class MLPModule(ClassifierModule):
-    """The funnel MLP trained with SGD (momentum, weight decay); inputs are flat vectors."""
-
-    def __init__(
-        self,
-        in_features: int,
-        num_classes: int,
-        num_layers: int = 3,
-        max_units: int = 256,
-        max_dropout: float = 0.0,
-        learning_rate: float = 1e-2,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-    ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        widths, rates = funnel_shape(num_layers, max_units, num_classes, max_dropout)
-        self.widths, self.rates = widths, rates
-        self.net = FunnelMLP(in_features, widths, rates, num_classes)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        hp = self.hparams
-        return torch.optim.SGD(
-            self.parameters(),
-            lr=hp.learning_rate,
-            momentum=hp.momentum,
-            weight_decay=hp.weight_decay,
-        )
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
 
 
 class MLPJob:
@@ -124,6 +57,12 @@ class MLPJob:
     ) -> tuple[pl.LightningModule, pl.LightningDataModule]:
         require(config, tuple(self.space.names), self.name)
         self.check_dataset(dataset)
+        # Lightning is imported here, by the first trial, not by loading the job
+        import torch
+
+        from agent.jobs.datamodule import ArrayDataModule
+        from agent.jobs.mlp_net import MLPModule
+
         X = dataset.X.reshape(dataset.X.shape[0], -1)
         torch.manual_seed(int(seed))
         model = MLPModule(

@@ -14,17 +14,15 @@ standardised with training-split statistics.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning.pytorch as pl
 import numpy as np
-import torch
-from torch import nn
 
-from agent.jobs.base import check_arrays, require
-from agent.jobs.classifier import CLASSIFIER_METRICS, ClassifierModule
-from agent.jobs.datamodule import ArrayDataModule
+from agent.jobs.base import CLASSIFIER_METRICS, check_arrays, require
 from agent.space import Condition, Float, Int, SearchSpace
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
 
 MAX_LAYERS = 5
 
@@ -44,28 +42,6 @@ def arch_space(max_layers: int = MAX_LAYERS) -> SearchSpace:
             Float(f"l2_{layer}", 1e-6, 1e-1, log=True, condition=deep_enough),
         ]
     return SearchSpace(params)
-
-
-class ArchMLPModule(ClassifierModule):
-    """Hidden layers of chosen widths and dropouts; SGD with a per-layer L2 weight."""
-
-    def __init__(self, in_features: int, num_classes: int, units: list[int], dropouts: list[float], l2: list[float],
-                 learning_rate: float, momentum: float) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.hidden = nn.ModuleList()
-        width = in_features
-        for n, p in zip(units, dropouts):
-            self.hidden.append(nn.Sequential(nn.Linear(width, n), nn.ReLU(inplace=True), nn.Dropout(p)))
-            width = n
-        self.out = nn.Linear(width, num_classes)
-        self.net = nn.Sequential(*self.hidden, self.out)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        hp = self.hparams
-        groups = [{"params": layer.parameters(), "weight_decay": wd} for layer, wd in zip(self.hidden, hp.l2)]
-        groups.append({"params": self.out.parameters(), "weight_decay": 0.0})
-        return torch.optim.SGD(groups, lr=hp.learning_rate, momentum=hp.momentum)
 
 
 class MLPArchJob:
@@ -88,6 +64,12 @@ class MLPArchJob:
         require(config, ("learning_rate", "momentum", "batch_size", "num_layers"), self.name)
         self.space.validate(config)
         self.check_dataset(dataset)
+        # Lightning is imported here, by the first trial, not by loading the job
+        import torch
+
+        from agent.jobs.datamodule import ArrayDataModule
+        from agent.jobs.mlp_arch_net import ArchMLPModule
+
         depth = int(config["num_layers"])
         X = dataset.X.reshape(dataset.X.shape[0], -1)
         torch.manual_seed(int(seed))

@@ -322,3 +322,18 @@ def test_example_space_drops_inactive_momentum() -> None:
     sgd = space.decode([0.5, 0.5, 0.1, 0.5])
     assert adam["optimizer"] == "adam" and "momentum" not in adam
     assert sgd["optimizer"] == "sgd" and "momentum" in sgd
+
+
+def test_loading_a_builtin_job_imports_neither_torch_nor_lightning() -> None:
+    """A job's name, metric and space are read without Lightning (about 4 s to import): `neighbors`,
+    `ask`, `tell` and a refused configuration never pay for it; the first trial's `build` does."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom agent.jobs import BUILTIN_JOBS, load_job\n"
+            "jobs = [load_job(name) for name in BUILTIN_JOBS]\n"
+            "assert all(job.space.names for job in jobs)\n"
+            "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

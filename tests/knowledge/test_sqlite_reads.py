@@ -110,9 +110,9 @@ def test_bench_reading_times_each_command_against_a_baseline(store, cli, tmp_pat
     out = tmp_path / "reading.json"
     code = Path(agent.__file__).resolve().parents[1]  # this code again, as the baseline's folder
     res = cli("bench", "reading", "--tracking-uri", store.uri, "--study", "s", "--repeats", "1", "--baseline", str(code),
-              "--out", str(out))
+              "--dataset", "iris", "--job", "mlp", "--out", str(out))
     assert res.code == 0, res.err
     report = json.loads(out.read_text())
-    assert set(report["this_over_baseline"]) == {"best", "history", "report"}
-    assert all(len(v) == 1 and v[0] > 0 for v in report["runs"].values()) and len(report["runs"]) == 6
+    assert set(report["this_over_baseline"]) == {"best", "history", "report", "neighbors"}
+    assert all(len(v) == 1 and v[0] > 0 for v in report["runs"].values()) and len(report["runs"]) == 8
     assert cli("bench", "reading", "--tracking-uri", store.uri, "--study", "s", "--baseline", str(tmp_path)).code == 2
