@@ -19,7 +19,7 @@ def render_history(kb: KnowledgeBase) -> str:
         objective = f"{s.settings.get('mode', '')} {s.settings.get('metric', '')}"
         rows.append((s.name, s.job, s.dataset, s.status, str(s.settings.get("trials", "")), f"{best} ({objective.strip()})"))
         by_dataset[(s.dataset, s.fingerprint)].append(s.name)
-    lines = [f"{len(studies)} studies in {kb.tracking_uri}", *_table(rows), ""]
+    lines = [f"{len(studies)} stud{'y' if len(studies) == 1 else 'ies'} in {kb.tracking_uri}", *_table(rows), ""]
     lines.append(f"{len(by_dataset)} datasets")
     lines += _table([("dataset", "fingerprint", "studies")] + [(d, f, str(len(n))) for (d, f), n in sorted(by_dataset.items())])
     return "\n".join(lines)
