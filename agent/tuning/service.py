@@ -114,8 +114,10 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
         raise StudyError(f"--study-name {req.study_name}: a name may hold ' or \", not both (the store's searches cannot quote it)")
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
-    name = req.study_name or default_study_name(data.name, job.name, lambda n: kb.find_study(n) is not None)
-    if kb.find_study(name) is not None:
+    name = req.study_name
+    if not name:  # a default name is drawn until the store holds none of it: one lookup per draw
+        name = default_study_name(data.name, job.name, lambda n: kb.find_study(n) is not None)
+    elif kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     warm = _plan_warm_start(kb, job, data, sample, summary, req, echo)
     settings = _settings(req, job, data, warm, n_init=req.n_init or 1)  # validates before anything is written
