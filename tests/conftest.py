@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 # The tracking servers the tests start run as the product's do (agent.ops.team_server): without
 # MLflow 3's GenAI job runner, whose worker processes would compete for the cores
 os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+# Studies here train in the test's process: a trial process (agent/execution/trial_process.py, the
+# product's default) costs each study its own Lightning import, seconds that hundreds of tiny studies
+# would add to the suite. tests/tuning/test_trial_process.py and README's quickstart test run it.
+os.environ.setdefault("TUNE_AGENT_TRIAL_PROCESS", "0")
 
 # The files whose tests take minutes (servers, Ray, studies in subprocesses, `dvc repro`), longest
 # first. They are collected before the rest, so that `-n 2 --dist loadfile`, which hands out files

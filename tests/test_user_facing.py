@@ -95,6 +95,27 @@ def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) 
     assert "cannot reach the Ray cluster at 127.0.0.1:9" in checks["ray cluster"]["detail"]
 
 
+def test_doctor_asks_torch_in_a_child_once_and_again_when_what_decides_changes(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """`doctor`'s thread and CUDA check: torch is imported in a child process (beside the store
+    checks), its answer kept in the user cache keyed by what decides it."""
+    from agent.ops import doctor
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    first = doctor.TorchProbe()
+    assert first.cached is None and first._proc is not None  # noqa: SLF001
+    answer, how = first.result()
+    assert how == "asked torch" and answer is not None and answer["threads"] >= 1 and answer["cuda"] in (True, False)
+    assert (tmp_path / "cache" / "tune-agent" / "torch_probe.json").is_file()
+    again = doctor.TorchProbe()
+    assert again._proc is None and again.result() == (answer, "cached")  # noqa: SLF001
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torch honours it: a new key, torch asked again
+    one = doctor.TorchProbe()
+    assert one._proc is not None and one.result() == ({**answer, "threads": 1}, "asked torch")  # noqa: SLF001
+    threads = {c.name: c for c in doctor._environment_checks(doctor.TorchProbe())}["threads"]  # noqa: SLF001
+    assert threads.status == "ok" and "torch uses 1 intra-op threads" in threads.detail
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="needs a pseudo-terminal")
 def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_path: Path) -> None:
     from agent.bench.startup import _timed_run
@@ -122,6 +143,7 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
     out = tmp_path / "rep"
     res = cli("report", "warm", "--out", str(out), "--tracking-uri", store.uri)
     assert res.code == 0, res.err
+    assert "nothing it shows has changed since" in res.out  # the study's end made it; copied, not built again
     page = (out / "report.html").read_text()
     for part in ("1. Best so far", "2. Hyperparameter importance", "3. Neighbours that seeded the study",
                  "4. The knowledge base", "5. Failed, pruned and killed trials"):
@@ -132,6 +154,14 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
     run_id = store.kb().find_study("warm").study_id
     logged = {a.path for a in MlflowClient(store.uri).list_artifacts(run_id, "report")}
     assert {"report/report.html", "report/best_so_far.png", "report/knowledge_map.png"} <= logged
+    assert Path(MlflowClient(store.uri).download_artifacts(run_id, "report/report.html", str(tmp_path))).read_text() == page
+    # three studies joined the map after "cold" ended: its stored report is out of date and built again
+    res = cli("report", "cold", "--out", str(tmp_path / "c1"), "--tracking-uri", store.uri)
+    assert res.code == 0 and "(and report/report.html on the study run)" in res.out, res.out + res.err
+    assert "4 datasets of job" not in (tmp_path / "c1" / "report.html").read_text()  # 3 fingerprints: wine, its 0.7, iris
+    res = cli("report", "cold", "--out", str(tmp_path / "c2"), "--tracking-uri", store.uri)
+    assert res.code == 0 and "nothing it shows has changed since" in res.out, res.out + res.err
+    assert (tmp_path / "c2" / "report.html").read_text() == (tmp_path / "c1" / "report.html").read_text()
 
 
 def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> None:  # noqa: ANN001

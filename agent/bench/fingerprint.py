@@ -23,7 +23,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
 PRESENTATION = ("cli", "bench", "examples", "ops", "execution/progress.py", "tuning/report.py")
-NOT_BENCHMARKED = ("execution/ray_start.py", "execution/ray_workers.py")  # a study on Ray; benchmarks run none
+NOT_BENCHMARKED = ("execution/ray_start.py", "execution/ray_workers.py",  # a study on Ray; benchmarks run none
+                   "execution/trial_process.py")  # a training job's trial process; a benchmark job is a lookup here
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:

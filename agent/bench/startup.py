@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -15,9 +16,15 @@ from pathlib import Path
 from typing import Any
 
 
-def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: float = 300) -> dict[str, Any]:
+TRIAL_ONE_DONE = re.compile(rb"trial 1 done \([^)]*\): .*? in ([0-9.]+) s")
+
+
+def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: float = 300,
+               env_extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Seconds to the first output, to ``marker`` and to trial 1's end; ``training_s``: when trial
+    1's training began (its end less the seconds it says it trained), wherever it trained."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
-    env.update(COLUMNS="120", TERM=env.get("TERM", "xterm"))
+    env.update(COLUMNS="120", TERM=env.get("TERM", "xterm"), **(env_extra or {}))
     if tty:
         leader, follower = pty.openpty()
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True)
@@ -27,7 +34,7 @@ def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: fl
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         read_fd = proc.stdout.fileno()  # type: ignore[union-attr]
     start = time.perf_counter()
-    first = marked = None
+    first = marked = done = None
     seen = b""
     while time.perf_counter() - start < timeout:
         ready, _, _ = select.select([read_fd], [], [], 0.05)
@@ -44,13 +51,17 @@ def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: fl
             seen += chunk
             if marked is None and marker in seen:
                 marked = now
+            if done is None and TRIAL_ONE_DONE.search(seen):
+                done = now
         elif proc.poll() is not None:
             break
     proc.wait(timeout=60)
     if tty:
         os.close(read_fd)
     text = seen.decode(errors="replace")
-    return {"first_output_s": first, "first_trial_s": marked, "exit": proc.returncode,
+    found = TRIAL_ONE_DONE.search(seen)
+    training = round(done - float(found.group(1)), 3) if done is not None and found else None
+    return {"first_output_s": first, "first_trial_s": marked, "training_s": training, "exit": proc.returncode,
             "progress_display": "\x1b[" in text and "ETA" in text, "tail": text[-300:]}
 
 
@@ -100,12 +111,19 @@ def _table(path: Path, seed: int) -> Path:
     return path
 
 
+IN_PROCESS = ", trials in this process"  # the arm's suffix: TUNE_AGENT_TRIAL_PROCESS=0
+
+
 def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", refit: bool = True,
-                           say: Any = print) -> dict[str, Any]:
+                           in_process: bool = True, say: Any = print) -> dict[str, Any]:
     """Time to first trial of the default warm-started ``start`` against a cold one (``--warm-start
     none --surrogate gp``) on the starter history, each run on a CSV new to the history, piped,
-    alternated; and (``refit``) once with no stored source models, as every study ran before they
-    were stored. The history is imported and its source models built once, by ``bootstrap --starter``."""
+    alternated; ``in_process``: both again with every trial trained in the study's process
+    (``TUNE_AGENT_TRIAL_PROCESS=0``, as before :mod:`agent.execution.trial_process`); and
+    (``refit``) once with no stored source models, as every study ran before they were stored. The
+    history is imported and its source models built once, by ``bootstrap --starter``. Two times per
+    run: the line ``trial 1/`` (the trial asked and its run made) and when its training began (its
+    end less the seconds it says it trained: the trial process may still be importing at the line)."""
     exe = str(Path(sys.executable).with_name("tune-agent"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -118,39 +136,57 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
         if built.returncode != 0:
             raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
         bootstrap_s = time.perf_counter() - start
-        arms = {"warm": [], "cold": []}
-        runs: dict[str, list[dict[str, Any]]] = {"warm": [], "cold": [], "warm, no stored source models": []}
+        arms = ["warm", "cold"] + ([f"warm{IN_PROCESS}", f"cold{IN_PROCESS}"] if in_process else [])
+        runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         plan = [(arm, i) for i in range(repeats) for arm in arms]
         if refit:
+            runs["warm, no stored source models"] = []
             plan.append(("warm, no stored source models", repeats))
         for n, (arm, i) in enumerate(plan):
             table = _table(root / f"table-{n}.csv", seed=n)
-            extra = ["--warm-start", "none", "--surrogate", "gp"] if arm == "cold" else []
+            extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
             folder = models if arm != "warm, no stored source models" else root / "empty-models"
             args = [exe, "start", "--dataset", str(table), "--job", job, "--trials", "1", "--epochs", "1",
                     "--study-name", f"{arm.split(',')[0]}-{n}", "--models-dir", str(folder), *extra, *store]
-            run = _timed_run(args, root, False, b"trial 1/", timeout=3600)
+            env = {"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else None
+            run = _timed_run(args, root, False, b"trial 1/", timeout=3600, env_extra=env)
             runs[arm].append({k: v for k, v in run.items() if k != "tail"})
-            say(f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s" if run["first_trial_s"] is not None
+            say(f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s, training from {run['training_s']} s"
+                if run["first_trial_s"] is not None
                 else f"{arm} {i + 1}: no trial started (exit {run['exit']}): {run['tail'][-200:]}")
     summary: dict[str, Any] = {}
+
+    def median(values: list[float]) -> float | None:
+        values = sorted(values)
+        return round(values[len(values) // 2], 2) if values else None
+
     for arm, rows in runs.items():
-        firsts = sorted(r["first_trial_s"] for r in rows if r["first_trial_s"] is not None)
+        firsts = [r["first_trial_s"] for r in rows if r["first_trial_s"] is not None]
         if firsts:
-            summary[arm] = {"median_first_trial_s": round(firsts[len(firsts) // 2], 2), "runs": len(rows),
-                            "all_exit_0": all(r["exit"] == 0 for r in rows)}
-    if "warm" in summary and "cold" in summary:
-        summary["warm_over_cold"] = round(summary["warm"]["median_first_trial_s"] / summary["cold"]["median_first_trial_s"], 2)
-    if "warm" in summary and "warm, no stored source models" in summary:
-        summary["refit_over_warm"] = round(summary["warm, no stored source models"]["median_first_trial_s"]
-                                           / summary["warm"]["median_first_trial_s"], 1)
+            summary[arm] = {"median_first_trial_s": median(firsts),
+                            "median_training_starts_s": median([r["training_s"] for r in rows if r["training_s"] is not None]),
+                            "runs": len(rows), "all_exit_0": all(r["exit"] == 0 for r in rows)}
+
+    def ratio(a: str, b: str, key: str = "median_training_starts_s") -> float | None:
+        if a in summary and b in summary and summary[a].get(key) and summary[b].get(key):
+            return round(summary[a][key] / summary[b][key], 2)
+        return None
+
+    summary["warm_over_cold"] = ratio("warm", "cold", "median_first_trial_s")
+    summary["warm_over_cold_training"] = ratio("warm", "cold")
+    if in_process:
+        summary["trial_process_over_in_process_cold"] = ratio("cold", f"cold{IN_PROCESS}")
+        summary["trial_process_over_in_process_warm"] = ratio("warm", f"warm{IN_PROCESS}")
+    if refit:
+        summary["refit_over_warm"] = ratio("warm, no stored source models", "warm", "median_first_trial_s")
     return {"command": f"tune-agent start --dataset TABLE.csv --job {job} --trials 1 --epochs 1 [--warm-start none "
                        "--surrogate gp]", "history": str(starter), "bootstrap_seconds": round(bootstrap_s, 1),
             "summary": summary, "runs": runs,
             "protocol": "one store with the starter history and its source models (bootstrap --starter); each run a "
-                        "fresh process, piped, on a CSV new to the history (80% of wine's rows, its own seed); warm "
-                        "and cold alternated; first trial: the line 'trial 1/'; the refit run points --models-dir at "
-                        "an empty folder"}
+                        "fresh process, piped, on a CSV new to the history (80% of wine's rows, its own seed); the "
+                        "arms alternated; first trial: the line 'trial 1/'; training starts: the line 'trial 1 done' "
+                        "less the seconds it says the trial trained; 'trials in this process': "
+                        "TUNE_AGENT_TRIAL_PROCESS=0; the refit run points --models-dir at an empty folder"}
 
 
 READING_COMMANDS = ("best", "history", "report", "neighbors")

@@ -192,7 +192,10 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
               help=f"Warm against cold on a starter history (default {STARTER_FILE}): time to first trial of the "
                    "default warm-started study, a cold one, and one with no stored source models.")
 @click.option("--no-refit", is_flag=True, help="With --warm: skip the run without stored source models (minutes).")
-def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool) -> None:
+@click.option("--no-in-process", is_flag=True, help="With --warm: skip the arms that train in the study's process "
+                                                   "(TUNE_AGENT_TRIAL_PROCESS=0) beside the default trial process.")
+def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool,
+                  no_in_process: bool) -> None:
     """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
     from agent.bench.startup import run_startup_bench, run_warm_startup_bench
     from agent.config import check_positive
@@ -201,7 +204,7 @@ def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter
     if starter is not None:
         if not Path(starter).is_file():
             raise TuneAgentError(f"starter history not found: {starter}")
-        report = run_warm_startup_bench(Path(starter), repeats, job, refit=not no_refit,
+        report = run_warm_startup_bench(Path(starter), repeats, job, refit=not no_refit, in_process=not no_in_process,
                                         say=lambda line: click.echo(line, err=True))
     else:
         report = run_startup_bench(repeats, dataset, job)

@@ -170,12 +170,13 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
 def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
     """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
     failures) as HTML, and log it with its figures on the study run (report/)."""
-    from agent.tuning.report import write_report
+    from agent.tuning.report import report_files
     from agent.tuning.service import read_study
 
     study = read_study(study_name, kb_for(tracking_uri, reads=True))
-    page = write_report(study.kb, study.record, study.space, Path(out or f"report-{study_name}"))
-    click.echo(f"report of {study_name}: {page} (and report/report.html on the study run)")
+    page, stored = report_files(study.kb, study.record, study.space, Path(out or f"report-{study_name}"))
+    click.echo(f"report of {study_name}: {page} " + ("(the one on the study run: nothing it shows has changed since)"
+                                                     if stored else "(and report/report.html on the study run)"))
 
 
 COMMANDS = [start, create, resume, ask, tell, best, report]

@@ -19,11 +19,21 @@ from agent.execution.resources import ExecutionSettings
 
 
 def start_workers_early(execution: ExecutionSettings, job_spec: str | None) -> Any:
-    """Ray's start begun now (:class:`agent.execution.ray_start.RayStart`); None when the study
-    runs in this process."""
+    """Ray's start begun now (:class:`agent.execution.ray_start.RayStart`) for a study on Ray; for one
+    trial at a time here, the trial process started now
+    (:class:`agent.execution.trial_process.TrialProcess`); None for a benchmark job or with
+    ``TUNE_AGENT_TRIAL_PROCESS=0``."""
     from agent.execution.ray_start import start_workers_early as begin
 
-    return begin(execution.workers, execution.ray_address, job_spec, execution.resources, execution.working_dir)
+    started = begin(execution.workers, execution.ray_address, job_spec, execution.resources, execution.working_dir)
+    if started is not None:
+        return started
+    from agent.execution import trial_process
+    from agent.jobs.registry import YAHPO_PREFIX
+
+    if trial_process.wanted() and not (job_spec or "").strip().startswith(YAHPO_PREFIX):
+        return trial_process.TrialProcess()  # imports torch and Lightning while this process prepares
+    return None
 
 
 @contextlib.contextmanager
@@ -69,6 +79,7 @@ def run_prepared(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, 
 def _announce(study: Any, executor: Any, execution: ExecutionSettings, reporter: Any) -> None:
     """Where the trials run, said once before the first."""
     resources = execution.resources
+    executor.say = reporter.line  # an executor's later word: a Ray node that fits joined, a job that trains here
     if execution.parallel:
         from agent.samplers.base import pending_note
 
@@ -76,7 +87,6 @@ def _announce(study: Any, executor: Any, execution: ExecutionSettings, reporter:
         each = f", {executor.per_trial} each" if executor.per_trial else ""
         reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{each}{ahead}; "
                       f"{pending_note(study.sampler)}")
-        executor.say = reporter.line  # a Ray executor's later word on the cluster (a node that fits joined)
     elif resources is not None and resources.gpus > 0:
         reporter.line("trials train on the GPU (Lightning accelerator 'gpu', one device)")
     for note in executor.notes:

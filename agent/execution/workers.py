@@ -147,11 +147,19 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: E
     if ask_ahead < 0:
         raise TuneAgentError(f"--ask-ahead must be 0 or more, got {ask_ahead}")
     on_ray = not isinstance(job, BenchmarkJob) and (workers > 1 or ray_address is not None)
-    if started is not None and not on_ray:
+    process = started if type(started).__name__ == "TrialProcess" else None  # agent.execution.trial_process
+    if started is not None and not on_ray and (process is None or isinstance(job, BenchmarkJob)
+                                               or not study.kb.trial_writers):
         started.abandon()
+        process = None
     if isinstance(job, BenchmarkJob):
         return (QueuedExecutor(study, job, dataset, split, workers, ask_ahead) if workers > 1
                 else InlineExecutor(study, job, dataset, split))
+    if not on_ray and process is not None:
+        from agent.execution.trial_process import ProcessExecutor
+
+        return ProcessExecutor(study, job, dataset, split, resources, process,
+                               lambda: InlineExecutor(study, job, dataset, split, resources))
     if not on_ray:
         return InlineExecutor(study, job, dataset, split, resources)
     from agent.execution.ray_workers import RayExecutor  # Ray only where a study runs on it

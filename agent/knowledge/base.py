@@ -41,6 +41,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 TRIAL_OK = "ok"
@@ -187,6 +188,11 @@ class KnowledgeBase(abc.ABC):
         """Keeps the files at ``paths`` with the study under the folder ``artifact_path`` (a report);
         files of the same name replace earlier ones."""
 
+    def fetch_study_file(self, study: StudyRecord, artifact_file: str, target: Path) -> bool:
+        """Copies the file :meth:`log_study_artifacts` kept as ``artifact_file`` (``report/x.png``)
+        to ``target``; False when the store has no such file (or keeps none)."""
+        return False
+
     def import_evaluations(
         self,
         name: str,
@@ -252,6 +258,14 @@ class KnowledgeBase(abc.ABC):
             for t in self.trials(study)
             if t.state == TRIAL_RUNNING
         ]
+
+    trial_writers = False  # whether trial_writer gives one (an in-memory store's trials train in its process)
+
+    def trial_writer(self, study: StudyRecord, trial: TrialRecord) -> Any:
+        """What writes a trial trained in another process into the trial's record, with no
+        Lightning import here (``log_params`` of text, ``log_metrics``, ``finalize``); None when the
+        store has none (:attr:`trial_writers`)."""
+        return None
 
     @abc.abstractmethod
     def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:

@@ -257,6 +257,15 @@ class InMemoryKnowledgeBase(KnowledgeBase):
         with self._lock:
             self._study(study.study_id).figures.update(files)
 
+    def fetch_study_file(self, study: StudyRecord, artifact_file: str, target: Path) -> bool:
+        with self._lock:
+            data = self._study(study.study_id).figures.get(artifact_file)
+        if data is None:
+            return False
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return True
+
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         with self._lock:
             self._study(study.study_id)

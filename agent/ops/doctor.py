@@ -54,7 +54,7 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[C
         return out
     try:
         start = time.perf_counter()
-        kb = open_knowledge_base(tracking_uri, artifact_root)
+        kb = open_knowledge_base(tracking_uri, artifact_root, fast_reads=True)  # reads only: no MLflow import on sqlite
         kb.open()
         studies = kb.list_studies()
         seconds = time.perf_counter() - start
@@ -83,7 +83,7 @@ def _source_model_checks(tracking_uri: str | None, artifact_root: str | None, mo
     from agent.tuning.source_models import coverage
 
     try:
-        stored, total = coverage(open_knowledge_base(tracking_uri, artifact_root).list_studies(), models_dir)
+        stored, total = coverage(open_knowledge_base(tracking_uri, artifact_root, fast_reads=True).list_studies(), models_dir)
     except TuneAgentError as exc:
         return [Check("source models", FAIL, str(exc))]
     if total == 0:
@@ -122,7 +122,88 @@ def _model_checks(models_dir: Path) -> list[Check]:
     return out
 
 
-def _environment_checks() -> list[Check]:
+# What torch itself says about threads and CUDA, asked in a child process started before the other
+# checks (importing torch took 1.7-1.9 s here, more than all the others) and kept in a small cache
+# file keyed by what decides the answer, so a second ``doctor`` answers at once.
+_PROBE = ("import json, torch; print(json.dumps({'threads': torch.get_num_threads(), "
+          "'cuda': bool(torch.cuda.is_available()), 'devices': torch.cuda.device_count() if torch.cuda.is_available() else 0}))")
+_PROBE_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def _probe_key() -> str:
+    """What torch's answer depends on: this interpreter, torch's version, the threading variables,
+    the CPUs this process may use and the GPU device files."""
+    import glob
+    import hashlib
+    import sys
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parts = [sys.executable, torch_version, os.cpu_count(), affinity, sorted(glob.glob("/dev/nvidia*")),
+             [os.environ.get(k) for k in _PROBE_ENV]]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _probe_cache() -> Path:
+    from agent.knowledge.study_cache import user_cache_dir
+
+    return user_cache_dir() / "torch_probe.json"
+
+
+class TorchProbe:
+    """torch's thread count and CUDA, from the cache when its key matches, else from a child
+    process started here and read in :meth:`result` (so it runs beside the store checks)."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        self.key, self.cached, self._proc = _probe_key(), None, None
+        try:
+            saved = json.loads(_probe_cache().read_text())
+            if saved.get("key") == self.key:
+                self.cached = saved["answer"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if self.cached is None:
+            self._proc = subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True)
+
+    def result(self, timeout: float = 120.0) -> tuple[dict[str, Any] | None, str]:
+        """(torch's answer or None, why not / where it came from)."""
+        import subprocess
+
+        if self.cached is not None:
+            return self.cached, "cached"
+        assert self._proc is not None
+        try:
+            out, err = self._proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            return None, f"importing torch took over {timeout:g} s"
+        if self._proc.returncode != 0:
+            lines = (err or "").strip().splitlines()
+            return None, lines[-1] if lines else f"exit {self._proc.returncode}"
+        try:
+            answer = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None, f"unexpected answer {out.strip()[:80]!r}"
+        try:
+            path = _probe_cache()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": self.key, "answer": answer}))
+            tmp.replace(path)
+        except OSError:
+            pass  # an unwritable cache only means the next doctor asks torch again
+        return answer, "asked torch"
+
+
+def _environment_checks(probe: TorchProbe | None = None) -> list[Check]:
     versions = []
     missing = []
     for name in PACKAGES:
@@ -132,11 +213,13 @@ def _environment_checks() -> list[Check]:
             missing.append(name)
     out = [Check("versions", FAIL if missing else OK,
                  f"python {platform.python_version()}, " + ", ".join(versions) + (f"; missing: {', '.join(missing)}" if missing else ""))]
-    import torch
-
+    answer, how = (probe or TorchProbe()).result()
+    if answer is None:
+        out.append(Check("threads", FAIL, f"torch could not be asked: {how}"))
+        return out
     cores = os.cpu_count() or 1
-    threads = torch.get_num_threads()
-    gpu = "CUDA available" if torch.cuda.is_available() else "no GPU (CPU training)"
+    threads = int(answer["threads"])
+    gpu = f"CUDA available ({answer.get('devices', 0)} device(s))" if answer["cuda"] else "no GPU (CPU training)"
     status = OK if threads <= cores else WARN
     out.append(Check("threads", status, f"{cores} cores, torch uses {threads} intra-op threads; {gpu}; Ray workers "
                                          "train on --cpus-per-trial threads each"))
@@ -279,10 +362,11 @@ def _ray_checks(address: str, timeout: float = 60.0, job: str | None = None, wor
 def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path,
                ray_address: str | None = None, job: str | None = None, working_dir: str | None = None,
                resources: Any = None) -> list[Check]:
+    probe = TorchProbe()  # torch's import runs in a child beside the store checks
     checks = _store_checks(tracking_uri, artifact_root)
     if any(c.name == "store reachable" and c.status == OK for c in checks):
         checks += _source_model_checks(tracking_uri, artifact_root, models_dir)
-    checks += _model_checks(models_dir) + _environment_checks()
+    checks += _model_checks(models_dir) + _environment_checks(probe)
     return checks + (_ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources)
                      if ray_address else [])
 

@@ -11,7 +11,11 @@ run (``report/``) and written to a folder. Five parts:
 5. failed, pruned and killed trials, counted by reason.
 
 Written at the end of every study run by ``tune-agent start``/``resume`` (a report that cannot be
-made is a note, never a failed study).
+made is a note, never a failed study). With it the study run keeps a digest of everything the
+report read (:func:`report_inputs`: the study, its trials and the tags shown, the cold-start
+studies it is drawn against, every meta-feature vector of the map, this module's code); ``tune-agent
+report`` of a study whose digest still matches copies the stored files instead of building them
+again (:func:`report_files`): no importance, no figures, no write to the store.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import numpy as np
 from agent.knowledge.base import TRIAL_FAILED, TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, KnowledgeBase, StudyRecord, TrialRecord
 from agent.space import Categorical, Float, Int, SearchSpace
 
+REPORT_TAG = "report_inputs"  # on the study run: {"key": report_inputs(...), "files": [...]}
+SHOWN_TAGS = ("warm_start", "warm_start_method", "surrogate")  # the study tags the page shows
 PARTS = ("best so far", "hyperparameter importance", "neighbours", "knowledge-base map", "failures and pruned trials")
 
 
@@ -55,9 +61,10 @@ def _best_so_far(trials: list[TrialRecord], mode: str) -> tuple[list[int], list[
     return xs, ys
 
 
-def _cold_references(kb: KnowledgeBase, record: StudyRecord) -> list[tuple[str, list[TrialRecord]]]:
+def _cold_references(kb: KnowledgeBase, record: StudyRecord,
+                     studies: list[StudyRecord] | None = None) -> list[tuple[str, list[TrialRecord]]]:
     out = []
-    for other in kb.list_studies():
+    for other in kb.list_studies() if studies is None else studies:
         if (other.study_id != record.study_id and other.fingerprint == record.fingerprint and other.job == record.job
                 and other.space_signature == record.space_signature and other.settings.get("warm_start") == "none"):
             out.append((other.name, kb.trials(other)))
@@ -252,11 +259,53 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
     return Report(record.name, page, figures, scores)
 
 
+def _trial_digest(trials: list[TrialRecord]) -> list[Any]:
+    return [[t.trial_id, t.number, t.state, dict(t.config), t.value, t.origin, t.reason] for t in trials]
+
+
+def report_inputs(kb: KnowledgeBase, record: StudyRecord, tags: dict[str, str] | None = None) -> str:
+    """A digest of what :func:`build_report` reads: the study's record and trials, the tags it
+    shows, the cold-start studies it compares with (and their trials), every study of the job with
+    meta-features (the map), and this module's source. Equal digests make equal pages."""
+    import hashlib
+
+    tags = kb.study_tags(record) if tags is None else tags
+    studies = kb.list_studies()
+    refs = [(name, _trial_digest(trials)) for name, trials in _cold_references(kb, record, studies)]
+    mapped = [(s.fingerprint, s.dataset, s.tags.get("metafeatures", "")) for s in studies  # in list order, as the map
+              if s.job == record.job and s.tags.get("metafeatures")]
+    parts = [record.study_id, record.name, record.dataset, record.job, record.status, record.best_value,
+             record.fingerprint, record.space_signature, dict(record.settings), _trial_digest(kb.trials(record)),
+             {k: tags.get(k) for k in SHOWN_TAGS}, refs, mapped, hashlib.sha256(Path(__file__).read_bytes()).hexdigest()]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path) -> tuple[Path, bool]:
+    """``report.html`` and its figures in ``out_dir``: copied from the study run when the digest
+    stored there with them (:data:`REPORT_TAG`) still matches :func:`report_inputs`, else built
+    and logged again. Returns (the page, whether it was the stored one)."""
+    tags = kb.study_tags(record)
+    try:
+        stored = json.loads(tags.get(REPORT_TAG) or "{}")
+        key, files = stored.get("key"), [str(f) for f in stored.get("files", [])]
+    except (ValueError, AttributeError, TypeError):
+        key, files = None, []
+    if key and "report.html" in files and key == report_inputs(kb, record, tags):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if all(kb.fetch_study_file(record, f"report/{name}", out_dir / name) for name in files):
+            return out_dir / "report.html", True
+    page = write_report(kb, record, space, out_dir)
+    assert page is not None
+    return page, False
+
+
 def write_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path | None = None) -> Path | None:
     """Builds the report, logs ``report/report.html`` and its PNGs on the study run, and writes them
-    to ``out_dir`` when given; returns the HTML's path there."""
+    to ``out_dir`` when given; returns the HTML's path there. The digest of its inputs goes on the
+    study run with them (:data:`REPORT_TAG`)."""
     import matplotlib.pyplot as plt
 
+    key = report_inputs(kb, record)
     report = build_report(kb, record, space)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(out_dir) if out_dir is not None else Path(tmp)
@@ -267,4 +316,5 @@ def write_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out
         page = folder / "report.html"
         page.write_text(report.html)
         kb.log_study_artifacts(record, [str(page), *(str(folder / n) for n in report.figures)], "report")
+    kb.set_study_tags(record, {REPORT_TAG: {"key": key, "files": ["report.html", *report.figures]}})
     return page if out_dir is not None else None

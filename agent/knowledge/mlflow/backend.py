@@ -82,6 +82,13 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels):
         self._call(self._client.set_terminated, trial.trial_id, status)
         return self._to_trial(self._call(self._client.get_run, trial.trial_id))
 
+    trial_writers = True
+
+    def trial_writer(self, study: StudyRecord, trial: TrialRecord) -> Any:
+        from agent.knowledge.mlflow.run_writes import TrialRunWriter
+
+        return TrialRunWriter(self, trial.trial_id)
+
     def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
         from agent.knowledge.mlflow.loggers import TrialLogger
 

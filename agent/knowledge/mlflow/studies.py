@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -210,6 +211,16 @@ class MlflowStudies(MlflowConnection):
     def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
         for path in paths:
             self._call(self._client.log_artifact, study.study_id, path, artifact_path)
+
+    def fetch_study_file(self, study: StudyRecord, artifact_file: str, target: Path) -> bool:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = self._call(self._client.download_artifacts, study.study_id, artifact_file, tmp)
+            except StoreError:
+                return False
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, target)
+        return True
 
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         self._call(self._client.log_figure, study.study_id, figure, artifact_file)

@@ -1,0 +1,284 @@
+"""Trials trained in a second process, started the moment ``tune-agent start`` (or ``resume``) begins.
+
+Why: a study's first trial needs torch and Lightning, and their import alone took 3.5-3.8 s of the
+6.2-6.5 s a cold ``start`` took to its first trial on 2 cores; the study's own preparation (MLflow,
+the data, the history) took most of the rest. Done one after the other in one process, the first
+trial waited for both. :class:`TrialProcess` is started before the preparation and imports torch
+and Lightning while this process prepares, so on two cores the first trial waits for the longer of
+the two, not their sum.
+
+The child trains with a Lightning logger that sends what it logs (params as Lightning would write
+them, epoch metrics, the end) over a socket, and this process writes it to the trial's run through
+:meth:`~agent.knowledge.base.KnowledgeBase.trial_writer`: only the study's process talks to the
+store, and it never imports Lightning. The job, data and split go to the child once, with its first
+trial; each trial's config and the pruner's state go with the trial.
+
+Also: a trial that kills its process (a segmentation fault in a native library, the out-of-memory
+killer) is a failed trial with that reason, and the next trial gets a fresh process; the study goes
+on. A job that cannot be sent to another process (defined in ``__main__``, holding a lock) trains
+in this process, as before, after one line that says so. ``TUNE_AGENT_TRIAL_PROCESS=0`` trains
+every trial in the study's process (the test suite does, for speed: one Lightning import per
+session instead of one per study; its own tests run the child).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections import deque
+from typing import Any, Callable, Mapping
+
+ENV = "TUNE_AGENT_TRIAL_PROCESS"
+
+
+def wanted() -> bool:
+    """Whether a study that trains in this machine's one worker starts a trial process (``ENV``)."""
+    return os.environ.get(ENV, "1").strip() != "0"
+
+
+def _died(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"the trial's process died: killed by {name}{hint}"
+    return f"the trial's process died: exit code {code}"
+
+
+class TrialProcess:
+    """A child Python process that imports torch and Lightning at once, then trains the trials it
+    is sent (:func:`child_main`). ``abandon`` stops it (a study that fails before its first trial,
+    or runs its trials elsewhere)."""
+
+    def __init__(self) -> None:
+        self._spawn()
+
+    def _spawn(self) -> None:
+        import socket
+        import subprocess
+        from multiprocessing.connection import Connection
+
+        mine, theirs = socket.socketpair()
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent.execution.trial_process", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.conn = Connection(mine.detach())
+        self.given = False  # the job, data and split sent
+
+    def respawn(self) -> None:
+        self.close()
+        self._spawn()
+
+    def close(self) -> None:
+        """Stops the child at once: it keeps nothing (what a trial logged went to this process), and
+        an orderly exit of a process holding torch took seconds."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+
+    abandon = close
+
+
+class ProcessExecutor:
+    """One trial at a time in a :class:`TrialProcess` (see the module doc); the study's process
+    writes what the trial logs to its run as it comes, and hears each epoch. ``inline`` makes the
+    executor that trains here, for a job the process cannot take."""
+
+    capacity = 1
+    ask_ahead = 0
+    where = "a trial process"
+    per_trial = ""
+
+    def __init__(self, study: Any, job: Any, dataset: Any, split: Any, resources: Any, process: TrialProcess,
+                 inline: Callable[[], Any]) -> None:
+        self.study, self.job, self.dataset, self.split = study, job, dataset, split
+        self.resources, self.process, self._make_inline = resources, process, inline
+        self.notes: list[str] = []
+        self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
+        self._queue: deque[Any] = deque()
+        self._inline: Any = None  # when the job cannot go to another process
+        self.say: Callable[[str], None] = lambda line: None
+
+    def _setup(self) -> bool:
+        """Sends the job, data and split; False (and trains here from now on) when they cannot be sent."""
+        import pickle
+
+        try:
+            payload = pickle.dumps((self.job, self.dataset, self.split, self.study.settings,
+                                    self.resources.accelerator, self.resources.torch_threads))
+        except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the trial can run here
+            return self._go_inline(f"the job cannot be sent to a trial process ({type(exc).__name__}: {exc})")
+        self.process.conn.send(("path", list(sys.path)))  # first: where the job's module is found
+        self.process.conn.send_bytes(payload)
+        self.process.given = True
+        return True
+
+    def _go_inline(self, why: str) -> bool:
+        self.process.close()
+        self._inline = self._make_inline()  # agent.execution.workers.InlineExecutor
+        self._inline.on_epoch = self.on_epoch
+        self.say(f"{why}: its trials train in this process")
+        return False
+
+    def submit(self, trial: Any) -> None:
+        if self._inline is not None:
+            self._inline.submit(trial)
+            return
+        self._queue.append(trial)
+
+    def wait(self) -> tuple[Any, Any]:
+        from agent.execution.pruning import pruning_state
+        from agent.execution.trial import TrialOutcome
+
+        if self._inline is not None:
+            return self._inline.wait()
+        trial = self._queue.popleft()
+        if not self.process.given and not self._setup():
+            self._inline.submit(trial)
+            return self._inline.wait()
+        pruning = pruning_state(self.study.settings, self.study.trials)
+        writer = self.study.kb.trial_writer(self.study.record, trial)
+        try:
+            self.process.conn.send(("trial", trial.number, dict(trial.config), pruning))
+            while True:
+                message = self.process.conn.recv()
+                kind = message[0]
+                if kind == "params":
+                    writer.log_params(message[1])
+                elif kind == "metrics":
+                    writer.log_metrics(message[1], message[2], message[3])
+                elif kind == "finalize":
+                    writer.finalize(message[1])
+                elif kind == "epoch":
+                    if self.on_epoch is not None:
+                        self.on_epoch(*message[1:])
+                elif kind == "done":
+                    return trial, message[1]
+                elif kind == "refused":  # the child could not take the job (its module, its pickle)
+                    self._go_inline(f"the trial process could not load the job ({message[1]})")
+                    self._inline.submit(trial)
+                    return self._inline.wait()
+        except (EOFError, OSError):
+            code = self.process.proc.wait()
+            try:
+                writer.finalize("failed")  # what it logged before it died is kept
+            except Exception:  # noqa: BLE001, S110 - the store's own errors surface on the next write
+                pass
+            self.process.respawn()
+            return trial, TrialOutcome(None, _died(code))
+
+    def poll(self) -> tuple[Any, Any] | None:
+        return None
+
+    def cancel(self) -> None:
+        self._queue.clear()
+
+    def close(self) -> None:
+        self._queue.clear()
+        if self._inline is not None:
+            self._inline.close()
+        else:  # interrupted mid-trial, the trial is closed as killed by the study loop
+            self.process.close()
+
+
+# -- the child ---------------------------------------------------------------------------------
+def _forwarding_logger(send: Callable[[tuple[Any, ...]], None], known: set[str]) -> Any:
+    from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+    from lightning.pytorch.loggers import Logger
+
+    def lightning_params(params: Mapping[str, Any]) -> dict[str, str]:
+        """As Lightning's MLflow logger writes hyperparameters: flattened, values as text cut at 250."""
+        return {k: str(v)[:250] for k, v in _flatten_dict(_convert_params(dict(params))).items()}
+
+    class ForwardingLogger(Logger):
+        """What the trial logs, sent to the study's process (which writes it to the trial's run)."""
+
+        @property
+        def name(self) -> str:
+            return "forwarding"
+
+        @property
+        def version(self) -> int:
+            return 0
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            items = dict(params if isinstance(params, Mapping) else vars(params))
+            extra = {k: v for k, v in items.items() if k not in known}  # the trial's own: written as it began
+            if extra:
+                send(("params", lightning_params(extra)))
+
+        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+            values = {k: float(v) for k, v in metrics.items() if not isinstance(v, str)}
+            send(("metrics", values, step, int(time.time() * 1000)))  # stamped when logged, as in one process
+
+        def finalize(self, status: str) -> None:
+            send(("finalize", status))
+
+    return ForwardingLogger()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM when the study's process dies, even while a trial trains (best effort)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def child_main(fd: int) -> None:
+    """Imports torch and Lightning, then trains each trial it is sent until told to stop or the
+    study's process goes away. Ctrl-C is the study's to handle: it stops this process."""
+    import pickle
+    from multiprocessing.connection import Connection
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    conn = Connection(fd)
+    import lightning.pytorch  # noqa: F401 - the point of this process: imported while the study prepares
+
+    from agent.execution.trial import quiet_lightning, train_config
+
+    quiet_lightning()
+    try:
+        first = conn.recv()
+        if first[0] != "path":
+            return
+        sys.path[:] = first[1]
+        setup = conn.recv_bytes()
+    except (EOFError, OSError):
+        return
+    try:
+        job, dataset, split, settings, accelerator, threads = pickle.loads(setup)
+    except Exception as exc:  # noqa: BLE001 - said to the study, which trains here instead
+        conn.send(("refused", f"{type(exc).__name__}: {exc}"))
+        return
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] != "trial":
+            return
+        _, number, config, pruning = message
+        try:
+            outcome = train_config(job, config, number, settings, dataset, split,
+                                   _forwarding_logger(conn.send, set(config)), pruning,
+                                   on_epoch=lambda *epoch: conn.send(("epoch", *epoch)), accelerator=accelerator)
+            conn.send(("done", outcome))
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return
+
+
+if __name__ == "__main__":
+    child_main(int(sys.argv[1]))
