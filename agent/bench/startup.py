@@ -189,14 +189,14 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
                         "TUNE_AGENT_TRIAL_PROCESS=0; the refit run points --models-dir at an empty folder"}
 
 
-READING_COMMANDS = ("best", "history", "report", "neighbors")
+READING_COMMANDS = ("best", "history", "report", "neighbors", "doctor")
 
 
 def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline: Path | None = None,
                       commands: tuple[str, ...] = READING_COMMANDS, dataset: str = "wine", job: str = "mlp",
                       say: Any = print) -> dict[str, Any]:
     """Wall seconds of the commands that read a store (``best STUDY``, ``history``, ``report
-    STUDY``, ``neighbors --dataset DATASET --job JOB``), each a fresh process with output to a pipe,
+    STUDY``, ``neighbors --dataset DATASET --job JOB``, ``doctor``), each a fresh process with output to a pipe,
     imports included; with ``baseline`` (a
     folder holding another version's ``agent`` package, e.g. from ``git archive``) the same commands
     of that code too, alternated with this code's, so both see the same machine."""
@@ -210,7 +210,8 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
                 for label, code in codes.items():
                     args = {"best": ["best", study], "history": ["history"],
                             "report": ["report", study, "--out", str(Path(tmp) / "report")],
-                            "neighbors": ["neighbors", "--dataset", dataset, "--job", job]}[command]
+                            "neighbors": ["neighbors", "--dataset", dataset, "--job", job],
+                            "doctor": ["doctor", "--models-dir", str(Path(tmp) / "models")]}[command]
                     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
                     if code is not None:
                         env["PYTHONPATH"] = str(code)

@@ -32,6 +32,7 @@ class StudyTiming:
     timed_out: bool = False  # ``timeout`` stopped the run before the trial budget was spent
     batched_tells: int = 0  # trials told with the one before them, no ask between (ended while the driver was busy)
     first_result_seconds: float | None = None  # from the loop's start to the first trial's end reaching it
+    first_wait_seconds: float = 0.0  # the first trial waited this long for its process to be ready (trial_process)
 
     @property
     def overhead(self) -> float:
@@ -144,6 +145,7 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
                                exc.remedy) from None
     finally:
         executor.close()
+    timing.first_wait_seconds = float(getattr(executor, "first_wait", 0.0))
     timing.wall_seconds = time.perf_counter() - wall_start
     timing.timed_out = study.remaining(trials) > 0
     study.set_status("interrupted" if timing.timed_out else "finished")

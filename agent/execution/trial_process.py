@@ -101,6 +101,8 @@ class ProcessExecutor:
         self.notes: list[str] = []
         self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
         self._queue: deque[Any] = deque()
+        self.first_wait = 0.0  # seconds the first trial waited for the process (its imports) to begin training
+        self._sent_first: float | None = None
         self._inline: Any = None  # when the job cannot go to another process
         self.say: Callable[[str], None] = lambda line: None
 
@@ -145,10 +147,15 @@ class ProcessExecutor:
         writer = self.study.kb.trial_writer(self.study.record, trial)
         try:
             self.process.conn.send(("trial", trial.number, dict(trial.config), pruning))
+            if self._sent_first is None:
+                self._sent_first = time.perf_counter()
             while True:
                 message = self.process.conn.recv()
                 kind = message[0]
-                if kind == "params":
+                if kind == "begun":
+                    if not self.first_wait and self._sent_first is not None:
+                        self.first_wait = time.perf_counter() - self._sent_first
+                elif kind == "params":
                     writer.log_params(message[1])
                 elif kind == "metrics":
                     writer.log_metrics(message[1], message[2], message[3])
@@ -272,6 +279,7 @@ def child_main(fd: int) -> None:
             return
         _, number, config, pruning = message
         try:
+            conn.send(("begun",))
             outcome = train_config(job, config, number, settings, dataset, split,
                                    _forwarding_logger(conn.send, set(config)), pruning,
                                    on_epoch=lambda *epoch: conn.send(("epoch", *epoch)), accelerator=accelerator)

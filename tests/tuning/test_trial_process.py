@@ -69,7 +69,7 @@ def test_the_study_process_never_imports_lightning(store, tmp_path) -> None:  # 
 def test_a_trial_that_kills_its_process_fails_alone_and_the_next_gets_a_fresh_one(store, cli, monkeypatch, tmp_path) -> None:  # noqa: ANN001
     monkeypatch.setenv("TUNE_AGENT_TRIAL_PROCESS", "1")
     monkeypatch.setenv("CRASH_MARKER", str(tmp_path / "crashed"))
-    res = cli("start", "--dataset", "iris", "--job", "tests.tuning.crash_job:crash_once", "--trials", "3", "--epochs", "1",
+    res = cli("start", "--dataset", "iris", "--job", "tests.tuning.crash_job:job", "--trials", "3", "--epochs", "1",
               "--warm-start", "none", "--study-name", "crash", *store.args)
     assert res.code == 0, res.out + res.err
     trials = store.kb().trials(store.kb().find_study("crash"))
@@ -81,7 +81,7 @@ def test_a_trial_that_kills_its_process_fails_alone_and_the_next_gets_a_fresh_on
 
 def test_a_job_that_cannot_be_pickled_trains_in_the_study_process(store, cli, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setenv("TUNE_AGENT_TRIAL_PROCESS", "1")
-    res = cli("start", "--dataset", "iris", "--job", "tests.tuning.crash_job:unpicklable", "--trials", "2", "--epochs", "1",
+    res = cli("start", "--dataset", "iris", "--job", "tests.tuning.trial_process_jobs:unpicklable", "--trials", "2", "--epochs", "1",
               "--warm-start", "none", "--study-name", "pickle", *store.args)
     assert res.code == 0, res.out + res.err
     assert "the job cannot be sent to a trial process (" in res.out and "its trials train in this process" in res.out
@@ -103,7 +103,7 @@ def test_ctrl_c_stops_the_trial_process_with_the_study_and_resume_finishes_it(st
     env.pop("MLFLOW_TRACKING_URI", None)
     study = ["--tracking-uri", store.uri, "--artifact-root", store.artifacts]
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
-                             "tests.tuning.crash_job:slow", "--trials", "2", "--epochs", "1", "--warm-start", "none",
+                             "tests.tuning.trial_process_jobs:slow", "--trials", "2", "--epochs", "1", "--warm-start", "none",
                              "--study-name", "slow", *study], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
