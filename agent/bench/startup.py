@@ -85,8 +85,10 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
     for mode, runs in rows.items():
         firsts = sorted(r["first_output_s"] for r in runs if r["first_output_s"] is not None)
         trials = sorted(r["first_trial_s"] for r in runs if r["first_trial_s"] is not None)
+        trained = sorted(r["training_s"] for r in runs if r["training_s"] is not None)
         summary[mode] = {"median_first_output_s": round(firsts[len(firsts) // 2], 3) if firsts else None,
                          "median_first_trial_s": round(trials[len(trials) // 2], 3) if trials else None,
+                         "median_training_starts_s": round(trained[len(trained) // 2], 3) if trained else None,
                          "progress_display": all(r["progress_display"] for r in runs),
                          "all_exit_0": all(r["exit"] == 0 for r in runs)}
     for command, firsts in others.items():
@@ -96,7 +98,8 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
             "repeats": repeats, "summary": summary,
             "runs": {m: [{k: v for k, v in r.items() if k != "tail"} for r in runs] for m, runs in rows.items()},
             "protocol": "fresh process and fresh embedded store per run; first output: the first non-blank bytes "
-                        "on the terminal (a pseudo-terminal) or the pipe; first trial: the line 'trial 1/'"}
+                        "on the terminal (a pseudo-terminal) or the pipe; first trial: the line 'trial 1/'; training "
+                        "starts: the line 'trial 1 done' less the seconds it says the trial trained"}
 
 
 def _table(path: Path, seed: int) -> Path:
