@@ -84,7 +84,7 @@ def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: 
         with preparing(f"opening study {study_name}: loading libraries, data and trials"):
             from agent.execution.progress import ProgressReporter
 
-            stored = reopen(study_name, kb_for(tracking_uri, artifact_root), job, dataset)
+            stored = reopen(study_name, kb_for(tracking_uri, artifact_root, reads=True), job, dataset)
         reporter = ProgressReporter(whole_process=True)
         for t in stored.closed:
             reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
@@ -109,7 +109,7 @@ def ask(study_name: str, tracking_uri: str | None, as_json: bool) -> None:
     tell, best)."""
     from agent.tuning.service import open_study
 
-    study, _ = open_study(study_name, kb=kb_for(tracking_uri))
+    study, _ = open_study(study_name, kb=kb_for(tracking_uri, reads=True))
     trial = study.ask()
     click.echo(json.dumps({"trial": trial.number + 1, "origin": trial.origin, "config": dict(trial.config)}))
 
@@ -129,7 +129,7 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
         raise TuneAgentError("give exactly one of --value or --failed")
     if trial < 1:
         raise TuneAgentError(f"trials are numbered from 1, got {trial}")
-    study, _ = open_study(study_name, kb=kb_for(tracking_uri), with_sampler=False)
+    study, _ = open_study(study_name, kb=kb_for(tracking_uri, reads=True), with_sampler=False)
     record = study.tell(study.trial_by_number(trial - 1), value=value, failed=failed)
     study.settle()
     click.echo(f"trial {trial}: {record.state}")
