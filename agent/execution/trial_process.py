@@ -155,6 +155,7 @@ class ProcessExecutor:
                 if kind == "begun":
                     if not self.first_wait and self._sent_first is not None:
                         self.first_wait = time.perf_counter() - self._sent_first
+                        self._warm_up()  # now: before, it would slow the child's own imports
                 elif kind == "params":
                     writer.log_params(message[1])
                 elif kind == "metrics":
@@ -165,6 +166,7 @@ class ProcessExecutor:
                     if self.on_epoch is not None:
                         self.on_epoch(*message[1:])
                 elif kind == "done":
+                    self._warmed()
                     return trial, message[1]
                 elif kind == "refused":  # the child could not take the job (its module, its pickle)
                     self._go_inline(f"the trial process could not load the job ({message[1]})")
@@ -177,7 +179,25 @@ class ProcessExecutor:
             except Exception:  # noqa: BLE001, S110 - the store's own errors surface on the next write
                 pass
             self.process.respawn()
+            self._warmed()
             return trial, TrialOutcome(None, _died(code))
+
+    def _warm_up(self) -> None:
+        """While the first trial trains over there (its process's imports done), this process, idle
+        and waiting for it, imports what the sampler's BO steps will need (``warm_up``: BoTorch,
+        about 2 s) on a thread; joined when that trial ends, so no import of this process ever
+        overlaps the study's own."""
+        import threading
+
+        warm = getattr(self.study.sampler, "warm_up", None)
+        if callable(warm):
+            self._warming = threading.Thread(target=warm, name="tune-agent-warm-up", daemon=True)
+            self._warming.start()
+
+    def _warmed(self) -> None:
+        warming = self.__dict__.pop("_warming", None)
+        if warming is not None:
+            warming.join()
 
     def poll(self) -> tuple[Any, Any] | None:
         return None

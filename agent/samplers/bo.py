@@ -61,6 +61,21 @@ class BoSampler:
         return "running trials enter each BO step as " + PENDING_WORDS[pending_strategy(self.settings.pending,
                                                                                        self.surrogate)]
 
+    def warm_up(self) -> None:
+        """Imports what a BO step needs (torch, BoTorch, GPyTorch: about 2 s on 2 cores), for a study
+        whose first trials train in another process (:mod:`agent.execution.trial_process`), so the
+        first BO step does not wait for it; nothing when the budget ends before a BO step. Changes
+        nothing else."""
+        if self.settings.trials <= max(self.settings.n_init, len(self.initial)):
+            return
+        import botorch.acquisition  # noqa: F401
+        import botorch.fit  # noqa: F401
+        import botorch.models  # noqa: F401
+        import botorch.optim  # noqa: F401
+        import botorch.sampling  # noqa: F401
+        import gpytorch.mlls  # noqa: F401
+        import torch  # noqa: F401
+
     def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
         if number < len(self.initial):
             return Suggestion(*self.initial[number])
