@@ -37,9 +37,10 @@ def _runs(store, name: str) -> list[tuple]:  # noqa: ANN001
 
 
 def test_a_study_in_the_trial_process_logs_what_one_in_the_study_process_does(store, cli, monkeypatch) -> None:  # noqa: ANN001
-    # three trials, the third a BO step: its imports warmed on a thread while trial 1 trained
+    # three trials, the third a BO step (its imports warmed on a thread while trial 1 trained); the
+    # pruner's state goes to the trial process with each trial and its curve comes back
     args = ["--dataset", "iris", "--job", "mlp", "--trials", "3", "--n-init", "2", "--epochs", "2", "--warm-start",
-            "none", "--surrogate", "gp", *store.args]
+            "none", "--surrogate", "gp", "--pruner", "median", *store.args]
     monkeypatch.setenv("TUNE_AGENT_TRIAL_PROCESS", "0")
     res = cli("start", *args, "--study-name", "here")
     assert res.code == 0, res.err
