@@ -76,6 +76,10 @@ class BoSampler:
         import gpytorch.mlls  # noqa: F401
         import torch  # noqa: F401
 
+        warm = getattr(self.surrogate, "warm_up", None)  # e.g. RGPE's source GPs, restored from the store
+        if callable(warm):
+            warm()
+
     def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
         if number < len(self.initial):
             return Suggestion(*self.initial[number])

@@ -176,7 +176,20 @@ class RgpeSurrogate(TransferSurrogate):
 
     def __init__(self, inputs: SurrogateInputs, useful: Sequence[SourceTask]) -> None:
         super().__init__(inputs, useful)
-        self.models = [inputs.fits.gp(s, inputs)[0] for s in useful]
+        self._useful = list(useful)
+        self._models: list[Any] | None = None
+
+    @property
+    def models(self) -> list[Any]:
+        """The useful sources' GPs, made on first need (the first BO step, or :meth:`warm_up`): a
+        study's first trials (the warm start's configurations, the design) need none of them, and
+        restoring them needs torch and GPyTorch (2.6 s of import) and takes about 1 s for 150."""
+        if self._models is None:
+            self._models = [self.inputs.fits.gp(s, self.inputs)[0] for s in self._useful]
+        return self._models
+
+    def warm_up(self) -> None:
+        self.models  # noqa: B018 - made now, on the thread that warms the sampler up
 
     def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
         from agent.surrogates.rgpe import build_rgpe
