@@ -191,7 +191,7 @@ class ProcessExecutor:
 
         warm = getattr(self.study.sampler, "warm_up", None)
         if callable(warm):
-            self._warming = threading.Thread(target=warm, name="tune-agent-warm-up", daemon=True)
+            self._warming = threading.Thread(target=_quietly, args=(warm,), name="tune-agent-warm-up", daemon=True)
             self._warming.start()
 
     def _warmed(self) -> None:
@@ -211,6 +211,15 @@ class ProcessExecutor:
             self._inline.close()
         else:  # interrupted mid-trial, the trial is closed as killed by the study loop
             self.process.close()
+
+
+def _quietly(warm: Callable[[], None]) -> None:
+    """A warm-up that fails says nothing here: the BO step that needs what it made makes it again,
+    and fails, if it must, where the study says so in one line."""
+    try:
+        warm()
+    except Exception:  # noqa: BLE001, S110
+        pass
 
 
 # -- the child ---------------------------------------------------------------------------------
