@@ -263,10 +263,24 @@ def _trial_digest(trials: list[TrialRecord]) -> list[Any]:
     return [[t.trial_id, t.number, t.state, dict(t.config), t.value, t.origin, t.reason] for t in trials]
 
 
+def _versions() -> list[str | None]:
+    """The libraries that compute and draw the page (importance, PCA, figures)."""
+    from importlib import metadata
+
+    out: list[str | None] = []
+    for name in ("optuna", "scikit-learn", "matplotlib"):
+        try:
+            out.append(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            out.append(None)
+    return out
+
+
 def report_inputs(kb: KnowledgeBase, record: StudyRecord, tags: dict[str, str] | None = None) -> str:
     """A digest of what :func:`build_report` reads: the study's record and trials, the tags it
     shows, the cold-start studies it compares with (and their trials), every study of the job with
-    meta-features (the map), and this module's source. Equal digests make equal pages."""
+    meta-features (the map), this module's source and the versions of the libraries that compute
+    and draw it. Equal digests make equal pages."""
     import hashlib
 
     tags = kb.study_tags(record) if tags is None else tags
@@ -276,7 +290,8 @@ def report_inputs(kb: KnowledgeBase, record: StudyRecord, tags: dict[str, str] |
               if s.job == record.job and s.tags.get("metafeatures")]
     parts = [record.study_id, record.name, record.dataset, record.job, record.status, record.best_value,
              record.fingerprint, record.space_signature, dict(record.settings), _trial_digest(kb.trials(record)),
-             {k: tags.get(k) for k in SHOWN_TAGS}, refs, mapped, hashlib.sha256(Path(__file__).read_bytes()).hexdigest()]
+             {k: tags.get(k) for k in SHOWN_TAGS}, refs, mapped, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+             _versions()]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
