@@ -197,6 +197,9 @@ class ProcessExecutor:
     def _warmed(self) -> None:
         warming = self.__dict__.pop("_warming", None)
         if warming is not None:
+            if warming.is_alive():  # a short first trial: the rest of the import is waited for here, said
+                self.say("trial 1 ended; finishing what the BO steps need (BoTorch, the surrogate's source models), "
+                         "begun while it trained")
             warming.join()
 
     def poll(self) -> tuple[Any, Any] | None:

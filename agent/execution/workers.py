@@ -147,7 +147,11 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: E
     if ask_ahead < 0:
         raise TuneAgentError(f"--ask-ahead must be 0 or more, got {ask_ahead}")
     on_ray = not isinstance(job, BenchmarkJob) and (workers > 1 or ray_address is not None)
-    process = started if type(started).__name__ == "TrialProcess" else None  # agent.execution.trial_process
+    process = None
+    if started is not None:  # a benchmark starts nothing early, so never imports this module
+        from agent.execution.trial_process import TrialProcess
+
+        process = started if isinstance(started, TrialProcess) else None
     if started is not None and not on_ray and (process is None or isinstance(job, BenchmarkJob)
                                                or not study.kb.trial_writers):
         started.abandon()

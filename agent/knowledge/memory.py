@@ -258,8 +258,7 @@ class InMemoryKnowledgeBase(KnowledgeBase):
             self._study(study.study_id).figures.update(files)
 
     def fetch_study_file(self, study: StudyRecord, artifact_file: str, target: Path) -> bool:
-        with self._lock:
-            data = self._study(study.study_id).figures.get(artifact_file)
+        data = self.study_figure(study, artifact_file)  # artifacts and figures are kept alike
         if data is None:
             return False
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -305,22 +305,24 @@ def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out
         key, files = stored.get("key"), [str(f) for f in stored.get("files", [])]
     except (ValueError, AttributeError, TypeError):
         key, files = None, []
-    if key and "report.html" in files and key == report_inputs(kb, record, tags):
+    current = report_inputs(kb, record, tags)  # once: the comparison and, if built again, the new tag
+    if key and "report.html" in files and key == current:
         out_dir.mkdir(parents=True, exist_ok=True)
         if all(kb.fetch_study_file(record, f"report/{name}", out_dir / name) for name in files):
             return out_dir / "report.html", True
-    page = write_report(kb, record, space, out_dir)
+    page = write_report(kb, record, space, out_dir, key=current)
     assert page is not None
     return page, False
 
 
-def write_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path | None = None) -> Path | None:
+def write_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path | None = None,
+                 key: str | None = None) -> Path | None:
     """Builds the report, logs ``report/report.html`` and its PNGs on the study run, and writes them
     to ``out_dir`` when given; returns the HTML's path there. The digest of its inputs goes on the
-    study run with them (:data:`REPORT_TAG`)."""
+    study run with them (:data:`REPORT_TAG`); ``key``: that digest when the caller has it."""
     import matplotlib.pyplot as plt
 
-    key = report_inputs(kb, record)
+    key = key or report_inputs(kb, record)
     report = build_report(kb, record, space)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(out_dir) if out_dir is not None else Path(tmp)
