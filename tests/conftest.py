@@ -18,6 +18,9 @@ os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 # product's default) costs each study its own Lightning import, seconds that hundreds of tiny studies
 # would add to the suite. tests/tuning/test_trial_process.py and README's quickstart test run it.
 os.environ.setdefault("TUNE_AGENT_TRIAL_PROCESS", "0")
+# Commands run by the console script here are fresh processes, and none leaves a warm process behind
+# (agent/ops/warm_process.py, the product's default); tests/test_warm_process.py runs one of its own.
+os.environ.setdefault("TUNE_AGENT_DAEMON", "0")
 
 # The files whose tests take minutes (servers, Ray, studies in subprocesses, `dvc repro`), longest
 # first. They are collected before the rest, so that `-n 2 --dist loadfile`, which hands out files

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
+    return {**env, "TUNE_AGENT_DAEMON": "0"}  # the study's own process is what is killed
 
 
 def _start_args(exe: str, store: Path, name: str, trials: int, epochs: int, dataset: str, job: str) -> list[str]:

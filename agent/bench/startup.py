@@ -4,6 +4,7 @@ log sees it). Each run is a fresh process on a fresh embedded store; medians ove
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -13,18 +14,43 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 TRIAL_ONE_DONE = re.compile(rb"trial 1 done \([^)]*\): .*? in ([0-9.]+) s")
+WARM = ", warm process"  # an arm's suffix: the command run by a warm process (agent.ops.warm_process)
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The benchmark's own environment less any tune-agent or tracking setting; a fresh process
+    (``TUNE_AGENT_DAEMON=0``) unless ``extra`` says otherwise."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
+    env.update(COLUMNS="120", TERM=env.get("TERM", "xterm"), TUNE_AGENT_DAEMON="0", **(extra or {}))
+    return env
+
+
+@contextlib.contextmanager
+def warm_process(root: Path, say: Any = print) -> Iterator[dict[str, str]]:
+    """A warm process of its own (in ``root``) for the arms that use one, started and waited for
+    before them and stopped after; yields the environment those arms run with."""
+    exe = str(Path(sys.executable).with_name("tune-agent"))
+    extra = {"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process")}
+    say("starting a warm process for the arms that use one")
+    started = subprocess.run([exe, "daemon", "start", "--wait", "600"], env=_env(extra), capture_output=True,
+                             text=True, timeout=660)
+    if started.returncode != 0:
+        raise RuntimeError(f"the warm process did not start: {started.stderr.strip()[-300:]}")
+    try:
+        yield extra
+    finally:
+        subprocess.run([exe, "daemon", "stop"], env=_env(extra), capture_output=True, timeout=60)
 
 
 def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: float = 300,
                env_extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Seconds to the first output, to ``marker`` and to trial 1's end; ``training_s``: when trial
     1's training began (its end less the seconds it says it trained), wherever it trained."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
-    env.update(COLUMNS="120", TERM=env.get("TERM", "xterm"), **(env_extra or {}))
+    env = _env(env_extra)
     if tty:
         leader, follower = pty.openpty()
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True)
@@ -65,22 +91,27 @@ def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: fl
             "progress_display": "\x1b[" in text and "ETA" in text, "tail": text[-300:]}
 
 
-def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp") -> dict[str, Any]:
+def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp", warm: bool = True,
+                      say: Any = print) -> dict[str, Any]:
+    """Fresh processes on a terminal and a pipe; ``warm``: piped again, run by a warm process."""
     exe = str(Path(sys.executable).with_name("tune-agent"))
-    rows: dict[str, list[dict[str, Any]]] = {"terminal": [], "pipe": []}
+    modes = ["terminal", "pipe"] + ([f"pipe{WARM}"] if warm else [])
+    rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     others: dict[str, list[float | None]] = {}
-    for i in range(repeats):
-        for mode in ("terminal", "pipe"):
-            with tempfile.TemporaryDirectory() as tmp:
-                args = [exe, "start", "--dataset", dataset, "--job", job, "--trials", "2", "--epochs", "2", "--warm-start",
-                        "none", "--study-name", f"startup-{i}", "--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}",
-                        "--artifact-root", str(Path(tmp) / "art")]
-                rows[mode].append(_timed_run(args, Path(tmp), mode == "terminal", b"trial 1/"))
-                if mode == "terminal":  # other commands on the store the study left
-                    store = ["--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}"]
-                    for command in (["history", *store], ["best", f"startup-{i}", *store]):
-                        run = _timed_run([exe, *command], Path(tmp), True, b"\n")
-                        others.setdefault(command[0], []).append(run["first_output_s"])
+    with tempfile.TemporaryDirectory() as home, (warm_process(Path(home), say) if warm else contextlib.nullcontext({})) as extra:
+        for i in range(repeats):
+            for mode in modes:
+                with tempfile.TemporaryDirectory() as tmp:
+                    args = [exe, "start", "--dataset", dataset, "--job", job, "--trials", "2", "--epochs", "2",
+                            "--warm-start", "none", "--study-name", f"startup-{i}", "--tracking-uri",
+                            f"sqlite:///{Path(tmp) / 'mlflow.db'}", "--artifact-root", str(Path(tmp) / "art")]
+                    rows[mode].append(_timed_run(args, Path(tmp), mode == "terminal", b"trial 1/",
+                                                 env_extra=extra if mode.endswith(WARM) else None))
+                    if mode == "terminal":  # other commands on the store the study left
+                        store = ["--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}"]
+                        for command in (["history", *store], ["best", f"startup-{i}", *store]):
+                            run = _timed_run([exe, *command], Path(tmp), True, b"\n")
+                            others.setdefault(command[0], []).append(run["first_output_s"])
     summary = {}
     for mode, runs in rows.items():
         firsts = sorted(r["first_output_s"] for r in runs if r["first_output_s"] is not None)
@@ -97,9 +128,10 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp")
     return {"command": f"tune-agent start --dataset {dataset} --job {job} --trials 2 --epochs 2 --warm-start none",
             "repeats": repeats, "summary": summary,
             "runs": {m: [{k: v for k, v in r.items() if k != "tail"} for r in runs] for m, runs in rows.items()},
-            "protocol": "fresh process and fresh embedded store per run; first output: the first non-blank bytes "
-                        "on the terminal (a pseudo-terminal) or the pipe; first trial: the line 'trial 1/'; training "
-                        "starts: the line 'trial 1 done' less the seconds it says the trial trained"}
+            "protocol": "fresh process (TUNE_AGENT_DAEMON=0) and fresh embedded store per run; 'warm process': the "
+                        "console script hands the command to a warm process started before the runs; first output: the "
+                        "first non-blank bytes on the terminal (a pseudo-terminal) or the pipe; first trial: the line "
+                        "'trial 1/'; training starts: the line 'trial 1 done' less the seconds it says the trial trained"}
 
 
 def _table(path: Path, seed: int) -> Path:
@@ -118,7 +150,7 @@ IN_PROCESS = ", trials in this process"  # the arm's suffix: TUNE_AGENT_TRIAL_PR
 
 
 def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", refit: bool = True,
-                           in_process: bool = True, say: Any = print) -> dict[str, Any]:
+                           in_process: bool = True, warm: bool = True, say: Any = print) -> dict[str, Any]:
     """Time to first trial of the default warm-started ``start`` against a cold one (``--warm-start
     none --surrogate gp``) on the starter history, each run on a CSV new to the history, piped,
     alternated; ``in_process``: both again with every trial trained in the study's process
@@ -126,7 +158,9 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
     (``refit``) once with no stored source models, as every study ran before they were stored. The
     history is imported and its source models built once, by ``bootstrap --starter``. Two times per
     run: the line ``trial 1/`` (the trial asked and its run made) and when its training began (its
-    end less the seconds it says it trained: the trial process may still be importing at the line)."""
+    end less the seconds it says it trained: the trial process may still be importing at the line).
+    ``warm``: both again, each command run by a warm process (:mod:`agent.ops.warm_process`) started
+    before the runs."""
     exe = str(Path(sys.executable).with_name("tune-agent"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -135,28 +169,32 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
         say(f"importing {starter} and building its source models (once)")
         start = time.perf_counter()
         built = subprocess.run([exe, "bootstrap", "--starter", str(starter), "--models-dir", str(models), *store],
-                               capture_output=True, text=True, timeout=3600)
+                               capture_output=True, text=True, timeout=3600, env=_env())
         if built.returncode != 0:
             raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
         bootstrap_s = time.perf_counter() - start
-        arms = ["warm", "cold"] + ([f"warm{IN_PROCESS}", f"cold{IN_PROCESS}"] if in_process else [])
+        arms = (["warm", "cold"] + ([f"warm{IN_PROCESS}", f"cold{IN_PROCESS}"] if in_process else [])
+                + ([f"warm{WARM}", f"cold{WARM}"] if warm else []))
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         plan = [(arm, i) for i in range(repeats) for arm in arms]
         if refit:
             runs["warm, no stored source models"] = []
             plan.append(("warm, no stored source models", repeats))
+        stack = contextlib.ExitStack()
+        served = stack.enter_context(warm_process(root, say)) if warm else {}
         for n, (arm, i) in enumerate(plan):
             table = _table(root / f"table-{n}.csv", seed=n)
             extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
             folder = models if arm != "warm, no stored source models" else root / "empty-models"
             args = [exe, "start", "--dataset", str(table), "--job", job, "--trials", "1", "--epochs", "1",
                     "--study-name", f"{arm.split(',')[0]}-{n}", "--models-dir", str(folder), *extra, *store]
-            env = {"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else None
+            env = {"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else served if arm.endswith(WARM) else None
             run = _timed_run(args, root, False, b"trial 1/", timeout=3600, env_extra=env)
             runs[arm].append({k: v for k, v in run.items() if k != "tail"})
             say(f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s, training from {run['training_s']} s"
                 if run["first_trial_s"] is not None
                 else f"{arm} {i + 1}: no trial started (exit {run['exit']}): {run['tail'][-200:]}")
+        stack.close()
     summary: dict[str, Any] = {}
 
     def median(values: list[float]) -> float | None:
@@ -180,6 +218,10 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
     if in_process:
         summary["trial_process_over_in_process_cold"] = ratio("cold", f"cold{IN_PROCESS}")
         summary["trial_process_over_in_process_warm"] = ratio("warm", f"warm{IN_PROCESS}")
+    if warm:
+        summary["warm_process_over_fresh_cold"] = ratio(f"cold{WARM}", "cold")
+        summary["warm_process_over_fresh_warm"] = ratio(f"warm{WARM}", "warm")
+        summary["warm_over_cold_warm_process"] = ratio(f"warm{WARM}", f"cold{WARM}")
     if refit:
         summary["refit_over_warm"] = ratio("warm, no stored source models", "warm", "median_first_trial_s")
     return {"command": f"tune-agent start --dataset TABLE.csv --job {job} --trials 1 --epochs 1 [--warm-start none "
@@ -189,7 +231,8 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
                         "fresh process, piped, on a CSV new to the history (80% of wine's rows, its own seed); the "
                         "arms alternated; first trial: the line 'trial 1/'; training starts: the line 'trial 1 done' "
                         "less the seconds it says the trial trained; 'trials in this process': "
-                        "TUNE_AGENT_TRIAL_PROCESS=0; the refit run points --models-dir at an empty folder"}
+                        "TUNE_AGENT_TRIAL_PROCESS=0; 'warm process': run by a warm process started before the runs (every "
+                        "other arm TUNE_AGENT_DAEMON=0); the refit run points --models-dir at an empty folder"}
 
 
 READING_COMMANDS = ("best", "history", "report", "neighbors", "doctor")
@@ -197,17 +240,20 @@ READING_COMMANDS = ("best", "history", "report", "neighbors", "doctor")
 
 def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline: Path | None = None,
                       commands: tuple[str, ...] = READING_COMMANDS, dataset: str = "wine", job: str = "mlp",
-                      say: Any = print) -> dict[str, Any]:
+                      warm: bool = False, say: Any = print) -> dict[str, Any]:
     """Wall seconds of the commands that read a store (``best STUDY``, ``history``, ``report
     STUDY``, ``neighbors --dataset DATASET --job JOB``, ``doctor``), each a fresh process with output to a pipe,
     imports included; with ``baseline`` (a
     folder holding another version's ``agent`` package, e.g. from ``git archive``) the same commands
-    of that code too, alternated with this code's, so both see the same machine."""
+    of that code too, alternated with this code's, so both see the same machine; ``warm``: this code's
+    commands again through the console script, run by a warm process (``tune-agent daemon``)."""
     import shutil
 
     codes = {"this code": None} | ({f"baseline ({baseline})": baseline} if baseline is not None else {})
+    if warm:
+        codes[f"this code{WARM}"] = None
     runs: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, (warm_process(Path(tmp), say) if warm else contextlib.nullcontext({})) as extra:
         for i in range(repeats):
             for command in commands:
                 for label, code in codes.items():
@@ -215,11 +261,13 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
                             "report": ["report", study, "--out", str(Path(tmp) / "report")],
                             "neighbors": ["neighbors", "--dataset", dataset, "--job", job],
                             "doctor": ["doctor", "--models-dir", str(Path(tmp) / "models")]}[command]
-                    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
+                    env = _env(extra if label.endswith(WARM) else None)
                     if code is not None:
                         env["PYTHONPATH"] = str(code)
+                    launcher = ([str(Path(sys.executable).with_name("tune-agent"))] if label.endswith(WARM)
+                                else [sys.executable, "-m", "agent.cli"])
                     start = time.perf_counter()
-                    done = subprocess.run([sys.executable, "-m", "agent.cli", *args, "--tracking-uri", tracking_uri],
+                    done = subprocess.run([*launcher, *args, "--tracking-uri", tracking_uri],
                                           cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
                     wall = time.perf_counter() - start
                     if done.returncode != 0:
@@ -229,8 +277,10 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
                     shutil.rmtree(Path(tmp) / "report", ignore_errors=True)
     median = {key: sorted(v)[len(v) // 2] for key, v in runs.items()}
     ratios = {c: round(median[f"{c}, this code"] / median[f"{c}, {label}"], 3)
-              for c in commands for label in codes if label != "this code"}
+              for c in commands for label in codes if label.startswith("baseline")}
+    warmed = {c: round(median[f"{c}, this code{WARM}"] / median[f"{c}, this code"], 3) for c in commands} if warm else {}
     return {"protocol": "wall seconds of `python -m agent.cli CMD --tracking-uri URI`, each a fresh process, output "
-                        "to a pipe, imports included; commands and code versions alternated; medians over repeats",
+                        "to a pipe, imports included; 'warm process': `tune-agent CMD ...` handed to a warm process "
+                        "started before the runs; commands and code versions alternated; medians over repeats",
             "tracking_uri": tracking_uri, "study": study, "neighbors_of": [dataset, job], "repeats": repeats, "runs": runs, "median_s": median,
-            "this_over_baseline": ratios}
+            "this_over_baseline": ratios, "warm_process_over_fresh": warmed}

@@ -194,8 +194,10 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
 @click.option("--no-refit", is_flag=True, help="With --warm: skip the run without stored source models (minutes).")
 @click.option("--no-in-process", is_flag=True, help="With --warm: skip the arms that train in the study's process "
                                                    "(TUNE_AGENT_TRIAL_PROCESS=0) beside the default trial process.")
+@click.option("--no-warm-process", is_flag=True, help="Skip the arms run by a warm process (`tune-agent daemon`); "
+                                                     "every other arm is a fresh process.")
 def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool,
-                  no_in_process: bool) -> None:
+                  no_in_process: bool, no_warm_process: bool) -> None:
     """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
     from agent.bench.startup import run_startup_bench, run_warm_startup_bench
     from agent.config import check_positive
@@ -205,9 +207,10 @@ def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter
         if not Path(starter).is_file():
             raise TuneAgentError(f"starter history not found: {starter}")
         report = run_warm_startup_bench(Path(starter), repeats, job, refit=not no_refit, in_process=not no_in_process,
-                                        say=lambda line: click.echo(line, err=True))
+                                        warm=not no_warm_process, say=lambda line: click.echo(line, err=True))
     else:
-        report = run_startup_bench(repeats, dataset, job)
+        report = run_startup_bench(repeats, dataset, job, warm=not no_warm_process,
+                                   say=lambda line: click.echo(line, err=True))
     out = out or ("metrics/startup_warm.json" if starter is not None else "metrics/startup.json")
     write_json(Path(out), report)
     click.echo(json.dumps(report["summary"], indent=2))
@@ -270,8 +273,9 @@ COMMANDS = [bench]
 @click.option("--baseline", default=None, metavar="DIR",
               help="A folder with another version's agent package (git archive REV | tar -x -C DIR), timed alternately.")
 @click.option("--out", default="metrics/reading_commands.json", show_default=True)
+@click.option("--warm-process", "warm", is_flag=True, help="This code's commands again, run by a warm process.")
 def bench_reading(tracking_uri: str, study: str, dataset: str, job: str, repeats: int, baseline: str | None,
-                  out: str) -> None:
+                  out: str, warm: bool) -> None:
     """Seconds of `best`, `history`, `report` and `neighbors` in fresh processes, imports included."""
     from agent.bench.startup import run_reading_bench
     from agent.config import check_positive
@@ -280,6 +284,6 @@ def bench_reading(tracking_uri: str, study: str, dataset: str, job: str, repeats
     if baseline is not None and not (Path(baseline) / "agent" / "__init__.py").is_file():
         raise TuneAgentError(f"--baseline {baseline}: no agent package there")
     report = run_reading_bench(tracking_uri, study, repeats, Path(baseline) if baseline else None, dataset=dataset,
-                               job=job, say=lambda line: click.echo(line, err=True))
+                               job=job, warm=warm, say=lambda line: click.echo(line, err=True))
     write_json(Path(out), report)
     click.echo(json.dumps(report["median_s"], indent=2))

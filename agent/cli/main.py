@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from agent.cli import bench, bench_papers, pipeline, store, study
+from agent.cli import bench, bench_papers, daemon, pipeline, store, study
 from agent.cli.options import Stores
 from agent.errors import StudyInterrupted, TuneAgentError
 
@@ -28,7 +28,7 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = Stores()
 
 
-for _module in (study, store, pipeline, bench):
+for _module in (study, store, pipeline, bench, daemon):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 for _command in bench_papers.COMMANDS:

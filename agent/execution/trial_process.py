@@ -54,24 +54,43 @@ class TrialProcess:
     is sent (:func:`child_main`). ``abandon`` stops it (a study that fails before its first trial,
     or runs its trials elsewhere)."""
 
-    def __init__(self) -> None:
-        self._spawn()
+    def __init__(self, fork: bool | None = None) -> None:
+        self._spawn(_can_fork() if fork is None else fork)
 
-    def _spawn(self) -> None:
+    def _spawn(self, fork: bool = False) -> None:
         import socket
         import subprocess
         from multiprocessing.connection import Connection
 
         mine, theirs = socket.socketpair()
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent.execution.trial_process", str(theirs.fileno())],
-                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        if fork:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()  # or the fork would print what is buffered again
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    mine.close()
+                    child_main(theirs.detach())
+                finally:
+                    for stream in (sys.stdout, sys.stderr):
+                        try:
+                            stream.flush()
+                        except Exception:  # noqa: BLE001, S110 - the study's streams may be gone
+                            pass
+                    os._exit(0)  # none of the study's exit handlers: they are the study's
+            self.proc: Any = _Forked(pid)
+        else:
+            self.proc = subprocess.Popen([sys.executable, "-m", "agent.execution.trial_process", str(theirs.fileno())],
+                                         pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(mine.detach())
         self.given = False  # the job, data and split sent
 
     def respawn(self) -> None:
+        """A fresh process after one died: spawned, since this process may have computed with torch
+        by now (a fork of a process whose OpenMP pool ran can hang in its first parallel loop)."""
         self.close()
-        self._spawn()
+        self._spawn(fork=False)
 
     def close(self) -> None:
         """Stops the child at once: it keeps nothing (what a trial logged went to this process), and
@@ -82,6 +101,57 @@ class TrialProcess:
         self.conn.close()
 
     abandon = close
+
+
+_FORKABLE = False  # set by the warm process's fork of a command, before the command runs
+
+
+def allow_fork() -> None:
+    """Said by a command the warm process runs (:mod:`agent.ops.warm_server`): this process imported
+    Lightning and has not computed with torch, so its first trial process may be a fork of it."""
+    global _FORKABLE
+    _FORKABLE = True
+
+
+def _can_fork() -> bool:
+    """A fork is the trial process at once in a command the warm process runs (:func:`allow_fork`),
+    once, while it runs one thread; otherwise a spawned Python imports torch and Lightning beside
+    the study's preparation. Never elsewhere: a fork of a process whose torch thread pool has run
+    hangs in its first parallel loop (seen: a test process that had trained in-process)."""
+    global _FORKABLE
+    import threading
+
+    ok = _FORKABLE and "lightning.pytorch" in sys.modules and threading.active_count() == 1 and hasattr(os, "fork")
+    _FORKABLE = False
+    return ok
+
+
+class _Forked:
+    """A forked trial process, with the part of :class:`subprocess.Popen` the executor uses
+    (``returncode`` as Popen's: negative for the signal that killed it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class ProcessExecutor:
@@ -278,6 +348,7 @@ def child_main(fd: int) -> None:
     from multiprocessing.connection import Connection
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a fork inherits the study's handler, which ends its workers
     _die_with_parent()
     conn = Connection(fd)
     import lightning.pytorch  # noqa: F401 - the point of this process: imported while the study prepares

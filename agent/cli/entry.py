@@ -1,0 +1,61 @@
+"""The ``tune-agent`` console script: the command goes to this user's warm process when one runs for
+this environment (:mod:`agent.ops.warm_process`), and runs here otherwise, starting one at its end
+for the next command. Only standard-library modules and that light module are imported before the
+command is handed over."""
+
+from __future__ import annotations
+
+import sys
+
+# Commands that gain from the warm process's imports; ``daemon`` manages it, ``bench`` measures
+# fresh processes, ``server`` and ``ui`` run for hours, ``--help`` and ``--version`` are light.
+FORWARDED = frozenset({"start", "resume", "create", "ask", "tell", "best", "report", "history", "doctor",
+                       "neighbors", "evaluate", "import", "bootstrap", "meta"})
+
+
+def _command(argv: list[str]) -> str | None:
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+        return None  # an option before the command: --help, --version
+    return None
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    warm = None
+    if _command(argv) in FORWARDED and not ({"-h", "--help", "--version"} & set(argv)):
+        from agent.ops import warm_process
+
+        if warm_process.enabled():
+            warm = warm_process
+            code = warm.forward(argv)
+            if code is not None:
+                sys.exit(code)
+    try:
+        from agent.cli.main import main as run
+
+        run(argv)
+    finally:
+        if warm is not None:
+            _start_for_next_time(warm)
+
+
+def _start_for_next_time(warm) -> None:  # noqa: ANN001
+    pid = warm.start_in_background()
+    if pid is not None:
+        sys.stderr.write(f"tune-agent: started a warm process (pid {pid}) that keeps the libraries imported, so the "
+                         f"next commands start at once; it ends after {warm.idle_minutes():g} min without one "
+                         "(`tune-agent daemon stop`; TUNE_AGENT_DAEMON=0 never starts one)\n")
+        sys.stderr.flush()
+
+
+def serve_here() -> None:
+    """The warm process: ``python -c "from agent.cli.entry import serve_here; serve_here()" KEY PATH``
+    (:func:`agent.ops.warm_process.start_in_background` starts it); its forks run :func:`agent.cli.main.main`."""
+    import json
+
+    from agent.cli.main import main as run
+    from agent.ops.warm_server import serve
+
+    serve(sys.argv[1], json.loads(sys.argv[2]), run=run)

@@ -1,0 +1,300 @@
+"""The warm process itself (:mod:`agent.ops.warm_process` says what it is and why): imports what
+the commands import, then forks one process per command it is handed, and ends when idle."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.ops.warm_process import (
+    IDLE_ENV,
+    IDLE_SECONDS,
+    WARM_IMPORTS,
+    all_sockets,
+    ask,
+    folder,
+    recv_request,
+    socket_path,
+)
+
+def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) -> None:
+    """The warm process for key ``which``: imports, then serves until idle (see the module doc).
+    ``run`` is the command line's entry point (:func:`agent.cli.main.main`)."""
+    import fcntl
+    import gc
+    import importlib
+    import selectors
+    import signal
+    import threading
+    import time
+
+    where = folder()
+    lock = open(where / f"{which}.lock", "w")  # noqa: SIM115 - held for this process's life
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # another one for this key is starting or serving
+    sys.path[1:] = path_list[1:]
+    began = time.time()
+    for name in WARM_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a command that needs it imports it (and says why it fails)
+            print(f"not imported: {name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    if threading.active_count() != 1:
+        print(f"an import started {threading.active_count() - 1} thread(s): forking is unsafe; ending", file=sys.stderr)
+        return
+    gc.collect()
+    gc.freeze()
+    me = os.getpid()
+    path = socket_path(where, which)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    temporary = where / f".{which}.{me}"
+    listener.bind(str(temporary))
+    os.chmod(temporary, 0o600)
+    listener.listen(16)
+    os.replace(temporary, path)
+    inode = os.stat(path).st_ino
+    print(f"serving {path} (pid {me}, imports {time.time() - began:.1f} s)", file=sys.stderr, flush=True)
+    for other in all_sockets(where):  # one per user: the newest environment wins
+        if other != path:
+            ask(other, {"control": "stop"}, timeout=2.0)
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "listen")
+    selector.register(wake_r, selectors.EVENT_READ, "wake")
+    children: dict[int, socket.socket] = {}
+    idle = float(os.environ.get(IDLE_ENV, IDLE_SECONDS))
+    last = time.monotonic()
+    served = 0
+    stopping = False
+    try:
+        while True:
+            for item, _ in selector.select(timeout=1.0):
+                if item.data == "wake":
+                    os.read(wake_r, 4096)
+                    _reap(children, selector)
+                elif item.data == "listen":
+                    conn, _ = listener.accept()
+                    last = time.monotonic()
+                    outcome = _take(conn, which, me, began, served, children)
+                    if outcome == "stop":
+                        stopping = True
+                    elif isinstance(outcome, tuple):  # a command: fork it
+                        request, fds = outcome
+                        pid = os.fork()
+                        if pid == 0:
+                            selector.close()
+                            os.close(wake_r)
+                            os.close(wake_w)
+                            for held in (listener, conn, lock, *children.values()):
+                                held.close()
+                            _become_command(request, fds, run)  # never returns
+                        for fd in fds:
+                            os.close(fd)
+                        served += 1
+                        children[pid] = conn
+                        selector.register(conn, selectors.EVENT_READ, pid)
+                        conn.sendall(f"pid {pid}\n".encode())
+                else:  # the client of a running command: it went away (killed), so the command ends too
+                    pid = item.data
+                    try:
+                        gone = not item.fileobj.recv(4096)
+                    except OSError:
+                        gone = True
+                    if gone:
+                        selector.unregister(item.fileobj)
+                        try:
+                            os.killpg(pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
+            _reap(children, selector)
+            if not children and (stopping or time.monotonic() - last > idle or not _still_mine(path, inode)):
+                break
+    finally:
+        if os.getpid() == me and _still_mine(path, inode):
+            path.unlink(missing_ok=True)
+
+
+def _still_mine(path: Path, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def _take(conn: socket.socket, which: str, me: int, began: float, served: int,
+          children: dict[int, socket.socket]) -> Any:
+    """Reads one request: a control one is answered here ("stop" returned for a stop); a command's
+    ``(request, fds)`` is returned to be forked; anything else (another user, garbage) is closed."""
+    conn.settimeout(5.0)
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            conn.close()
+            return None
+        request, fds = recv_request(conn)
+    except (OSError, EOFError, ValueError):
+        conn.close()
+        return None
+    conn.settimeout(None)
+    control = request.get("control")
+    if control is not None:
+        for fd in fds:
+            os.close(fd)
+        answer = {"pid": me, "key": which, "since": began, "served": served, "running": len(children),
+                  "rss_mb": _rss_mb()}
+        try:
+            conn.sendall((json.dumps(answer) + "\n").encode())
+        except OSError:
+            pass
+        conn.close()
+        return "stop" if control == "stop" else None
+    if len(fds) != 3 or not isinstance(request.get("run"), list):
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+    return request, fds
+
+
+def _rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _reap(children: dict[int, socket.socket], selector: Any) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        try:
+            conn.sendall((f"signal {-code}\n" if code < 0 else f"exit {code}\n").encode())
+        except OSError:
+            pass
+        try:
+            selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+
+def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list[str]], None]) -> None:
+    """In the fork: becomes the client's command (its streams, folder, environment, umask, argv) and
+    runs it; never returns (:func:`_end`)."""
+    import io
+    import signal
+
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.setpgid(0, 0)
+    for fd, target in zip(fds, (0, 1, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.umask(int(request["umask"]))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = [str(a) for a in request["run"]]
+    sys.argv = ["tune-agent", *argv]
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding)
+    out_tty = os.isatty(1)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,
+                                                   errors=errors, line_buffering=out_tty, write_through=out_tty)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
+                                                   errors="backslashreplace", line_buffering=True)
+    _fresh_randomness()
+    _own_exit_handlers()
+    from agent.execution import progress, trial_process
+
+    progress.LAUNCHED_AT = float(request.get("launched") or 0) or None
+    trial_process.allow_fork()
+    code: Any = 0
+    try:
+        run(argv)
+    except SystemExit as exc:
+        code = exc.code
+    except KeyboardInterrupt:
+        code = 130
+    _end(code)
+
+
+def _own_exit_handlers() -> None:
+    """The exit handlers the warm process's imports registered are dropped (together they took 60 ms
+    per command, for state the command never made), except the two that act on what a command
+    makes: logging's flush and multiprocessing's end of its pools and children. What the command
+    registers runs, as in a fresh process."""
+    import atexit
+    import logging
+
+    atexit._clear()
+    atexit.register(logging.shutdown)
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        atexit.register(util._exit_function)
+
+
+def _end(code: Any) -> None:
+    """Ends as the interpreter would (the command's threads joined, exit handlers run, streams
+    flushed), without tearing down the thousands of modules the warm process imported: that
+    teardown took half a second per command and does nothing a process exit does not."""
+    import atexit
+    import threading
+
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    try:
+        shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls: executors' exit hooks, then joins
+        if shutdown is not None:
+            shutdown()
+        else:
+            for thread in threading.enumerate():
+                if thread is not threading.main_thread() and not thread.daemon:
+                    thread.join()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - a closed pipe: nothing more to say
+                pass
+        os._exit(status)
+
+
+def _fresh_randomness() -> None:
+    """A fresh process draws new global seeds; a fork would share the warm process's."""
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()

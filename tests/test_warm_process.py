@@ -1,0 +1,131 @@
+"""The warm process (agent/ops/warm_process.py): a command it runs is the command run fresh (same
+trials, same exit codes, one line for bad input), the first command of an environment starts one
+and says so, Ctrl-C reaches the command, a killed client ends its command, and it is keyed and
+private. The rest of the suite runs fresh processes (TUNE_AGENT_DAEMON=0 in conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+EXE = str(Path(sys.executable).with_name("tune-agent"))
+
+
+def _env(folder: Path, on: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
+    # a short idle time: a warm process a failed test leaves ends by itself
+    return {**env, "TUNE_AGENT_DAEMON": "1" if on else "0", "TUNE_AGENT_DAEMON_DIR": str(folder),
+            "TUNE_AGENT_DAEMON_IDLE": "300"}
+
+
+def _run(env: dict[str, str], *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _status(env: dict[str, str], cwd: Path) -> list[dict]:
+    done = _run(env, "daemon", "status", "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """A warm process of the tests' own, started as a user's is: by a first command, which runs fresh."""
+    root = tmp_path_factory.mktemp("warm")
+    env = _env(root / "sockets")
+    first = _run(env, "history", "--tracking-uri", f"sqlite:///{root / 'first.db'}", cwd=root)
+    assert first.returncode == 0, first.stderr
+    assert "started a warm process" in first.stderr and "TUNE_AGENT_DAEMON=0" in first.stderr
+    ready = _run(env, "daemon", "start", "--wait", "600", cwd=root)  # waits for that one: it is importing
+    assert ready.returncode == 0, ready.stderr
+    assert len(_status(env, root)) == 1
+    yield env, root
+    _run(env, "daemon", "stop", cwd=root)
+
+
+def _best(env: dict[str, str], root: Path, db: str, name: str) -> dict:
+    done = _run(env, "best", name, "--tracking-uri", f"sqlite:///{root / db}", cwd=root)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_command_run_by_the_warm_process_is_the_command_run_fresh(warm) -> None:  # noqa: ANN001
+    env, root = warm
+    served = _status(env, root)[0]["served"]
+    args = ["start", "--dataset", "iris", "--job", "mlp", "--trials", "3", "--n-init", "2", "--epochs", "1",
+            "--warm-start", "none", "--surrogate", "gp", "--study-name", "s", "--seed", "3"]
+    fresh = _run({**env, "TUNE_AGENT_DAEMON": "0"}, *args, "--tracking-uri", f"sqlite:///{root / 'fresh.db'}", cwd=root)
+    assert fresh.returncode == 0, fresh.stderr
+    forked = _run(env, *args, "--tracking-uri", f"sqlite:///{root / 'warm.db'}", cwd=root)
+    assert forked.returncode == 0, forked.stderr
+    assert _status(env, root)[0]["served"] == served + 1  # the study ran in the warm process's fork
+    assert "trial 3 done (3/3)" in forked.stdout  # its output reached this pipe
+    # same trials: the trial process of a forked command is a fork too, and trains the same
+    assert _best(env, root, "warm.db", "s") == _best(env, root, "fresh.db", "s")
+
+    bad = _run(env, "start", "--dataset", "missing.csv", "--job", "mlp", "--trials", "2", "--tracking-uri",
+               f"sqlite:///{root / 'warm.db'}", cwd=root)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "missing.csv" in bad.stderr  # one line, as fresh
+    assert bad.stdout == ""
+
+
+def test_ctrl_c_reaches_the_command_and_a_killed_client_ends_it(warm) -> None:  # noqa: ANN001
+    env, root = warm
+    args = ["start", "--dataset", "digits", "--job", "cnn", "--trials", "40", "--epochs", "3", "--warm-start", "none"]
+    proc = subprocess.Popen([EXE, *args, "--study-name", "c", "--tracking-uri", f"sqlite:///{root / 'c.db'}"], env=env,
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.monotonic() + 600
+    while "trial 1 done" not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            break
+        seen += line
+    assert "trial 1 done" in seen, seen + proc.stderr.read()  # type: ignore[union-attr]
+    proc.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches the client
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "tune-agent resume c" in err
+
+    killed = subprocess.Popen([EXE, *args, "--study-name", "k", "--tracking-uri", f"sqlite:///{root / 'k.db'}"],
+                              env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert "starting study" in killed.stdout.readline() + killed.stdout.readline() + killed.stdout.readline()  # type: ignore[union-attr]
+    killed.kill()  # SIGKILL: no chance to say anything; the warm process sees its socket close
+    killed.wait()
+    deadline = time.monotonic() + 300
+    while _status(env, root)[0]["running"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _status(env, root)[0]["running"] == 0
+
+
+def test_the_key_follows_what_imports_read_and_not_the_terminal(tmp_path: Path) -> None:
+    from agent.ops import warm_process
+
+    env = {"PATH": "/usr/bin", "HOME": "/home/x"}
+    base = warm_process.key(env)
+    assert warm_process.key({**env, "PWD": "/elsewhere", "SHLVL": "3", "_": "/usr/bin/env"}) == base
+    assert warm_process.key({**env, "OMP_NUM_THREADS": "1"}) != base
+    assert warm_process.key(env, path=[*sys.path, str(tmp_path)]) != base
+
+
+def test_a_folder_others_can_open_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.ops import warm_process
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setenv(warm_process.DIR_ENV, str(shared))
+    with pytest.raises(warm_process.Unusable, match="not private"):
+        warm_process.folder()
+    assert warm_process.forward(["history"]) is None  # the command runs here instead
+    done = subprocess.run([EXE, "daemon", "status"], env={**os.environ, warm_process.DIR_ENV: str(shared)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "not private" in done.stderr and done.stderr.count("\n") == 1
