@@ -41,6 +41,7 @@ def main() -> None:
     words = command.group(1).strip().split()
     exe = Path(sys.executable).with_name("tune-agent")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
+    env["TUNE_AGENT_DAEMON"] = "0"  # a first command, fresh, and no warm process left behind
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run([str(exe), *words[1:]], cwd=folder, env=env, capture_output=True, text=True)
     if done.returncode != 0:

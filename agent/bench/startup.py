@@ -25,32 +25,37 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The benchmark's own environment less any tune-agent or tracking setting; a fresh process
     (``TUNE_AGENT_DAEMON=0``) unless ``extra`` says otherwise."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
-    env.update(COLUMNS="120", TERM=env.get("TERM", "xterm"), TUNE_AGENT_DAEMON="0", **(extra or {}))
+    env.update({"COLUMNS": "120", "TERM": env.get("TERM", "xterm"), "TUNE_AGENT_DAEMON": "0", **(extra or {})})
     return env
 
 
 @contextlib.contextmanager
 def warm_process(root: Path, say: Any = print) -> Iterator[dict[str, str]]:
     """A warm process of its own (in ``root``) for the arms that use one, started and waited for
-    before them and stopped after; yields the environment those arms run with."""
+    before them and stopped after; yields the environment those arms run with, whole: taken now,
+    since this process's own environment changes as it imports (scikit-learn sets ``KMP_*``
+    variables), and a command from another environment is not the warm process's to run."""
     exe = str(Path(sys.executable).with_name("tune-agent"))
-    extra = {"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process")}
+    env = _env({"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process")})
     say("starting a warm process for the arms that use one")
-    started = subprocess.run([exe, "daemon", "start", "--wait", "600"], env=_env(extra), capture_output=True,
+    started = subprocess.run([exe, "daemon", "start", "--wait", "600"], env=env, capture_output=True,
                              text=True, timeout=660)
     if started.returncode != 0:
         raise RuntimeError(f"the warm process did not start: {started.stderr.strip()[-300:]}")
     try:
-        yield extra
+        yield env
     finally:
-        subprocess.run([exe, "daemon", "stop"], env=_env(extra), capture_output=True, timeout=60)
+        status = subprocess.run([exe, "daemon", "status"], env=env, capture_output=True, text=True, timeout=60)
+        say(f"the warm process at the end: {status.stdout.strip()}")
+        subprocess.run([exe, "daemon", "stop"], env=env, capture_output=True, timeout=60)
 
 
 def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: float = 300,
-               env_extra: dict[str, str] | None = None) -> dict[str, Any]:
+               env_extra: dict[str, str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Seconds to the first output, to ``marker`` and to trial 1's end; ``training_s``: when trial
-    1's training began (its end less the seconds it says it trained), wherever it trained."""
-    env = _env(env_extra)
+    1's training began (its end less the seconds it says it trained), wherever it trained. ``env``:
+    the whole environment (a warm process's arms); else :func:`_env` with ``env_extra``."""
+    env = dict(env) if env is not None else _env(env_extra)
     if tty:
         leader, follower = pty.openpty()
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True)
@@ -106,7 +111,7 @@ def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp",
                             "--warm-start", "none", "--study-name", f"startup-{i}", "--tracking-uri",
                             f"sqlite:///{Path(tmp) / 'mlflow.db'}", "--artifact-root", str(Path(tmp) / "art")]
                     rows[mode].append(_timed_run(args, Path(tmp), mode == "terminal", b"trial 1/",
-                                                 env_extra=extra if mode.endswith(WARM) else None))
+                                                 env=extra if mode.endswith(WARM) else None))
                     if mode == "terminal":  # other commands on the store the study left
                         store = ["--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}"]
                         for command in (["history", *store], ["best", f"startup-{i}", *store]):
@@ -188,8 +193,9 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
             folder = models if arm != "warm, no stored source models" else root / "empty-models"
             args = [exe, "start", "--dataset", str(table), "--job", job, "--trials", "1", "--epochs", "1",
                     "--study-name", f"{arm.split(',')[0]}-{n}", "--models-dir", str(folder), *extra, *store]
-            env = {"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else served if arm.endswith(WARM) else None
-            run = _timed_run(args, root, False, b"trial 1/", timeout=3600, env_extra=env)
+            env = {"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else None
+            run = _timed_run(args, root, False, b"trial 1/", timeout=3600, env_extra=env,
+                             env=served if arm.endswith(WARM) else None)
             runs[arm].append({k: v for k, v in run.items() if k != "tail"})
             say(f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s, training from {run['training_s']} s"
                 if run["first_trial_s"] is not None
@@ -261,7 +267,7 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
                             "report": ["report", study, "--out", str(Path(tmp) / "report")],
                             "neighbors": ["neighbors", "--dataset", dataset, "--job", job],
                             "doctor": ["doctor", "--models-dir", str(Path(tmp) / "models")]}[command]
-                    env = _env(extra if label.endswith(WARM) else None)
+                    env = dict(extra) if label.endswith(WARM) else _env()
                     if code is not None:
                         env["PYTHONPATH"] = str(code)
                     launcher = ([str(Path(sys.executable).with_name("tune-agent"))] if label.endswith(WARM)

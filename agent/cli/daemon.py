@@ -70,6 +70,9 @@ def start(wait_s: float) -> None:
         click.echo(f"this environment's warm process already runs ({path})")
         return
     pid = warm_process.start_in_background()  # None: one is starting already (its imports)
+    if wait_s > 0:
+        click.echo(f"starting this environment's warm process: its imports take about 10 s on two cores "
+                   f"(waiting up to {wait_s:g} s)", err=True)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         answer = warm_process.ask(path, {"control": "status"}, timeout=2.0)

@@ -22,7 +22,10 @@ def _command(argv: list[str]) -> str | None:
 
 
 def main() -> None:
+    import os
+
     argv = sys.argv[1:]
+    launched_with = dict(os.environ)  # before any import sets a variable: the key of this command's environment
     warm = None
     if _command(argv) in FORWARDED and not ({"-h", "--help", "--version"} & set(argv)):
         from agent.ops import warm_process
@@ -38,11 +41,11 @@ def main() -> None:
         run(argv)
     finally:
         if warm is not None:
-            _start_for_next_time(warm)
+            _start_for_next_time(warm, launched_with)
 
 
-def _start_for_next_time(warm) -> None:  # noqa: ANN001
-    pid = warm.start_in_background()
+def _start_for_next_time(warm, env: dict[str, str]) -> None:  # noqa: ANN001
+    pid = warm.start_in_background(env)
     if pid is not None:
         sys.stderr.write(f"tune-agent: started a warm process (pid {pid}) that keeps the libraries imported, so the "
                          f"next commands start at once; it ends after {warm.idle_minutes():g} min without one "

@@ -215,19 +215,22 @@ def forward(argv: list[str]) -> int | None:
 
     try:
         where = folder()
-        for fd in (0, 1, 2):
-            os.fstat(fd)
-    except (Unusable, OSError):
+    except Unusable:
         return None
     path = socket_path(where, key())
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    streams = [_stream(fd) for fd in (0, 1, 2)]  # a closed one (a job started with <&-) becomes /dev/null there too
     try:
         sock.connect(str(path))
         send_request(sock, {"run": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),
-                            "launched": launched_at()}, [0, 1, 2])
+                            "launched": launched_at()}, streams)
     except OSError:
         sock.close()
         return None
+    finally:
+        for fd, stream in zip((0, 1, 2), streams):
+            if stream != fd:
+                os.close(stream)
     pid: list[int] = []
     pending: list[int] = []
 
@@ -266,15 +269,27 @@ def forward(argv: list[str]) -> int | None:
             return 128 + signum
 
 
+def _stream(fd: int) -> int:
+    try:
+        os.fstat(fd)
+        return fd
+    except OSError:
+        return os.open(os.devnull, os.O_RDWR)
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
-def start_in_background() -> int | None:
-    """Starts the warm process for this environment unless one is up; its pid, or None."""
+def start_in_background(env: dict[str, str] | None = None) -> int | None:
+    """Starts the warm process for this environment unless one is up; its pid, or None. ``env``:
+    the environment the command was launched with, when this process's own has changed since (a
+    command's imports set variables: scikit-learn's ``KMP_*``), so the next command's key matches."""
     import subprocess
+
+    env = dict(os.environ if env is None else env)
 
     try:
         where = folder()
@@ -282,7 +297,7 @@ def start_in_background() -> int | None:
         return None
     import fcntl
 
-    which = key()
+    which = key(env)
     if ask(socket_path(where, which), {"control": "status"}, timeout=1.0) is not None:
         return None
     with open(where / f"{which}.lock", "w") as lock:  # held by one that is still importing
@@ -295,7 +310,8 @@ def start_in_background() -> int | None:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", "from agent.cli.entry import serve_here; serve_here()", which, json.dumps(sys.path)],
-            cwd=where, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+            cwd=where, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            close_fds=True)
     finally:
         log.close()
     return proc.pid
