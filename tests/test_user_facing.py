@@ -144,6 +144,8 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
     res = cli("report", "warm", "--out", str(out), "--tracking-uri", store.uri)
     assert res.code == 0, res.err
     assert "nothing it shows has changed since" in res.out  # the study's end made it; copied, not built again
+    again = cli("report", "warm", "--out", str(tmp_path / "again"), "--rebuild", "--tracking-uri", store.uri)
+    assert again.code == 0 and "(and report/report.html on the study run)" in again.out  # built, as asked
     page = (out / "report.html").read_text()
     for part in ("1. Best so far", "2. Hyperparameter importance", "3. Neighbours that seeded the study",
                  "4. The knowledge base", "5. Failed, pruned and killed trials"):

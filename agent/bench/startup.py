@@ -241,14 +241,15 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
                         "other arm TUNE_AGENT_DAEMON=0); the refit run points --models-dir at an empty folder"}
 
 
-READING_COMMANDS = ("best", "history", "report", "neighbors", "doctor")
+READING_COMMANDS = ("best", "history", "report", "report --rebuild", "neighbors", "doctor")
 
 
 def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline: Path | None = None,
                       commands: tuple[str, ...] = READING_COMMANDS, dataset: str = "wine", job: str = "mlp",
                       warm: bool = False, say: Any = print) -> dict[str, Any]:
     """Wall seconds of the commands that read a store (``best STUDY``, ``history``, ``report
-    STUDY``, ``neighbors --dataset DATASET --job JOB``, ``doctor``), each a fresh process with output to a pipe,
+    STUDY``, ``report STUDY --rebuild`` (the page built and logged again, as when anything it shows
+    changed), ``neighbors --dataset DATASET --job JOB``, ``doctor``), each a fresh process with output to a pipe,
     imports included; with ``baseline`` (a
     folder holding another version's ``agent`` package, e.g. from ``git archive``) the same commands
     of that code too, alternated with this code's, so both see the same machine; ``warm``: this code's
@@ -265,6 +266,7 @@ def run_reading_bench(tracking_uri: str, study: str, repeats: int = 3, baseline:
                 for label, code in codes.items():
                     args = {"best": ["best", study], "history": ["history"],
                             "report": ["report", study, "--out", str(Path(tmp) / "report")],
+                            "report --rebuild": ["report", study, "--rebuild", "--out", str(Path(tmp) / "report")],
                             "neighbors": ["neighbors", "--dataset", dataset, "--job", job],
                             "doctor": ["doctor", "--models-dir", str(Path(tmp) / "models")]}[command]
                     env = dict(extra) if label.endswith(WARM) else _env()

@@ -165,16 +165,18 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
 @click.command()
 @click.argument("study_name")
 @click.option("--out", default=None, help="Folder for report.html and its figures [default: report-STUDY].")
+@click.option("--rebuild", is_flag=True, help="Build and log the report again even when the stored one is current.")
 @tracking_option
 @talks("writing the report")
-def report(study_name: str, out: str | None, tracking_uri: str | None) -> None:
+def report(study_name: str, out: str | None, rebuild: bool, tracking_uri: str | None) -> None:
     """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
     failures) as HTML, and log it with its figures on the study run (report/)."""
     from agent.tuning.report import report_files
     from agent.tuning.service import read_study
 
     study = read_study(study_name, kb_for(tracking_uri, reads=True))
-    page, stored = report_files(study.kb, study.record, study.space, Path(out or f"report-{study_name}"))
+    page, stored = report_files(study.kb, study.record, study.space, Path(out or f"report-{study_name}"),
+                                rebuild=rebuild)
     click.echo(f"report of {study_name}: {page} " + ("(the one on the study run: nothing it shows has changed since)"
                                                      if stored else "(and report/report.html on the study run)"))
 

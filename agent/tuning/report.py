@@ -295,10 +295,11 @@ def report_inputs(kb: KnowledgeBase, record: StudyRecord, tags: dict[str, str] |
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path) -> tuple[Path, bool]:
+def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path,
+                 rebuild: bool = False) -> tuple[Path, bool]:
     """``report.html`` and its figures in ``out_dir``: copied from the study run when the digest
-    stored there with them (:data:`REPORT_TAG`) still matches :func:`report_inputs`, else built
-    and logged again. Returns (the page, whether it was the stored one)."""
+    stored there with them (:data:`REPORT_TAG`) still matches :func:`report_inputs` (and not
+    ``rebuild``), else built and logged again. Returns (the page, whether it was the stored one)."""
     tags = kb.study_tags(record)
     try:
         stored = json.loads(tags.get(REPORT_TAG) or "{}")
@@ -306,7 +307,7 @@ def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out
     except (ValueError, AttributeError, TypeError):
         key, files = None, []
     current = report_inputs(kb, record, tags)  # once: the comparison and, if built again, the new tag
-    if key and "report.html" in files and key == current:
+    if key and "report.html" in files and key == current and not rebuild:
         out_dir.mkdir(parents=True, exist_ok=True)
         if all(kb.fetch_study_file(record, f"report/{name}", out_dir / name) for name in files):
             return out_dir / "report.html", True

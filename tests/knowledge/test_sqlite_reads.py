@@ -113,6 +113,6 @@ def test_bench_reading_times_each_command_against_a_baseline(store, cli, tmp_pat
               "--dataset", "iris", "--job", "mlp", "--out", str(out))
     assert res.code == 0, res.err
     report = json.loads(out.read_text())
-    assert set(report["this_over_baseline"]) == {"best", "history", "report", "neighbors", "doctor"}
-    assert all(len(v) == 1 and v[0] > 0 for v in report["runs"].values()) and len(report["runs"]) == 10
+    assert set(report["this_over_baseline"]) == {"best", "history", "report", "report --rebuild", "neighbors", "doctor"}
+    assert all(len(v) == 1 and v[0] > 0 for v in report["runs"].values()) and len(report["runs"]) == 12
     assert cli("bench", "reading", "--tracking-uri", store.uri, "--study", "s", "--baseline", str(tmp_path)).code == 2
