@@ -75,6 +75,9 @@ def test_a_command_run_by_the_warm_process_is_the_command_run_fresh(warm) -> Non
     # same trials: the trial process of a forked command is a fork too, and trains the same
     assert _best(env, root, "warm.db", "s") == _best(env, root, "fresh.db", "s")
 
+    doctor = _run(env, "doctor", "--tracking-uri", f"sqlite:///{root / 'warm.db'}", cwd=root)
+    assert "serves this environment" in doctor.stdout, doctor.stdout[-600:]  # doctor says what runs commands
+
     bad = _run(env, "start", "--dataset", "missing.csv", "--job", "mlp", "--trials", "2", "--tracking-uri",
                f"sqlite:///{root / 'warm.db'}", cwd=root)
     assert bad.returncode == 2
