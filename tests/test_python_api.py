@@ -125,6 +125,7 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
     shell = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
+    env["TUNE_AGENT_DAEMON"] = "0"  # fresh processes, none left behind (tests/test_warm_process.py runs one)
     exe = str(Path(sys.executable).with_name("tune-agent"))
     for line in shell.strip().splitlines():
         command = line.split("#")[0].split()
@@ -167,6 +168,7 @@ def test_the_readme_quickstart_runs_as_written_in_an_empty_folder(tmp_path) -> N
     sample = re.search(r"```\n(.*?)```", section[block.end():], re.S).group(1)
     assert command[0] == ".venv/bin/tune-agent" and command[1] == "start"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
+    env["TUNE_AGENT_DAEMON"] = "0"  # a user's first command: a fresh process (it would start a warm process at its end)
     done = subprocess.run([str(Path(sys.executable).with_name("tune-agent")), *command[1:]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
