@@ -92,12 +92,14 @@ def test_ctrl_c_reaches_the_command_and_a_killed_client_ends_it(warm) -> None:  
                             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = ""
     deadline = time.monotonic() + 600
-    while "trial 1 done" not in seen and time.monotonic() < deadline:
+    while "trial 2/" not in seen and time.monotonic() < deadline:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
             break
         seen += line
-    assert "trial 1 done" in seen, seen + proc.stderr.read()  # type: ignore[union-attr]
+    assert "trial 2/" in seen, seen + proc.stderr.read()  # type: ignore[union-attr]
+    time.sleep(0.5)  # trial 2 training: the study waits for it (once, a SIGINT during trial 1's tell was
+    # seen to end in "database is locked" under load; not reproduced in ten direct tries)
     proc.send_signal(signal.SIGINT)  # as a terminal's Ctrl-C reaches the client
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
@@ -137,3 +139,36 @@ def test_a_folder_others_can_open_is_refused(tmp_path: Path, monkeypatch: pytest
     done = subprocess.run([EXE, "daemon", "status"], env={**os.environ, warm_process.DIR_ENV: str(shared)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "not private" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_warm_process_that_closes_before_forking_leaves_the_command_to_run_here(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # a warm process ending just as a command connects (told to stop, idle) answers nothing: the
+    # command must run in its own process, not be lost
+    import socket
+    import threading
+
+    from agent.ops import warm_process
+
+    monkeypatch.setenv(warm_process.DIR_ENV, str(tmp_path / "sockets"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(warm_process.socket_path(warm_process.folder(), warm_process.key())))
+    listener.listen(1)
+    got: list[dict] = []
+
+    def close_at_once() -> None:
+        conn, _ = listener.accept()
+        request, fds = warm_process.recv_request(conn)
+        got.append(request)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+    server = threading.Thread(target=close_at_once)
+    server.start()
+    before = signal.getsignal(signal.SIGINT)
+    assert warm_process.forward(["history", "--json"]) is None
+    server.join(timeout=30)
+    listener.close()
+    assert got and got[0]["run"] == ["history", "--json"] and got[0]["cwd"] == os.getcwd()  # what was handed over
+    assert signal.getsignal(signal.SIGINT) is before  # and this process's handlers are its own again

@@ -243,17 +243,36 @@ def forward(argv: list[str]) -> int | None:
         else:
             pending.append(signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH):
+    def suspend(signum: int, frame: object) -> None:  # Ctrl-Z: the command stops and goes on with this process
+        if pid:
+            os.killpg(pid[0], signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until the shell's SIGCONT
+        signal.signal(signal.SIGTSTP, suspend)
+        if pid:
+            os.killpg(pid[0], signal.SIGCONT)
+
+    relayed = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
+    before = {signum: signal.getsignal(signum) for signum in (*relayed, signal.SIGTSTP)}
+    for signum in relayed:
         signal.signal(signum, relay)
+    signal.signal(signal.SIGTSTP, suspend)
     reader = sock.makefile("r", encoding="utf-8")
     while True:
         try:
             line = reader.readline()
         except InterruptedError:
             continue
+        if not line and not pid:  # closed before it forked (a warm process ending as this connected)
+            for signum, handler in before.items():
+                signal.signal(signum, handler)
+            if pending:
+                sys.stderr.write("tune-agent: interrupted\n")
+                return 130
+            return None  # the command runs here
         if not line:
             sys.stderr.write("tune-agent: the warm process went away while it ran the command "
-                             f"(pid {pid[0] if pid else '?'}); `tune-agent daemon status` says more\n")
+                             f"(pid {pid[0]}); `tune-agent daemon status` says more\n")
             return 1
         word, _, value = line.strip().partition(" ")
         if word == "pid":

@@ -100,6 +100,10 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
                             for held in (listener, conn, lock, *children.values()):
                                 held.close()
                             _become_command(request, fds, run)  # never returns
+                        try:
+                            os.setpgid(pid, pid)  # also here: a signal relayed at once finds the group
+                        except OSError:
+                            pass
                         for fd in fds:
                             os.close(fd)
                         served += 1
