@@ -27,7 +27,8 @@ class Check:
     detail: str
 
 
-def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[Check]:
+def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: list[Any] | None = None) -> list[Check]:
+    """The store's checks; ``listed`` gets the studies it listed, for the checks that read them too."""
     from agent.errors import TuneAgentError
     from agent.knowledge import open_knowledge_base, resolve_tracking_uri, sqlite_path
 
@@ -57,6 +58,8 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[C
         kb = open_knowledge_base(tracking_uri, artifact_root, fast_reads=True)  # reads only: no MLflow import on sqlite
         kb.open()
         studies = kb.list_studies()
+        if listed is not None:
+            listed.extend(studies)
         seconds = time.perf_counter() - start
         jobs: dict[str, int] = {}
         for s in studies:
@@ -76,14 +79,14 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None) -> list[C
     return out
 
 
-def _source_model_checks(tracking_uri: str | None, artifact_root: str | None, models_dir: Path) -> list[Check]:
-    """How much of the history a study loads instead of fitting (models/source_models.jsonl)."""
+def _source_model_checks(studies: list[Any], models_dir: Path) -> list[Check]:
+    """How much of the history (``studies``, as the store check listed them) a study loads instead
+    of fitting (models/source_models.jsonl)."""
     from agent.errors import TuneAgentError
-    from agent.knowledge import open_knowledge_base
     from agent.tuning.source_models import coverage
 
     try:
-        stored, total = coverage(open_knowledge_base(tracking_uri, artifact_root, fast_reads=True).list_studies(), models_dir)
+        stored, total = coverage(studies, models_dir)
     except TuneAgentError as exc:
         return [Check("source models", FAIL, str(exc))]
     if total == 0:
@@ -380,9 +383,10 @@ def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: 
                ray_address: str | None = None, job: str | None = None, working_dir: str | None = None,
                resources: Any = None) -> list[Check]:
     probe = TorchProbe()  # torch's import runs in a child beside the store checks
-    checks = _store_checks(tracking_uri, artifact_root)
+    studies: list[Any] = []
+    checks = _store_checks(tracking_uri, artifact_root, studies)  # the store is opened and listed once
     if any(c.name == "store reachable" and c.status == OK for c in checks):
-        checks += _source_model_checks(tracking_uri, artifact_root, models_dir)
+        checks += _source_model_checks(studies, models_dir)
     checks += _model_checks(models_dir) + _environment_checks(probe) + [_warm_process_check()]
     return checks + (_ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources)
                      if ray_address else [])
