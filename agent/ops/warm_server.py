@@ -39,7 +39,8 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return  # another one for this key is starting or serving
-    sys.path[1:] = path_list[1:]
+    sys.path[:] = path_list  # the console script's, whose first entry is its folder, not '' (``-c``'s working folder):
+    # a fork runs in the user's folder, and a module there must not shadow one a fresh process would import
     began = time.time()
     for name in WARM_IMPORTS:
         try:
