@@ -362,23 +362,6 @@ def _ray_checks(address: str, timeout: float = 60.0, job: str | None = None, wor
     return out
 
 
-def _warm_process_check() -> Check:
-    """Whether commands here start at once (:mod:`agent.ops.warm_process`)."""
-    from agent.ops import warm_process
-
-    if not warm_process.enabled():
-        return Check("warm process", OK, "off (TUNE_AGENT_DAEMON=0): every command is a fresh process")
-    try:
-        where = warm_process.folder()
-    except warm_process.Unusable as exc:
-        return Check("warm process", WARN, f"{exc}: every command runs fresh (set {warm_process.DIR_ENV})")
-    answer = warm_process.ask(warm_process.socket_path(where, warm_process.key()), {"control": "status"}, timeout=2.0)
-    if answer is None:
-        return Check("warm process", OK, "none for this environment: the next command starts one when it ends")
-    return Check("warm process", OK, f"pid {answer['pid']} serves this environment: {answer['served']} command(s) "
-                                     f"run, {answer['rss_mb']:.0f} MB resident (`tune-agent daemon stop` ends it)")
-
-
 def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path,
                ray_address: str | None = None, job: str | None = None, working_dir: str | None = None,
                resources: Any = None) -> list[Check]:
@@ -387,7 +370,10 @@ def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: 
     checks = _store_checks(tracking_uri, artifact_root, studies)  # the store is opened and listed once
     if any(c.name == "store reachable" and c.status == OK for c in checks):
         checks += _source_model_checks(studies, models_dir)
-    checks += _model_checks(models_dir) + _environment_checks(probe) + [_warm_process_check()]
+    from agent.ops.warm_process import describe
+
+    warm_ok, warm = describe()
+    checks += _model_checks(models_dir) + _environment_checks(probe) + [Check("warm process", OK if warm_ok else WARN, warm)]
     return checks + (_ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources)
                      if ray_address else [])
 

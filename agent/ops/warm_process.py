@@ -334,3 +334,19 @@ def start_in_background(env: dict[str, str] | None = None) -> int | None:
     finally:
         log.close()
     return proc.pid
+
+
+def describe() -> tuple[bool, str]:
+    """``doctor``'s line: (fine, what it says) on whether commands here start at once."""
+    if not enabled():
+        return True, "off (TUNE_AGENT_DAEMON=0): every command is a fresh process"
+    try:
+        where = folder()
+    except Unusable as exc:
+        return False, f"{exc}: every command runs fresh (set {DIR_ENV})"
+    answer = ask(socket_path(where, key()), {"control": "status"}, timeout=2.0)
+    if answer is None:
+        return True, "none for this environment: the next command starts one when it ends"
+    return True, (f"pid {answer['pid']} serves this environment: {answer['served']} command(s) run, "
+                  f"{answer['rss_mb']:.0f} MB resident (`tune-agent daemon stop` ends it)")
+
