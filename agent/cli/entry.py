@@ -14,11 +14,8 @@ FORWARDED = frozenset({"start", "resume", "create", "ask", "tell", "best", "repo
 
 
 def _command(argv: list[str]) -> str | None:
-    for arg in argv:
-        if not arg.startswith("-"):
-            return arg
-        return None  # an option before the command: --help, --version
-    return None
+    """The command's name; None when an option comes first (``--help``, ``--version``)."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
 
 def main() -> None:
@@ -26,13 +23,13 @@ def main() -> None:
 
     argv = sys.argv[1:]
     launched_with = dict(os.environ)  # before any import sets a variable: the key of this command's environment
-    warm = None
+    warm, which = None, ""
     if _command(argv) in FORWARDED and not ({"-h", "--help", "--version"} & set(argv)):
         from agent.ops import warm_process
 
         if warm_process.enabled():
-            warm = warm_process
-            code = warm.forward(argv)
+            warm, which = warm_process, warm_process.key(launched_with)  # once: to hand over, or to start one
+            code = warm.forward(argv, which)
             if code is not None:
                 sys.exit(code)
     try:
@@ -41,14 +38,14 @@ def main() -> None:
         run(argv)
     finally:
         if warm is not None:
-            _start_for_next_time(warm, launched_with)
+            _start_for_next_time(warm, launched_with, which)
 
 
-def _start_for_next_time(warm, env: dict[str, str]) -> None:  # noqa: ANN001
-    pid = warm.start_in_background(env)
+def _start_for_next_time(warm, env: dict[str, str], which: str) -> None:  # noqa: ANN001
+    pid = warm.start_in_background(env, which)
     if pid is not None:
         sys.stderr.write(f"tune-agent: started a warm process (pid {pid}) that keeps the libraries imported, so the "
-                         f"next commands start at once; it ends after {warm.idle_minutes():g} min without one "
+                         f"next commands start at once; it ends after {warm.idle_seconds() / 60:g} min without one "
                          "(`tune-agent daemon stop`; TUNE_AGENT_DAEMON=0 never starts one)\n")
         sys.stderr.flush()
 

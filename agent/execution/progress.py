@@ -129,20 +129,16 @@ class ProgressReporter:
                 )
 
 
-LAUNCHED_AT: float | None = None  # the command's launch, set by the warm process's fork (agent.ops.warm_process)
+LAUNCHED_BY: int | None = None  # a command the warm process runs: its client's pid (agent.ops.warm_server)
 
 
 def process_seconds() -> float | None:
     """Seconds since this process was launched (Linux's /proc), or None where that is unknown; for
-    a command the warm process runs, since its client was launched."""
+    a command the warm process runs, since its client (:data:`LAUNCHED_BY`) was launched."""
     import os
 
-    if LAUNCHED_AT is not None:
-        import time
-
-        return time.time() - LAUNCHED_AT
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{LAUNCHED_BY or 'self'}/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, counted after the command name
         return float(Path("/proc/uptime").read_text().split()[0]) - started
     except (OSError, ValueError, IndexError):

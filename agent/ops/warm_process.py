@@ -73,8 +73,8 @@ class Unusable(Exception):
     """The socket folder cannot be trusted (another owner, open to others) or made."""
 
 
-def idle_minutes() -> float:
-    return float(os.environ.get(IDLE_ENV, IDLE_SECONDS)) / 60
+def idle_seconds() -> float:
+    return float(os.environ.get(IDLE_ENV, IDLE_SECONDS))
 
 
 def enabled(env: dict[str, str] | None = None) -> bool:
@@ -195,35 +195,22 @@ def all_sockets(where: Path) -> list[Path]:
 
 
 # -- the client's half: used by agent.cli.entry -----------------------------------------------------
-def launched_at() -> float:
-    """This process's launch as a wall-clock time (Linux's /proc; now elsewhere)."""
-    import time
-
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        age = float(Path("/proc/uptime").read_text().split()[0]) - started
-        return time.time() - max(age, 0.0)
-    except (OSError, ValueError, IndexError):
-        return time.time()
-
-
-def forward(argv: list[str]) -> int | None:
-    """Runs ``argv`` in this user's warm process for this environment and returns its exit code
-    (or dies of the signal that ended it); None when there is no such process (run it here)."""
+def forward(argv: list[str], which: str | None = None) -> int | None:
+    """Runs ``argv`` in this user's warm process for this environment (``which``: its :func:`key`,
+    when the caller has it) and returns its exit code (or dies of the signal that ended it); None
+    when there is no such process (run it here)."""
     import signal
 
     try:
         where = folder()
     except Unusable:
         return None
-    path = socket_path(where, key())
+    path = socket_path(where, which or key())
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     streams = [_stream(fd) for fd in (0, 1, 2)]  # a closed one (a job started with <&-) becomes /dev/null there too
     try:
         sock.connect(str(path))
-        send_request(sock, {"run": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),
-                            "launched": launched_at()}, streams)
+        send_request(sock, {"run": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask()}, streams)
     except OSError:
         sock.close()
         return None
@@ -302,7 +289,7 @@ def _umask() -> int:
     return mask
 
 
-def start_in_background(env: dict[str, str] | None = None) -> int | None:
+def start_in_background(env: dict[str, str] | None = None, which: str | None = None) -> int | None:
     """Starts the warm process for this environment unless one is up; its pid, or None. ``env``:
     the environment the command was launched with, when this process's own has changed since (a
     command's imports set variables: scikit-learn's ``KMP_*``), so the next command's key matches."""
@@ -316,7 +303,7 @@ def start_in_background(env: dict[str, str] | None = None) -> int | None:
         return None
     import fcntl
 
-    which = key(env)
+    which = which or key(env)
     if ask(socket_path(where, which), {"control": "status"}, timeout=1.0) is not None:
         return None
     with open(where / f"{which}.lock", "w") as lock:  # held by one that is still importing

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agent.ops.warm_process import (
-    IDLE_ENV,
-    IDLE_SECONDS,
     WARM_IMPORTS,
     all_sockets,
     ask,
     folder,
+    idle_seconds,
     recv_request,
     socket_path,
 )
@@ -75,7 +74,7 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
     selector.register(listener, selectors.EVENT_READ, "listen")
     selector.register(wake_r, selectors.EVENT_READ, "wake")
     children: dict[int, socket.socket] = {}
-    idle = float(os.environ.get(IDLE_ENV, IDLE_SECONDS))
+    idle = idle_seconds()
     last = time.monotonic()
     served = 0
     stopping = False
@@ -145,7 +144,7 @@ def _take(conn: socket.socket, which: str, me: int, began: float, served: int,
     conn.settimeout(5.0)
     try:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
+        client, uid, _gid = struct.unpack("3i", creds)
         if uid != os.getuid():
             conn.close()
             return None
@@ -171,6 +170,7 @@ def _take(conn: socket.socket, which: str, me: int, began: float, served: int,
             os.close(fd)
         conn.close()
         return None
+    request["client"] = client  # the command counts its time from the client's launch (SO_PEERCRED's pid)
     return request, fds
 
 
@@ -238,7 +238,7 @@ def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list
     _own_exit_handlers()
     from agent.execution import progress, trial_process
 
-    progress.LAUNCHED_AT = float(request.get("launched") or 0) or None
+    progress.LAUNCHED_BY = int(request["client"])
     trial_process.allow_fork()
     code: Any = 0
     try:
