@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,9 @@ os.environ.setdefault("TUNE_AGENT_TRIAL_PROCESS", "0")
 # Commands run by the console script here are fresh processes, and none leaves a warm process behind
 # (agent/ops/warm_process.py, the product's default); tests/test_warm_process.py runs one of its own.
 os.environ.setdefault("TUNE_AGENT_DAEMON", "0")
+# Published meta-models are fetched into a cache of the test session's own, never ~/.cache/tune-agent;
+# each test then gets a folder of its own (_private_meta_model_cache)
+os.environ.setdefault("TUNE_AGENT_CACHE", tempfile.mkdtemp(prefix="tune-agent-test-cache-"))
 
 # The files whose tests take minutes (servers, Ray, studies in subprocesses, `dvc repro`), longest
 # first. They are collected before the rest, so that `-n 2 --dist loadfile`, which hands out files
@@ -75,6 +79,16 @@ class Store:
         from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
         return MlflowKnowledgeBase(self.uri, self.artifacts)
+
+
+@pytest.fixture(autouse=True)
+def _private_meta_model_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test fetches published meta-models into a cache of its own, never the user's
+    ``~/.cache/tune-agent`` (agent/knowledge/meta_cache.py)."""
+    folder = tmp_path_factory.mktemp("meta-cache")
+    folder.chmod(0o700)
+    monkeypatch.setenv("TUNE_AGENT_CACHE", str(folder))
+    return folder
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def _history(env: Env) -> None:
     from agent.knowledge import open_knowledge_base
     from agent.knowledge.starter import import_starter, read_starter, write_starter
 
-    header, entries = read_starter(REPO / "starter" / "mlp.npz")
+    header, entries = read_starter(REPO / "agent" / "knowledge" / "starters" / "mlp.npz")
     write_starter(env.tmp / "six.npz", header["job"], header["space"], entries[:6])
     import_starter(open_knowledge_base(env.uri, str(env.artifacts)), env.tmp / "six.npz")
     from agent.knowledge.mlflow.store_file import _dispose_engine

@@ -69,7 +69,7 @@ def find_entries(entries: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, s
     missing = sorted({d for pair in pairs for d in pair if d not in by_dataset})
     if missing:
         raise TuneAgentError(f"no bootstrap study of {', '.join(missing)} in the store: run `tune-agent bootstrap "
-                             "--starter starter/mlp.npz` (or bootstrap those datasets) first")
+                             "--starter` (or bootstrap those datasets) first")
     return {d: by_dataset[d] for pair in pairs for d in pair}
 
 

@@ -135,7 +135,7 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
 
 
 @bench.command("server")
-@click.option("--starter", default="starter/mlp.npz", show_default=True, help="Studies to log (a starter history file).")
+@click.option("--starter", default=STARTER_FILE, show_default=True, help="Studies to log (a starter history file, or a packaged one by name).")
 @click.option("--agents", type=int, default=4, show_default=True, help="Concurrent writers, one MLflow client each.")
 @click.option("--runs", type=int, default=10_000, show_default=True, help="Trial runs to log before the lookup.")
 @click.option("--dataset", default="wine", show_default=True, help="The new dataset whose warm start is timed.")

@@ -187,7 +187,7 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
 @click.option("--job", "job_name", default="mlp", show_default=True, help="With --tracking-uri: the job whose history is searched.")
 @click.option("--tracking-uri", default=None,
               help="Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real history instead.")
-@click.option("--sanity", "sanity", default=None, metavar="STARTER", is_flag=False, flag_value="starter/mlp.npz",
+@click.option("--sanity", "sanity", default=None, metavar="STARTER", is_flag=False, flag_value="mlp",
               help="Instead: do the meta-features place the datasets of a starter history sensibly (images near "
                    "images, families together, units irrelevant, no table far from all)? Writes OUT/metrics/neighbour_sanity.json.")
 @click.option("--out", default=".", show_default=True, help="With --sanity: where metrics/ is written.")

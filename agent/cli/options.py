@@ -59,7 +59,7 @@ def kb_for(tracking_uri: str | None, artifact_root: str | None = None, reads: bo
     return click.get_current_context().find_object(Stores).get(tracking_uri, artifact_root, reads)
 
 
-STARTER_FILE = "starter/mlp.npz"
+STARTER_FILE = "mlp"  # the packaged starter history of job mlp (agent/knowledge/starters/)
 
 
 def surrogate_choices() -> tuple[str, ...]:

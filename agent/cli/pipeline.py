@@ -42,6 +42,24 @@ def meta_source_models(models_dir: str, job: str | None, params_file: str, track
     click.echo(json.dumps(update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo)))
 
 
+@meta.command("publish")
+@click.option("--models-dir", default="models", show_default=True)
+@click.option("--job", default=None, help="The job whose meta-models to publish [default: params.yaml export.job].")
+@params_option
+@tracking_option
+def meta_publish(models_dir: str, job: str | None, params_file: str, tracking_uri: str | None) -> None:
+    """Publish the job's meta-models (source models, extractor, index, TNP, warm-start choice) to the
+    tracking store as a new version, when anything changed: what every other folder and teammate loads."""
+    from agent.pipeline.stages import load_params
+    from agent.tuning.source_models import update_for_job
+
+    job = job or load_params(Path(params_file)).get("export", {}).get("job", "mlp")
+    done = update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo)
+    click.echo(json.dumps(done))
+    if "not_published" in done:
+        raise SystemExit(1)
+
+
 @meta.command("distances")
 @params_option
 def meta_distances(params_file: str) -> None:

@@ -152,7 +152,7 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
 @click.option("--limit", type=int, default=None, help="Only the first N datasets.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
 @click.option("--starter", is_flag=False, flag_value=STARTER_FILE, default=None,
-              help=f"Import a starter history (default {STARTER_FILE}) into the store instead of training anything.")
+              help=f"Import a starter history (a file, or a packaged one by name; default {STARTER_FILE}) into the store instead of training anything.")
 @click.option("--export", "export_to", default=None, help="Write the store's finished bootstrap studies of --job to this starter file.")
 @click.option("--models-dir", default="models", show_default=True,
               help="With --starter: where the history's source models are stored (models/source_models.jsonl).")
@@ -172,8 +172,13 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
         click.echo(json.dumps({"studies": result["studies"], "left_out": len(result["dropped"]), "bytes": result["bytes"]}))
         return
     from agent.config import check_positive
+    from agent.knowledge import make_store_folder
     from agent.pipeline.bootstrap import run_bootstrap, source_specs
 
+    if export_to is None:  # a knowledge base built into a new place: its folder is made
+        made = make_store_folder(tracking_uri)
+        if made is not None:
+            click.echo(f"tracking store folder {made} did not exist: made it")
     if starter is not None or export_to is not None:
         from agent.knowledge.starter import export_starter, import_starter
 
@@ -188,10 +193,11 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
         else:
             from agent.tuning.source_models import update_for_job
 
-            imported = import_starter(kb, Path(starter), progress=click.echo)
+            imported = import_starter(kb, starter, progress=click.echo)
             built = update_for_job(kb, models_dir, job, progress=click.echo)
             click.echo(f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
-                       f"-> {built['file']}" + (f" (not written: {built['not_written']})" if "not_written" in built else ""))
+                       f"-> {built['file']}" + (f" (not written: {built['not_written']})" if "not_written" in built else "")
+                       + (f"; published as version {built['published']}" if "published" in built else ""))
             click.echo(json.dumps(imported))
         return
 

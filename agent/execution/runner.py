@@ -164,24 +164,30 @@ def _add_source_model(study: Study, reporter: Any) -> None:
     history with it), so the next study looks it up instead of fitting it. A by-product: one that
     cannot be made is a note, and the next study fits what is missing."""
     from agent.errors import StoreError
-    from agent.tuning.source_models import update_source_models
+    from agent.tuning.published import open_source_models, publish_added
+    from agent.tuning.source_models import history_revision, update_source_models
 
     s = study.settings
     start = time.perf_counter()
     # seconds (a GP fit, the history's portfolios): said first, so the end of a study is never silent
     reporter.line(f"source models: adding this study's dataset to {s.models_dir}")
+    store = open_source_models(study.kb, s.models_dir, s.job_name, study.space, reporter.line)
     try:
-        done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel)
+        done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel, store=store)
     except StoreError:
         raise
     except Exception as exc:  # noqa: BLE001
         reporter.line(f"source models not updated: {type(exc).__name__}: {exc}")
         return
+    published = publish_added(study.kb, store, s.job_name, study.space,
+                              lambda: history_revision(study.kb, s.job_name, study.space))
     if "not_written" in done:
         reporter.line(f"source models not updated: cannot write {done['not_written']}")
     elif done["fitted"]:
         reporter.line(f"source models: {done['fitted']} GP(s) fitted and stored in {done['file']} "
                       f"({done['sources']} sources, {time.perf_counter() - start:.1f} s)")
+    if published is not None:
+        reporter.line(published)
 
 
 def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:

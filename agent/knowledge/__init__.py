@@ -77,7 +77,17 @@ def sqlite_path(uri: str) -> Path | None:
     return _sqlite_path(uri)
 
 
+def make_store_folder(uri: str | None) -> Path | None:
+    """Makes the missing folder of a ``sqlite:`` store (commands that build a knowledge base
+    into a new place); returns the folder it made, None when there was nothing to make."""
+    path = sqlite_path(resolve_tracking_uri(uri))
+    if path is None or path.parent.exists():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.parent
+
+
 DEFAULT_ARTIFACT_ROOT = "mlflow/artifacts"  # the embedded store's artifacts (a test checks the backend agrees)
 
-__all__ = ["DEFAULT_ARTIFACT_ROOT", "check_reachable", "open_knowledge_base", "resolve_tracking_uri", "sqlite_path",
+__all__ = ["DEFAULT_ARTIFACT_ROOT", "check_reachable", "make_store_folder", "open_knowledge_base", "resolve_tracking_uri", "sqlite_path",
            "store_exists"]

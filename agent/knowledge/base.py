@@ -74,6 +74,33 @@ class StudyRecord:
 
 
 @dataclass(frozen=True)
+class MetaModelsRecord:
+    """One published version of what the history of one job and search space taught (its
+    *scope*, ``<job>/<space signature>``): the files of :mod:`agent.knowledge.meta_cache`.
+
+    ``files`` are the version's artifact names: ``files/<name>`` (whole meta-models, replaced by
+    the next version) and ``source_models/<digest>.jsonl`` (chunks of source-model records, added
+    to a version by every study that ends; content-named, so two publishers never collide)."""
+
+    record_id: str
+    scope: str
+    version: int
+    engine: str  # the source-model format and fit revision the version was built with
+    revision: str  # the history it covers (:func:`agent.knowledge.meta_cache.history_revision`)
+    created: int = 0  # ms since the epoch
+    files: tuple[str, ...] = ()
+    # where each file is kept, when not in ``record_id`` itself: two publishers that made the same
+    # version at once each hold part of it (parallel to ``files``; empty: all in ``record_id``)
+    homes: tuple[str, ...] = ()
+
+    def home(self, name: str) -> str:
+        """The id of the record that keeps file ``name``."""
+        if self.homes and name in self.files:
+            return self.homes[self.files.index(name)]
+        return self.record_id
+
+
+@dataclass(frozen=True)
 class TrialRecord:
     """One trial: its slot ``number``, configuration, outcome and provenance."""
 
@@ -283,6 +310,33 @@ class KnowledgeBase(abc.ABC):
         """Logs the finite ``metrics``, keeps a copy of each file in ``artifacts`` (as
         ``model/<file name>``) and ends the run. A path that is not a readable file raises
         :class:`agent.errors.StoreError` before anything is logged."""
+
+
+    # -- published meta-models -----------------------------------------------------------------
+    def current_meta_models(self, scope: str) -> MetaModelsRecord | None:
+        """The newest published version of ``scope``'s meta-models with its files listed, or None
+        (none published, or a store that keeps none)."""
+        return None
+
+    def publish_meta_models(self, scope: str, engine: str, revision: str, files: Mapping[str, Path]) -> MetaModelsRecord:
+        """A new version of ``scope``'s meta-models holding ``files`` (artifact name -> local
+        file); it becomes :meth:`current_meta_models`. :class:`StoreError` where the user may not
+        write (a READ user on a team server) or the store keeps none."""
+        from agent.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} keeps no published meta-models")
+
+    def add_meta_model_file(self, record: MetaModelsRecord, name: str, path: Path) -> None:
+        """Adds ``path`` to version ``record`` as artifact ``name`` (a new name: never replaces)."""
+        from agent.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} keeps no published meta-models")
+
+    def fetch_meta_model_file(self, record: MetaModelsRecord, name: str, target: Path) -> None:
+        """Copies artifact ``name`` of version ``record`` to the file ``target``."""
+        from agent.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} keeps no published meta-models")
 
 
 def _parse_param(value: str) -> Any:

@@ -84,10 +84,29 @@ def write_starter(path: Path, job: str, space: list[dict[str, Any]], entries: li
     return {"studies": len(header), "evaluations": sum(len(h["values"]) for h in header), "bytes": path.stat().st_size}
 
 
-def read_starter(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A starter file's header (format, job, space) and its entries, samples included."""
-    if not path.is_file():
-        raise TuneAgentError(f"starter history not found: {path}")
+# Starter histories shipped inside the package (found from any folder, and from a wheel)
+PACKAGED = {"mlp": "starters/mlp.npz"}
+
+
+def starter_path(value: str | Path) -> Path:
+    """The starter file ``value`` names: a file, or the name of a packaged one (``mlp``)."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    if str(value) in PACKAGED:
+        from importlib.resources import as_file, files
+
+        resource = files("agent.knowledge").joinpath(PACKAGED[str(value)])
+        with as_file(resource) as found:  # a real file for an installed package; extracted from a zip
+            return Path(found)
+    raise TuneAgentError(f"starter history not found: {value} (a starter file, or a packaged one: "
+                         f"{', '.join(PACKAGED)})")
+
+
+def read_starter(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A starter file's header (format, job, space) and its entries, samples included; ``path`` as
+    :func:`starter_path` takes it."""
+    path = starter_path(path)
     import zipfile
 
     if not zipfile.is_zipfile(path):
@@ -108,9 +127,10 @@ def read_starter(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return data, entries
 
 
-def import_starter(kb: KnowledgeBase, path: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Imports a starter file; returns counts and seconds."""
+def import_starter(kb: KnowledgeBase, path: Path | str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Imports a starter file (or a packaged one, by name); returns counts and seconds."""
     start = time.perf_counter()
+    path = starter_path(path)
     data, entries = read_starter(path)
     data["studies"] = entries
     present = {s.name for s in kb.list_studies() if s.status == "finished"}

@@ -31,7 +31,7 @@ import base64
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -54,30 +54,44 @@ class SourceModelStore:
     """The records of ``models_dir/source_models.jsonl``, read once (lazily) and appended to.
 
     A store that cannot be written (a read-only ``models/``) still serves what it holds; the study
-    simply keeps what it fitted in memory.
+    simply keeps what it fitted in memory. ``published`` gives, on first read, more files of the
+    same records to read before ``models_dir``'s own: the tracking store's published chunks, fetched
+    into the user's cache (:mod:`agent.tuning.published`). What this process appends is kept in
+    :attr:`added`, so that it can be published in turn.
     """
 
-    def __init__(self, models_dir: Path | str) -> None:
+    def __init__(self, models_dir: Path | str,
+                 published: Sequence[Path] | Callable[[], Sequence[Path]] = ()) -> None:
         self.path = Path(models_dir) / FILE
+        self._published = published
         self._fits: dict[tuple[str, str], dict[str, Any]] | None = None
         self._sources: dict[tuple[str, str], dict[str, Any]] = {}
         self._portfolios: dict[str, np.ndarray] = {}
         self.write_error: str | None = None
+        self.added: list[dict[str, Any]] = []
 
     # -- reading ---------------------------------------------------------------------------------
     def _load(self) -> None:
         if self._fits is not None:
             return
         self._fits = {}
-        try:
-            lines = self.path.read_text().splitlines() if self.path.is_file() else []
-        except (OSError, UnicodeDecodeError):
-            lines = []
-        for line in lines:
-            try:
-                self._take(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a crash, or from another format
+        published = self._published() if callable(self._published) else self._published
+        for path in [*published, self.path]:
+            for line in _lines(Path(path)):
+                try:
+                    self._take(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by a crash, or from another format
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record held (published, local and added), one per key: what a new published
+        version of the source models carries."""
+        self._load()
+        assert self._fits is not None
+        out: list[dict[str, Any]] = [{"format": FORMAT, **r} for r in self._fits.values()]
+        out += [{"format": FORMAT, **r} for r in self._sources.values()]
+        out += [{"format": FORMAT, "type": "portfolio", "id": pid, "points": _array(p)} for pid, p in self._portfolios.items()]
+        return out
 
     def _take(self, record: dict[str, Any]) -> None:
         assert self._fits is not None
@@ -133,6 +147,7 @@ class SourceModelStore:
         records = [{"format": FORMAT, **r} for r in records]
         for r in records:
             self._take(r)
+        self.added += records
         if self.write_error is not None:
             return
         blob = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
@@ -145,3 +160,10 @@ class SourceModelStore:
                 os.close(fd)
         except OSError as exc:
             self.write_error = f"{self.path}: {exc.strerror or exc}"
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines() if path.is_file() else []
+    except (OSError, UnicodeDecodeError):
+        return []

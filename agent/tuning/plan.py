@@ -103,7 +103,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     """
     from agent.samplers import registry as sampler_registry
     from agent.surrogates import registry
-    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.published import meta_models_dir, open_source_models
     from agent.tuning.source_models import (
         MAX_SOURCES,
         fit_missing,
@@ -113,7 +113,10 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     )
 
     models_dir = Path(settings.models_dir)
-    fits = fits if fits is not None else SourceFits(SourceModelStore(models_dir))
+    meta_dir = models_dir  # where meta-trained networks are read: a benchmark's fold, or as below
+    if fits is None:  # the store's published meta-models, fetched once into the cache, and models_dir's own
+        fits = SourceFits(open_source_models(kb, models_dir, settings.job_name, space, progress))
+        meta_dir = meta_models_dir(kb, models_dir, settings.job_name, space, progress)
     spec = sampler_registry.get(settings.sampler)
     if spec.plan == "sources":
         sources = history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress)
@@ -146,12 +149,12 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
         sources = _recorded_sources(sources, recorded)
     elif len(sources) > MAX_SOURCES:
         sources = most_relevant(sources, getattr(warm, "ranked", ()), fits, space, settings.kernel, progress)
-    inputs = SurrogateInputs(space, tuple(sources), models_dir, settings.seed, settings.k, settings.prior_mean or "constant",
+    inputs = SurrogateInputs(space, tuple(sources), meta_dir, settings.seed, settings.k, settings.prior_mean or "constant",
                              tuple(n.key for n in getattr(warm, "neighbours", ())), fits, settings.kernel)
     resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)
-    version = registry.get(resolution.name).meta_model_version(models_dir)
+    version = registry.get(resolution.name).meta_model_version(meta_dir)
     if recorded is not None and version != recorded.meta_model:
-        raise StudyError(f"the {resolution.name} meta-model in {models_dir} changed since the study started "
+        raise StudyError(f"the {resolution.name} meta-model in {meta_dir} changed since the study started "
                          f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original")
     fit_missing(fits, sources_used(resolution.name, inputs), inputs, progress)
     surrogate = registry.prepare(resolution, inputs)

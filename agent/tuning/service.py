@@ -175,7 +175,11 @@ def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summar
         prior = req.prior_mean or "observations"
         return WarmStart("none", message="warm start: a benchmark task has no data for meta-features; "
                                          "transfer comes from the surrogate", prior_mean=prior)
-    return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, Path(req.models_dir), req.prior_mean,
+    from agent.tuning.published import meta_models_dir
+
+    models_dir = meta_models_dir(kb, req.models_dir, job.name, job.space, echo) if req.warm_start != "none" \
+        else Path(req.models_dir)
+    return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, models_dir, req.prior_mean,
                            progress=echo)
 
 

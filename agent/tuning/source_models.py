@@ -180,18 +180,57 @@ def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: st
                                                                  if store.write_error else {})}
 
 
+def history_revision(kb: KnowledgeBase, job_name: str, space: Any) -> str:
+    """A digest of the ended studies of ``job_name`` in ``space``: the history a published version covers."""
+    from agent.knowledge.history import group_studies
+
+    studies = [s for group in group_studies(kb.list_studies(), job_name, space.signature()).values() for s in group]
+    return study_stamp([s for s in studies if s.status != "running"]) or "empty"
+
+
 def update_for_job(kb: KnowledgeBase, models_dir: Path | str, job_spec: str,
-                   progress: Progress | None = None) -> dict[str, Any]:
+                   progress: Progress | None = None, publish: bool = True) -> dict[str, Any]:
     """:func:`update_source_models` for the history of job ``job_spec`` (its space, the kernel a
-    study of it gets by default)."""
+    study of it gets by default), starting from what the store already published, then (with
+    ``publish``) a new published version of the job's meta-models when anything changed
+    (:func:`agent.tuning.published.publish_version`)."""
+    from agent.errors import StoreError
     from agent.jobs import load_job
     from agent.surrogates.arc import resolve_kernel
+    from agent.tuning.published import ENGINE, open_source_models, publish_version, scope_of
 
     job = load_job(job_spec)
     if progress is not None:
         progress(f"source models of job {job.name}: reading the history in {kb.tracking_uri}")
-    return {"job": job.name, **update_source_models(kb, models_dir, job.name, job.space,
-                                                    resolve_kernel("auto", job.space), progress)}
+    store = open_source_models(kb, models_dir, job.name, job.space, progress)
+    done = {"job": job.name, **update_source_models(kb, models_dir, job.name, job.space,
+                                                    resolve_kernel("auto", job.space), progress, store=store)}
+    if not publish:
+        return done
+    revision = history_revision(kb, job.name, job.space)
+    try:
+        current = kb.current_meta_models(scope_of(job.name, job.space))
+        if (current is not None and not store.added and current.engine == ENGINE and current.revision == revision
+                and not _local_files_newer(models_dir, current)):
+            done["published"] = current.version  # the store's current version covers this history
+        else:
+            done["published"] = publish_version(kb, store, models_dir, job.name, job.space, revision, progress).version
+    except StoreError as exc:
+        done["not_published"] = str(exc)
+        if progress is not None:
+            progress(f"meta-models not published to {kb.tracking_uri}: {exc}")
+    return done
+
+
+def _local_files_newer(models_dir: Path | str, current: Any) -> bool:
+    """Whether ``models_dir`` holds a whole meta-model file written after version ``current``."""
+    from agent.tuning.published import META_FILES
+
+    for name in META_FILES:
+        path = Path(models_dir) / name
+        if path.is_file() and path.stat().st_mtime * 1000 > current.created:
+            return True
+    return False
 
 
 def coverage(studies: Sequence[StudyRecord], models_dir: Path | str) -> tuple[int, int]:

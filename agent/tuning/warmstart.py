@@ -140,7 +140,9 @@ def _featurizer(requested: str, models_dir: Path) -> tuple[Any, str]:
         learned = LearnedFeaturizer.load(models_dir)
         if learned is not None:
             return learned, ""
-        note = f"no trained meta-feature extractor in {models_dir} (run `dvc repro`)"
+        if requested == "auto":  # the default without a trained extractor: nothing is missing, nothing to nag
+            return HandcraftedFeaturizer(), "auto: no learned extractor is published for this job"
+        note = f"--warm-start learned: no trained meta-feature extractor in {models_dir} or the store (run `dvc repro`)"
         return HandcraftedFeaturizer(), note
     return HandcraftedFeaturizer(), ""
 

@@ -60,7 +60,7 @@ def test_no_shipped_r_table_has_held_out_content_and_none_copies_another() -> No
 def test_the_starter_holds_each_content_once_and_nothing_held_out() -> None:
     from agent.data.rtables import held_out_match
 
-    archive = np.load(REPO / "starter" / "mlp.npz", allow_pickle=False)
+    archive = np.load(REPO / "agent" / "knowledge" / "starters" / "mlp.npz", allow_pickle=False)
     studies = json.loads(archive["header"].tobytes().decode())["studies"]
     prints = []
     for i, study in enumerate(studies):

@@ -44,7 +44,7 @@ def test_meta_features_of_an_older_version_are_recomputed_once_and_stored(tmp_pa
     from agent.tuning.warmstart import plan_warm_start
 
     repo = Path(__file__).resolve().parents[2]
-    header, entries = read_starter(repo / "starter" / "mlp.npz")
+    header, entries = read_starter(repo / "agent" / "knowledge" / "starters" / "mlp.npz")
     old = [{**e, "metafeatures": {n: 0.5 for n in HANDCRAFTED_NAMES[:10]}} for e in entries[:6]]  # version 1's shape
     write_starter(tmp_path / "old.npz", header["job"], header["space"], old)
     kb = open_knowledge_base("memory:")

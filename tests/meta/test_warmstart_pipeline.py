@@ -95,6 +95,13 @@ def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
         m = report["methods"][method]
         assert set(m) >= {"regret@1", "regret@3"} and all(0.0 <= m[f"regret@{t}"] <= 1.0 for t in (1, 3))
         assert method == "cold" or "p_vs_cold@3" in m
+    from agent.jobs import load_job
+    from agent.tuning.published import scope_of
+
+    record = store.kb().current_meta_models(scope_of("mlp", load_job("mlp").space))  # `dvc repro` published them
+    assert record is not None and {"files/metafeature_extractor.pt", "files/metafeature_index.json", "files/tnp.pt",
+                                   "files/warm_start.json"} <= set(record.files), record
+    assert any(name.startswith("source_models/") for name in record.files)
     journal = [json.loads(line) for line in (repo / "data/evaluate/journal.jsonl").read_text().splitlines()]
     assert sorted(e["target"] for e in journal) == sorted(SPECS)  # every dataset was a target once
     again = _dvc(repo, store, "repro")
@@ -204,9 +211,16 @@ def test_fallbacks_say_so_in_one_line(built, cli, tmp_path) -> None:
     store, _ = built
     base = ["start", "--dataset", "iris?fraction=0.5&seed=7", "--job", "mlp", "--trials", "1", "--epochs", "1",
             "--tracking-uri", store.uri, "--artifact-root", store.artifacts]
+    # a folder without models/: the extractor `dvc repro` published to the store is fetched and used
     res = cli(*base, "--warm-start", "learned", "--models-dir", str(tmp_path / "none"), "--study-name", "fb1")
     assert res.code == 0, res.err
-    assert "no trained meta-feature extractor" in res.out and "handcrafted meta-features" in res.out
+    assert "learned meta-features" in res.out and "fetching version" in res.out, res.out
+    from agent.tuning.warmstart import _featurizer
+
+    featurizer, note = _featurizer("learned", tmp_path / "none")  # neither here nor published: one line says so
+    assert featurizer.method == "handcrafted" and "no trained meta-feature extractor" in note
+    featurizer, note = _featurizer("auto", tmp_path / "none")  # the default: hand-crafted by design, no nag
+    assert featurizer.method == "handcrafted" and "run `dvc repro`" not in note
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     res = cli(*base[:-4], "--tracking-uri", empty, "--artifact-root", str(tmp_path / "a"), "--study-name", "fb2")
     assert res.code == 0 and "no history for job mlp" in res.out

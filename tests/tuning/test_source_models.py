@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STARTER = REPO / "starter" / "mlp.npz"
+STARTER = REPO / "agent" / "knowledge" / "starters" / "mlp.npz"
 N_SOURCES = 7
 
 

@@ -12,6 +12,7 @@ from agent.knowledge.base import (
     StudyRecord,
     TrialRecord,
 )
+from agent.knowledge.mlflow.meta_models import MlflowMetaModels
 from agent.knowledge.mlflow.registry import MlflowModels
 from agent.knowledge.mlflow.store_file import (
     T,
@@ -19,7 +20,7 @@ from agent.knowledge.mlflow.store_file import (
 from agent.knowledge.mlflow.studies import MlflowStudies
 
 
-class MlflowKnowledgeBase(MlflowStudies, MlflowModels):
+class MlflowKnowledgeBase(MlflowStudies, MlflowModels, MlflowMetaModels):
     """Studies and trials in an MLflow tracking store (sqlite file or ``mlflow server``)."""
 
     def trials(self, study: StudyRecord) -> list[TrialRecord]:

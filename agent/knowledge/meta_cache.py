@@ -1,0 +1,169 @@
+"""The per-user cache of published meta-models: fetched from the tracking store once, then read locally.
+
+A version of a scope's meta-models (:class:`~agent.knowledge.base.MetaModelsRecord`) lives in
+``<cache>/<store>/<version id>/``: ``<cache>`` is ``TUNE_AGENT_CACHE``, else
+``$XDG_CACHE_HOME/tune-agent``, else ``~/.cache/tune-agent``; ``<store>`` a digest of the
+tracking store's address, so two stores never share files. Published files never change under
+their name (source-model chunks are named by their content's digest), so a file fetched once is
+fetched never again; ``manifest.json`` keeps each file's digest, and a file whose bytes no
+longer match it is said to be corrupt and fetched again. A cache folder that is not the user's own
+(another owner, or writable by others) is not trusted: the command says so and uses a private
+temporary folder instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from agent.errors import StoreError
+from agent.knowledge.base import KnowledgeBase, MetaModelsRecord
+
+Progress = Callable[[str], None]
+ENV = "TUNE_AGENT_CACHE"
+MANIFEST = "manifest.json"
+CHUNKS = "source_models/"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A scope's current version as fetched: where its files lie (``folder/<name>``), or nothing."""
+
+    record: MetaModelsRecord | None
+    folder: Path | None = None
+    files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def paths(self, prefix: str) -> list[Path]:
+        """The local copies of the version's files whose names start with ``prefix``."""
+        if self.folder is None:
+            return []
+        return [self.folder / name for name in self.files if name.startswith(prefix)]
+
+    def file(self, name: str) -> Path | None:
+        return self.folder / name if self.folder is not None and name in self.files else None
+
+
+def default_root() -> Path:
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tune-agent"
+
+
+def cache_root(progress: Progress | None = None) -> Path:
+    """The cache folder, made private (0700) when new; one that is not this user's own is said
+    and replaced by a private temporary folder for this process."""
+    root = default_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = root.stat()
+        problem = None
+        if info.st_uid != os.getuid():
+            problem = f"is owned by uid {info.st_uid}, not this user ({os.getuid()})"
+        elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problem = "is writable by other users"
+    except OSError as exc:
+        problem = f"cannot be used ({exc.strerror or exc})"
+    if problem is None:
+        return root
+    private = Path(tempfile.mkdtemp(prefix="tune-agent-cache-"))
+    if progress is not None:
+        progress(f"meta-model cache {root} {problem}: not trusted; using {private} for this command "
+                 f"(set {ENV} to a folder of your own)")
+    return private
+
+
+def store_folder(kb: KnowledgeBase, root: Path) -> Path:
+    return root / hashlib.sha256(kb.tracking_uri.encode()).hexdigest()[:16]
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def chunk_name(blob: bytes) -> str:
+    """The artifact name of a chunk of source-model records: named by its content."""
+    return f"{CHUNKS}{hashlib.sha256(blob).hexdigest()[:16]}.jsonl"
+
+
+def _named_right(name: str, sha: str) -> bool:
+    return not name.startswith(CHUNKS) or name == f"{CHUNKS}{sha[:16]}.jsonl"
+
+
+def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fetched:
+    """The current version of ``scope``'s meta-models, its missing or damaged files fetched into
+    the cache. A store that cannot say is one line and an empty result, never an error: the study
+    then builds what it needs itself."""
+    say = progress or (lambda _line: None)
+    try:
+        record = kb.current_meta_models(scope)
+    except StoreError as exc:
+        say(f"meta-models: the store's could not be read ({exc}); what is missing is built here")
+        return Fetched(None)
+    if record is None:
+        return Fetched(None)
+    folder = store_folder(kb, cache_root(progress)) / record.record_id
+    manifest = _read_manifest(folder)
+    notes: list[str] = []
+    kept: list[str] = []
+    todo: list[str] = []
+    for name in record.files:
+        path = folder / name
+        if name in manifest and path.is_file():
+            if digest(path) == manifest[name]:
+                kept.append(name)
+                continue
+            notes.append(f"meta-model cache: {path} is corrupt; fetching it again")
+            say(notes[-1])
+        todo.append(name)
+    if todo:
+        say(f"meta-models: fetching version {record.version} of {scope} ({len(todo)} file(s)) from {kb.tracking_uri} "
+            f"into {folder} (once)")
+    for name in todo:
+        path = folder / name
+        try:
+            kb.fetch_meta_model_file(record, name, path)
+        except (StoreError, OSError) as exc:
+            notes.append(f"meta-models: {name} of version {record.version} could not be fetched ({exc}); "
+                         "what it holds is built here")
+            say(notes[-1])
+            continue
+        sha = digest(path)
+        if not _named_right(name, sha):
+            path.unlink(missing_ok=True)
+            notes.append(f"meta-models: the store's {name} of version {record.version} is corrupt (its content does "
+                         "not match its name); left out, what it holds is built here")
+            say(notes[-1])
+            continue
+        manifest[name] = sha
+        kept.append(name)
+    if todo:
+        _write_manifest(folder, {n: manifest[n] for n in kept})
+    return Fetched(record, folder, tuple(sorted(kept)), tuple(notes))
+
+
+def _read_manifest(folder: Path) -> dict[str, str]:
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_manifest(folder: Path, manifest: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(manifest, f, sort_keys=True)
+    os.replace(tmp, folder / MANIFEST)

@@ -1,0 +1,147 @@
+"""Meta-models through the tracking store: built in one folder, published, and used from another
+folder with no source GP fitted; chunks from studies ending at once both kept; a corrupt cache,
+a corrupt published file and a cache that is not the user's each said in one line.
+
+History: the first studies of the packaged starter history (real mlp runs on real tables), in a
+real sqlite MLflow store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.tuning.test_source_models import N_SOURCES, _plan, _starter_entries, history  # noqa: F401 - fixture
+
+
+def _store(kb, models: Path):  # noqa: ANN001, ANN202
+    from agent.jobs import load_job
+    from agent.tuning.published import open_source_models
+
+    lines: list[str] = []
+    return open_source_models(kb, models, "mlp", load_job("mlp").space, lines.append), lines
+
+
+def test_a_second_folder_plans_from_the_published_version_without_fitting(history, tmp_path: Path) -> None:  # noqa: F811
+    from agent.jobs import load_job
+    from agent.surrogates.contract import SourceFits
+    from agent.tuning.published import scope_of
+    from agent.tuning.source_models import update_for_job
+
+    built = update_for_job(history, tmp_path / "A" / "models", "mlp")
+    assert built["fitted"] == N_SOURCES and built["published"] == 1
+    record = history.current_meta_models(scope_of("mlp", load_job("mlp").space))
+    assert record is not None and record.version == 1 and any(f.startswith("source_models/") for f in record.files)
+
+    store, lines = _store(history, tmp_path / "B" / "models")  # a teammate's folder: no models/ at all
+    fits = SourceFits(store)
+    planned, plan_lines = _plan(history, tmp_path / "B" / "models", fits)
+    assert fits.fitted == 0, plan_lines
+    assert not any("fitting" in line for line in plan_lines)
+    assert any("fetching version 1" in line for line in lines)
+    assert len(planned.plan.source_keys) == N_SOURCES
+
+    again, lines = _store(history, tmp_path / "C" / "models")  # the cache serves: nothing fetched again
+    fits = SourceFits(again)
+    _plan(history, tmp_path / "C" / "models", fits)
+    assert fits.fitted == 0 and not any("fetching" in line for line in lines)
+    # nothing new in the history: no new version
+    assert update_for_job(history, tmp_path / "C" / "models", "mlp")["published"] == 1
+
+
+def test_studies_ending_at_once_both_publish_their_additions(history, tmp_path: Path) -> None:  # noqa: F811
+    from agent.jobs import load_job
+    from agent.knowledge.starter import write_entries
+    from agent.tuning.published import publish_added
+    from agent.tuning.source_models import update_for_job, update_source_models
+
+    update_for_job(history, tmp_path / "A", "mlp")
+    entries, space = _starter_entries(N_SOURCES, 2)
+    write_entries(history, entries, space, "test")  # two studies end: two more datasets
+    job = load_job("mlp")
+    results: list[str | None] = []
+
+    def end_of_study(folder: str) -> None:
+        store, _ = _store(history, tmp_path / folder)
+        update_source_models(history, tmp_path / folder, "mlp", job.space, store=store)
+        results.append(publish_added(history, store, "mlp", job.space, lambda: "test"))
+
+    threads = [threading.Thread(target=end_of_study, args=(f,)) for f in ("S1", "S2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and all(r and "published to version 1" in r for r in results), results
+
+    store, _ = _store(history, tmp_path / "fresh")
+    from agent.surrogates.contract import SourceFits
+
+    fits = SourceFits(store)
+    planned, lines = _plan(history, tmp_path / "fresh", fits)
+    assert fits.fitted == 0, lines  # both additions are in the store
+    assert len(planned.plan.source_keys) == N_SOURCES + 2
+
+
+def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(history, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from agent.jobs import load_job
+    from agent.knowledge.meta_cache import default_root, fetch
+    from agent.tuning.published import scope_of
+    from agent.tuning.source_models import update_for_job
+
+    update_for_job(history, tmp_path / "A", "mlp")
+    scope = scope_of("mlp", load_job("mlp").space)
+    first = fetch(history, scope)
+    chunk = first.paths("source_models/")[0]
+    chunk.write_text("damaged\n")
+    lines: list[str] = []
+    again = fetch(history, scope, lines.append)
+    assert any("is corrupt; fetching it again" in line for line in lines), lines
+    assert again.paths("source_models/")[0].read_text() != "damaged\n"
+
+    record = history.current_meta_models(scope)  # the store's own copy damaged: left out, in one line
+    original = history.fetch_meta_model_file
+
+    def damaged(rec, name, target):  # noqa: ANN001, ANN202
+        original(rec, name, target)
+        Path(target).write_text("not what its name says\n")
+
+    monkeypatch.setattr(history, "fetch_meta_model_file", damaged)
+    monkeypatch.setenv("TUNE_AGENT_CACHE", str(tmp_path / "other-cache"))
+    lines = []
+    got = fetch(history, scope, lines.append)
+    assert got.record is not None and got.record.record_id == record.record_id
+    assert got.paths("source_models/") == [] and any("is corrupt" in line for line in lines), lines
+    assert default_root() == tmp_path / "other-cache"
+
+
+def test_a_cache_others_can_write_is_not_trusted(history, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from agent.knowledge.meta_cache import cache_root
+
+    shared = tmp_path / "shared-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("TUNE_AGENT_CACHE", str(shared))
+    lines: list[str] = []
+    root = cache_root(lines.append)
+    assert root != shared and len(lines) == 1 and "writable by other users" in lines[0]
+
+
+def test_the_in_memory_store_keeps_versions_as_mlflow_does() -> None:
+    from agent.knowledge.memory import InMemoryKnowledgeBase
+
+    kb = InMemoryKnowledgeBase()
+    assert kb.current_meta_models("mlp/x") is None
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "a.jsonl"
+        path.write_text("{}\n")
+        first = kb.publish_meta_models("mlp/x", "1.1", "r1", {"source_models/a.jsonl": path})
+        kb.add_meta_model_file(first, "source_models/b.jsonl", path)
+        second = kb.publish_meta_models("mlp/x", "1.1", "r2", {"files/tnp.json": path})
+        current = kb.current_meta_models("mlp/x")
+        assert current is not None and current.version == second.version == 2 and current.files == ("files/tnp.json",)
+        kb.fetch_meta_model_file(current, "files/tnp.json", Path(tmp) / "out" / "tnp.json")
+        assert (Path(tmp) / "out" / "tnp.json").read_text() == "{}\n"
