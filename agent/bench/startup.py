@@ -18,7 +18,8 @@ from typing import Any, Iterator
 
 
 TRIAL_ONE_DONE = re.compile(rb"trial 1 done \([^)]*\): .*? in ([0-9.]+) s")
-WARM = ", warm process"  # an arm's suffix: the command run by a warm process (agent.ops.warm_process)
+WARM = ", warm process"
+FIRST_FETCH = "warm, first fetch"  # a teammate's first start: an empty cache, the published version fetched  # an arm's suffix: the command run by a warm process (agent.ops.warm_process)
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -30,13 +31,13 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def warm_process(root: Path, say: Any = print) -> Iterator[dict[str, str]]:
+def warm_process(root: Path, say: Any = print, extra: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
     """A warm process of its own (in ``root``) for the arms that use one, started and waited for
     before them and stopped after; yields the environment those arms run with, whole: taken now,
     since this process's own environment changes as it imports (scikit-learn sets ``KMP_*``
     variables), and a command from another environment is not the warm process's to run."""
     exe = str(Path(sys.executable).with_name("tune-agent"))
-    env = _env({"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process")})
+    env = _env({"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process"), **(extra or {})})
     say("starting a warm process for the arms that use one")
     started = subprocess.run([exe, "daemon", "start", "--wait", "600"], env=env, capture_output=True,
                              text=True, timeout=660)
@@ -93,7 +94,8 @@ def _timed_run(args: list[str], cwd: Path, tty: bool, marker: bytes, timeout: fl
     found = TRIAL_ONE_DONE.search(seen)
     training = round(done - float(found.group(1)), 3) if done is not None and found else None
     return {"first_output_s": first, "first_trial_s": marked, "training_s": training, "exit": proc.returncode,
-            "progress_display": "\x1b[" in text and "ETA" in text, "tail": text[-300:]}
+            "progress_display": "\x1b[" in text and "ETA" in text, "fitted_sources": "source models: fitting" in text,
+            "fetched": "meta-models: fetching" in text, "tail": text[-300:]}
 
 
 def run_startup_bench(repeats: int = 5, dataset: str = "iris", job: str = "mlp", warm: bool = True,
@@ -158,23 +160,27 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
                            in_process: bool = True, warm: bool = True, say: Any = print) -> dict[str, Any]:
     """Time to first trial of the default warm-started ``start`` against a cold one (``--warm-start
     none --surrogate gp``) on the starter history, each run on a CSV new to the history, piped,
-    alternated; ``in_process``: both again with every trial trained in the study's process
-    (``TUNE_AGENT_TRIAL_PROCESS=0``, as before :mod:`agent.execution.trial_process`); and
-    (``refit``) once with no stored source models, as every study ran before they were stored. The
-    history is imported and its source models built once, by ``bootstrap --starter``. Two times per
+    alternated, from a folder that is not the bootstrap's (a teammate's: no ``models/``, the
+    store's published meta-models fetched into a cache of the benchmark's own); ``in_process``:
+    both again with every trial trained in the study's process (``TUNE_AGENT_TRIAL_PROCESS=0``);
+    ``refit``: the warm start once more with an empty cache each run (a teammate's very first
+    start: the published version fetched, nothing fitted). The history is imported and its source
+    models built and published once, by ``bootstrap --starter`` in its own folder. Two times per
     run: the line ``trial 1/`` (the trial asked and its run made) and when its training began (its
-    end less the seconds it says it trained: the trial process may still be importing at the line).
-    ``warm``: both again, each command run by a warm process (:mod:`agent.ops.warm_process`) started
-    before the runs."""
+    end less the seconds it says it trained). ``warm``: both again, each command run by a warm
+    process (:mod:`agent.ops.warm_process`) started before the runs."""
     exe = str(Path(sys.executable).with_name("tune-agent"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]
-        models = root / "models"
-        say(f"importing {starter} and building its source models (once)")
+        builder, teammate = root / "bootstrap", root / "teammate"
+        builder.mkdir()
+        teammate.mkdir()
+        cache = {"TUNE_AGENT_CACHE": str(root / "cache")}
+        say(f"importing {starter} and building and publishing its source models (once, in {builder})")
         start = time.perf_counter()
-        built = subprocess.run([exe, "bootstrap", "--starter", str(starter), "--models-dir", str(models), *store],
-                               capture_output=True, text=True, timeout=3600, env=_env())
+        built = subprocess.run([exe, "bootstrap", "--starter", str(starter), *store], cwd=builder,
+                               capture_output=True, text=True, timeout=3600, env=_env(cache))
         if built.returncode != 0:
             raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
         bootstrap_s = time.perf_counter() - start
@@ -183,21 +189,24 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         plan = [(arm, i) for i in range(repeats) for arm in arms]
         if refit:
-            runs["warm, no stored source models"] = []
-            plan.append(("warm, no stored source models", repeats))
+            runs[FIRST_FETCH] = []
+            plan += [(FIRST_FETCH, i) for i in range(repeats)]
         stack = contextlib.ExitStack()
-        served = stack.enter_context(warm_process(root, say)) if warm else {}
+        served = {**stack.enter_context(warm_process(root, say, cache)), **cache} if warm else {}
         for n, (arm, i) in enumerate(plan):
             table = _table(root / f"table-{n}.csv", seed=n)
             extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
-            folder = models if arm != "warm, no stored source models" else root / "empty-models"
             args = [exe, "start", "--dataset", str(table), "--job", job, "--trials", "1", "--epochs", "1",
-                    "--study-name", f"{arm.split(',')[0]}-{n}", "--models-dir", str(folder), *extra, *store]
-            env = {"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else None
-            run = _timed_run(args, root, False, b"trial 1/", timeout=3600, env_extra=env,
+                    "--study-name", f"{arm.split(',')[0].replace(' ', '-')}-{n}", *extra, *store]
+            env = {**cache, **({"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else {})}
+            if arm == FIRST_FETCH:
+                env["TUNE_AGENT_CACHE"] = str(root / f"cache-{n}")
+            run = _timed_run(args, teammate, False, b"trial 1/", timeout=3600, env_extra=env,
                              env=served if arm.endswith(WARM) else None)
             runs[arm].append({k: v for k, v in run.items() if k != "tail"})
+            fitted = run["fitted_sources"]
             say(f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s, training from {run['training_s']} s"
+                + (" (source GPs fitted)" if fitted else "")
                 if run["first_trial_s"] is not None
                 else f"{arm} {i + 1}: no trial started (exit {run['exit']}): {run['tail'][-200:]}")
         stack.close()
@@ -229,16 +238,18 @@ def run_warm_startup_bench(starter: Path, repeats: int = 3, job: str = "mlp", re
         summary["warm_process_over_fresh_warm"] = ratio(f"warm{WARM}", "warm")
         summary["warm_over_cold_warm_process"] = ratio(f"warm{WARM}", f"cold{WARM}")
     if refit:
-        summary["refit_over_warm"] = ratio("warm, no stored source models", "warm", "median_first_trial_s")
+        summary["first_fetch_over_warm"] = ratio(FIRST_FETCH, "warm", "median_first_trial_s")
     return {"command": f"tune-agent start --dataset TABLE.csv --job {job} --trials 1 --epochs 1 [--warm-start none "
                        "--surrogate gp]", "history": str(starter), "bootstrap_seconds": round(bootstrap_s, 1),
             "summary": summary, "runs": runs,
-            "protocol": "one store with the starter history and its source models (bootstrap --starter); each run a "
-                        "fresh process, piped, on a CSV new to the history (80% of wine's rows, its own seed); the "
+            "protocol": "one store with the starter history, its source models built and published by bootstrap --starter "
+                        "in a folder of its own; each study run from another folder (no models/ there; the published "
+                        "meta-models fetched into the benchmark's cache), a fresh process, piped, on a CSV new to the "
+                        "history (80% of wine's rows, its own seed); the "
                         "arms alternated; first trial: the line 'trial 1/'; training starts: the line 'trial 1 done' "
                         "less the seconds it says the trial trained; 'trials in this process': "
                         "TUNE_AGENT_TRIAL_PROCESS=0; 'warm process': run by a warm process started before the runs (every "
-                        "other arm TUNE_AGENT_DAEMON=0); the refit run points --models-dir at an empty folder"}
+                        "other arm TUNE_AGENT_DAEMON=0); 'warm, first fetch': an empty cache each run (the published version fetched)"}
 
 
 READING_COMMANDS = ("best", "history", "report", "report --rebuild", "neighbors", "doctor")

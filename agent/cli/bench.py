@@ -190,8 +190,8 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
 @click.option("--out", default=None, help="[default: metrics/startup.json, with --warm metrics/startup_warm.json]")
 @click.option("--warm", "starter", is_flag=False, flag_value=STARTER_FILE, default=None,
               help=f"Warm against cold on a starter history (default {STARTER_FILE}): time to first trial of the "
-                   "default warm-started study, a cold one, and one with no stored source models.")
-@click.option("--no-refit", is_flag=True, help="With --warm: skip the run without stored source models (minutes).")
+                   "default warm-started study, a cold one, and one with an empty meta-model cache, each from a folder that is not the bootstrap's.")
+@click.option("--no-refit", is_flag=True, help="With --warm: skip the runs with an empty meta-model cache (a teammate's first start).")
 @click.option("--no-in-process", is_flag=True, help="With --warm: skip the arms that train in the study's process "
                                                    "(TUNE_AGENT_TRIAL_PROCESS=0) beside the default trial process.")
 @click.option("--no-warm-process", is_flag=True, help="Skip the arms run by a warm process (`tune-agent daemon`); "
@@ -204,9 +204,9 @@ def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter
 
     check_positive("--repeats", repeats)
     if starter is not None:
-        if not Path(starter).is_file():
-            raise TuneAgentError(f"starter history not found: {starter}")
-        report = run_warm_startup_bench(Path(starter), repeats, job, refit=not no_refit, in_process=not no_in_process,
+        from agent.knowledge.starter import starter_path
+
+        report = run_warm_startup_bench(starter_path(starter), repeats, job, refit=not no_refit, in_process=not no_in_process,
                                         warm=not no_warm_process, say=lambda line: click.echo(line, err=True))
     else:
         report = run_startup_bench(repeats, dataset, job, warm=not no_warm_process,

@@ -130,17 +130,14 @@ meta.add_command(evaluate_cmd, "evaluate")
 @talks("loading the dataset and the history")
 def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None,
               as_json: bool) -> None:
-    """Print the nearest historical datasets, their distances and best configurations."""
-    from agent.data import describe_dataset, load_dataset, sample_dataset
-    from agent.jobs import load_job
-    from agent.tuning.service import SAMPLE_SIZE
-    from agent.tuning.warmstart import plan_warm_start
+    """Print the nearest historical datasets, their distances and best configurations: those a
+    `start` with the same options would seed from, with the distances it records."""
+    from agent.config import StudyRequest
+    from agent.tuning.service import preview_warm_start
 
-    ds = load_dataset(dataset, label=label, drop=drop)
-    job_obj = load_job(job)
-    kb = kb_for(tracking_uri, reads=True)
-    warm = plan_warm_start(kb, job_obj, ds, sample_dataset(ds, SAMPLE_SIZE, seed=seed), describe_dataset(ds),
-                           warm_start, k, Path(models_dir))
+    req = StudyRequest(dataset=dataset, job=job, label=label, drop=drop, warm_start=warm_start, k=k,
+                       models_dir=models_dir, seed=seed, tracking_uri=tracking_uri)
+    warm, job_obj, ds = preview_warm_start(req, kb_for(tracking_uri, reads=True))
     if as_json:
         click.echo(json.dumps({"dataset": ds.name, "job": job_obj.name, "method": warm.method, "message": warm.message,
                                "far_from_history": warm.far, "distance_ratio": warm.distance_ratio,

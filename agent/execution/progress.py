@@ -83,7 +83,14 @@ class ProgressReporter:
             self._live(done)
 
     def trial_started(self, trial: TrialRecord) -> None:
+        from agent.samplers.origins import explain_origin, origin_kind
+
         self.line(f"trial {trial.number + 1}/{self.total} [{trial.origin}] {_fmt(trial.config)}", style="cyan")
+        explained = self.__dict__.setdefault("_explained", set())
+        kind = origin_kind(trial.origin)
+        if trial.origin and kind not in explained:  # the first of its kind: what the tag means, once
+            explained.add(kind)
+            self.line(f"  [{trial.origin}]: {explain_origin(trial.origin)}", style="dim")
 
     def trial_finished(self, trial: TrialRecord, best: TrialRecord | None, trials: list[TrialRecord]) -> None:
         done = sum(t.state in COUNTED_STATES for t in trials)

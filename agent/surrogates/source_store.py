@@ -69,6 +69,7 @@ class SourceModelStore:
         self._portfolios: dict[str, np.ndarray] = {}
         self.write_error: str | None = None
         self.added: list[dict[str, Any]] = []
+        self._in_store: set[tuple[str, ...]] = set()
 
     # -- reading ---------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -79,9 +80,16 @@ class SourceModelStore:
         for path in [*published, self.path]:
             for line in _lines(Path(path)):
                 try:
-                    self._take(json.loads(line))
+                    record = json.loads(line)
+                    self._take(record)
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a crash, or from another format
+                if path != self.path:
+                    self._in_store.add(_key(record))
+
+    def unpublished(self) -> list[dict[str, Any]]:
+        """The records held that no published file holds (``models_dir``'s own and those added)."""
+        return [r for r in self.records() if _key(r) not in self._in_store]
 
     def records(self) -> list[dict[str, Any]]:
         """Every record held (published, local and added), one per key: what a new published
@@ -167,3 +175,12 @@ def _lines(path: Path) -> list[str]:
         return path.read_text().splitlines() if path.is_file() else []
     except (OSError, UnicodeDecodeError):
         return []
+
+
+def _key(record: dict[str, Any]) -> tuple[str, ...]:
+    kind = record.get("type", "")
+    if kind == "fit":
+        return (kind, str(record.get("digest")), str(record.get("kernel")), str(record.get("revision")))
+    if kind == "source":
+        return (kind, str(record.get("key")), str(record.get("stamp")))
+    return (kind, str(record.get("id")))

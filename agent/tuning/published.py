@@ -77,12 +77,14 @@ def _blob(records: list[dict[str, Any]]) -> bytes:
 
 def publish_added(kb: KnowledgeBase, store: SourceModelStore, job_name: str, space: Any,
                   revision: Callable[[], str]) -> str | None:
-    """Publishes what ``store`` added in this process as one chunk of the scope's current version
-    (its first version, covering history ``revision()``, when there is none). The line to say, or
-    None when nothing was added."""
-    if not store.added:
+    """Publishes what ``store`` holds and the store's current version lacks (what this process
+    added, and what ``models_dir`` kept from earlier studies that could not publish) as one chunk
+    of that version (its first version, covering history ``revision()``, when there is none). The
+    line to say, or None when there was nothing to publish."""
+    records = store.unpublished()
+    if not records:
         return None
-    blob = _blob(store.added)
+    blob = _blob(records)
     name = chunk_name(blob)
     scope = scope_of(job_name, space)
     with tempfile.TemporaryDirectory(prefix="tune-agent-chunk-") as tmp:
@@ -95,8 +97,8 @@ def publish_added(kb: KnowledgeBase, store: SourceModelStore, job_name: str, spa
             else:
                 kb.add_meta_model_file(current, name, path)
         except StoreError as exc:
-            return f"meta-models: this study's {len(store.added)} record(s) not published ({exc}); kept in {store.path}"
-    return f"meta-models: {len(store.added)} record(s) published to version {current.version} of {scope}"
+            return f"meta-models: {len(records)} record(s) not published ({exc}); kept in {store.path}"
+    return f"meta-models: {len(records)} record(s) published to version {current.version} of {scope}"
 
 
 def publish_version(kb: KnowledgeBase, store: SourceModelStore, models_dir: Path | str, job_name: str, space: Any,

@@ -145,3 +145,35 @@ def test_the_in_memory_store_keeps_versions_as_mlflow_does() -> None:
         assert current is not None and current.version == second.version == 2 and current.files == ("files/tnp.json",)
         kb.fetch_meta_model_file(current, "files/tnp.json", Path(tmp) / "out" / "tnp.json")
         assert (Path(tmp) / "out" / "tnp.json").read_text() == "{}\n"
+
+
+def test_neighbors_prints_what_start_seeds_from_and_origins_are_explained_once(history, store, cli,  # noqa: F811
+                                                                               tmp_path: Path) -> None:
+    import json
+
+    res = cli("neighbors", "--dataset", "digits?fraction=0.4&seed=5", "--job", "mlp", "--json", "--models-dir", str(tmp_path / "m"),
+              "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    listed = json.loads(res.out)["neighbours"]
+    assert listed
+    res = cli("start", "--dataset", "digits?fraction=0.4&seed=5", "--job", "mlp", "--trials", "3", "--epochs", "1",
+              "--study-name", "nb",
+              "--models-dir", str(tmp_path / "m"), *store.args)
+    assert res.code == 0, res.err
+    recorded = json.loads(store.kb().study_tags(store.kb().find_study("nb"))["warm_start"])["neighbours"]
+    assert [(n["dataset"], n["distance"]) for n in listed] == [(n["name"], n["distance"]) for n in recorded]
+    assert "record(s) published to version 1" in res.out  # the plan's source fits and its own source, for everyone
+    # each kind of origin tag is explained on its first trial, once
+    assert res.out.count("]: the best configuration of a neighbouring historical dataset") == 1, res.out
+    assert "]: a Bayesian-optimisation step (acquisition logei)" in res.out or "]: a point of the initial design" in res.out
+
+
+def test_every_origin_a_sampler_gives_has_an_explanation() -> None:
+    from agent.samplers.origins import explain_origin
+
+    for origin in ("warm:handcrafted:wine", "init:sobol", "init:lhs", "init:rgpe", "init:cold-fallback", "bo:logei",
+                   "bo:target-gp", "random", "random:interleaved", "random:hts-exhausted", "tpe", "hts:iris",
+                   "import", "init:table"):
+        line = explain_origin(origin)
+        assert line and "a step of the study's sampler" not in line, origin
+    assert "cold one" in explain_origin("init:cold-fallback") and "Sobol" in explain_origin("init:sobol")
