@@ -108,10 +108,23 @@ def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None
         assert all(t.state == TRIAL_OK for t in trials)
     # the runs are rows in PostgreSQL, and the dataset samples went through MLflow's artifact proxy
     psql = [pg_binary("psql"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "tune_agent", "-d", "mlflow", "-tAc",
-            "SELECT count(*) FROM runs"]
+            "SELECT count(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid WHERE t.key = 'tune_agent.kind' "
+            "AND t.value IN ('study', 'trial')"]
     password = (data / "auth" / "postgres_password").read_text().strip()
     rows = subprocess.run(psql, capture_output=True, text=True, check=True, env={**os.environ, "PGPASSWORD": password})
     assert int(rows.stdout.strip()) == 4 * 4
+    # the four studies ended at once and each published its source: the store's meta-models hold all four
+    from agent.jobs import load_job
+    from agent.knowledge.meta_cache import fetch
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.published import scope_of
+
+    job = load_job("agent.jobs.examples:logistic")
+    got = fetch(kb, scope_of(job.name, job.space))
+    assert got.record is not None and got.paths("source_models/"), got
+    published = SourceModelStore(Path(tempfile.mkdtemp()) / "none", got.paths("source_models/"))
+    names = {r["name"] for r in published.records() if r["type"] == "source"}
+    assert {kb.find_study(f"team-{d}").dataset for d in datasets} <= names, names
     # without the password PostgreSQL refuses everyone, MLflow's login cannot be gone around
     bare = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"PGPASSFILE": os.devnull}
     refused = subprocess.run([*psql[:-1], "SELECT 1"], capture_output=True, text=True, env=bare, stdin=subprocess.DEVNULL)
@@ -160,6 +173,8 @@ def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner
     get_app_client("basic-auth", tracking_uri=url).create_user("bob", "bob-password-123")
     mine = start("by-bob", "bob", "bob-password-123")
     assert mine.code == 0, mine.err[-2000:]
+    # bob reads the team's meta-models but may not add to them (READ): one line, the study's result stands
+    assert "not published" in mine.out and "bob has no permission to publish" in mine.out, mine.out
     kb = MlflowKnowledgeBase(url)
     theirs, bobs = kb.find_study("team-iris"), kb.find_study("by-bob")  # bob reads everyone's studies
     assert theirs is not None and bobs is not None and bobs.tags.get("owner") == "bob"

@@ -52,6 +52,7 @@ EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_develop
 # shows only Run Name, Created, Dataset, Duration, Source and Models, every metric and parameter
 # hidden until chosen; the link of :func:`runs_view_url` opens this view with nothing to click.
 VIEW_KEY = "tune-agent"
+KNOWLEDGE_EXPERIMENT = "tune-agent/knowledge"  # published meta-models (:mod:`.meta_models`): no studies there
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 
 
@@ -251,8 +252,9 @@ class MlflowConnection(KnowledgeBase):
         return urlparse(self.tracking_uri).scheme in ("http", "https")
 
     def _tune_experiments(self) -> list[Any]:
-        """tune-agent's experiments (``tune-agent/<job>``), with their tags."""
-        return [e for e in self._call(self._client.search_experiments, max_results=1000) if e.name.startswith("tune-agent/")]
+        """tune-agent's experiments of studies (``tune-agent/<job>``), with their tags."""
+        return [e for e in self._call(self._client.search_experiments, max_results=1000)
+                if e.name.startswith("tune-agent/") and e.name != KNOWLEDGE_EXPERIMENT]
 
     def runs_view(self, job: str, space: list[Mapping[str, Any]], ui: str) -> str | None:
         """The link (:func:`runs_view_url`, the UI at ``ui``) to ``job``'s experiment with its saved

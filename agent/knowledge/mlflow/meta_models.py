@@ -20,10 +20,10 @@ from urllib.parse import unquote, urlparse
 
 from agent.errors import StoreError
 from agent.knowledge.base import MetaModelsRecord
-from agent.knowledge.mlflow.connection import EXPERIMENT_KIND, MODEL_TRAINING, MlflowConnection
+from agent.knowledge.mlflow.connection import EXPERIMENT_KIND, KNOWLEDGE_EXPERIMENT, MODEL_TRAINING, MlflowConnection
 from agent.knowledge.mlflow.store_file import T, store_exists
 
-EXPERIMENT = "tune-agent/knowledge"
+EXPERIMENT = KNOWLEDGE_EXPERIMENT
 KIND = "meta-models"
 FOLDERS = ("files", "source_models")
 
@@ -121,7 +121,19 @@ class MlflowMetaModels(MlflowConnection):
                 os.link(path, staged)
             except OSError:
                 shutil.copyfile(path, staged)
-            self._call(self._client.log_artifact, run_id, str(staged), folder or None)
+            self._call(self._refusal_said, self._client.log_artifact, run_id, str(staged), folder or None)
+
+    def _refusal_said(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` with the artifact proxy's refusal (an HTTP error, not MLflow's) as one line."""
+        try:
+            return fn(*args)
+        except OSError as exc:  # requests' HTTPError is an OSError
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            if status in (401, 403):
+                who = self.owner or "this user"
+                raise StoreError(f"{who} has no permission to publish to {EXPERIMENT} ({status}): meta-models are "
+                                 "published by users with EDIT on it") from None
+            raise
 
     def add_meta_model_file(self, record: MetaModelsRecord, name: str, path: Path) -> None:
         self._log_as(record.record_id, name, Path(path))
