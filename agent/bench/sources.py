@@ -68,7 +68,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
     pin_threads()
     spec = f"yahpo:{scenario}"
     job = load_job(spec)
-    out: dict[str, Any] = {"scenario": scenario, "target": target, "points_per_source": points, "budget": budget,
+    out: dict[str, Any] = {"scenario": Path(scenario).name, "target": target, "dimensions": job.space.dim, "points_per_source": points, "budget": budget,
                            "engine": engine_fingerprint("bench/sources.py"), "environment": environment(), "runs": []}
     for size in sizes:
         start = time.perf_counter()
@@ -103,9 +103,36 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
                 out["runs"].append(row)
                 if progress is not None:
                     progress(str(row))
-    out["protocol"] = ("N synthetic sources: task (i mod 33)'s YAHPO lcbench surface at 30 random configurations of seed "
+    out["protocol"] = ("N synthetic sources: task (i mod T)'s surface of the YAHPO scenario (T tasks less the target) at 30 random configurations of seed "
                        "(0, i), one finished study each in an in-memory store; source models built once "
                        "(update_source_models, timed apart; above fit_up_to sources each task's first fit is transplanted to its other sources, with each source's own signal check); then prepare_study (warm start none, the method as "
                        "--surrogate) on the held-out target, timed, and a study of `budget` trials whose BO asks give "
                        "the median suggestion time")
     return out
+
+
+def plot_sources(report: dict[str, Any], path: Path) -> Path:
+    """Preparation and median suggestion seconds against the number of sources, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    methods = sorted({r["method"] for r in report["runs"]})
+    for method in methods:
+        rows = sorted((r for r in report["runs"] if r["method"] == method), key=lambda r: r["sources"])
+        for ax, key in zip(axes, ("prepare_s", "median_suggest_s")):
+            ax.plot([r["sources"] for r in rows], [r[key] for r in rows], marker="o", label=method)
+    for ax, title in zip(axes, ("preparation (s)", "median suggestion (s)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("source datasets in the history")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"{report['scenario']}: {report.get('dimensions', '?')} hyperparameters", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

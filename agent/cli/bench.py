@@ -164,10 +164,13 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
 @click.option("--fit-up-to", type=int, default=240, show_default=True,
               help="Above this many sources, each task's first fitted GP is reused for its other sources (fitting "
                    "10,000 GPs takes about an hour on 2 cores).")
-@click.option("--out", default="metrics/sources.json", show_default=True)
-def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to: int, out: str) -> None:
+@click.option("--scenario", default="lcbench", show_default=True,
+              help="A YAHPO scenario: a name under the YAHPO root or a folder (`bench mixed-scenario` writes a "
+                   "mixed, conditional one).")
+@click.option("--out", default="metrics/sources.json", show_default=True, help="Also writes a plot beside it in plots/.")
+def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to: int, scenario: str, out: str) -> None:
     """Preparation and suggestion seconds of a study as the history grows to thousands of datasets."""
-    from agent.bench.sources import measure_sources
+    from agent.bench.sources import measure_sources, plot_sources
     from agent.config import check_positive
 
     check_positive("--budget", budget)
@@ -178,9 +181,27 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
     for n in counts:
         check_positive("--sizes", n)
     report = measure_sources(counts, [m.strip() for m in methods.split(",") if m.strip()], target, budget=budget,
-                             fit_up_to=fit_up_to, progress=lambda line: click.echo(line, err=True))
+                             fit_up_to=fit_up_to, scenario=scenario, progress=lambda line: click.echo(line, err=True))
     write_json(Path(out), report)
+    plot = plot_sources(report, Path(out).resolve().parent.parent / "plots" / f"{Path(out).stem}.png")
     click.echo(json.dumps(report["runs"], indent=2))
+    click.echo(f"plot: {plot}", err=True)
+
+
+@bench.command("mixed-scenario")
+@click.option("--out", default="data/lcbench_mixed", show_default=True, help="The scenario folder to write.")
+@click.option("--tasks", type=int, default=118, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def bench_mixed_scenario(out: str, tasks: int, seed: int) -> None:
+    """Write a YAHPO-format scenario of an XGBoost-shaped space (14 mixed, partly conditional
+    hyperparameters) derived from lcbench: a stand-in for measuring cost on mixed spaces."""
+    from agent.bench.mixed_scenario import write_mixed_scenario
+    from agent.config import check_positive
+    from agent.jobs.yahpo import yahpo_root
+
+    check_positive("--tasks", tasks)
+    folder = write_mixed_scenario(Path(out), yahpo_root() / "lcbench", tasks=tasks, seed=seed)
+    click.echo(f"wrote {folder}: {tasks} tasks; use it as --scenario {folder} or --job yahpo:{folder.resolve()}")
 
 
 @bench.command("startup")

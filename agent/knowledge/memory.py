@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from agent.errors import StoreError
 from agent.knowledge import layout
 from agent.knowledge.base import TRIAL_RUNNING, KnowledgeBase, MetaModelsRecord, StudyRecord, TrialRecord
+from agent.knowledge.memory_meta import InMemoryMetaModels
 
 SCHEME = "memory"
 _RESERVED = ("objective", "duration_s")  # metrics that are TrialRecord fields, not ``extra``
@@ -128,7 +129,7 @@ class ModelRun:
     finished: bool
 
 
-class InMemoryKnowledgeBase(KnowledgeBase):
+class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
     """Studies, trials and meta-model runs in this process's memory. See the module docstring."""
 
     def __init__(self, uri: str = f"{SCHEME}:") -> None:
@@ -374,44 +375,6 @@ class InMemoryKnowledgeBase(KnowledgeBase):
                     run.log(key, float(value), 0)
             info["artifacts"].update(files)
             info["finished"] = True
-
-    # -- published meta-models -----------------------------------------------------------------
-    def current_meta_models(self, scope: str) -> MetaModelsRecord | None:
-        with self._lock:
-            versions = self._meta_models.get(scope, [])
-            if not versions:
-                return None
-            record, files = versions[-1]
-            return replace(record, files=tuple(sorted(files)))
-
-    def publish_meta_models(self, scope: str, engine: str, revision: str, files: Mapping[str, Path]) -> MetaModelsRecord:
-        blobs = {name: Path(path).read_bytes() for name, path in files.items()}
-        with self._lock:
-            versions = self._meta_models.setdefault(scope, [])
-            record = MetaModelsRecord(self._new_id(), scope, len(versions) + 1, engine, revision,
-                                      int(time.time() * 1000), tuple(sorted(blobs)))
-            versions.append((record, blobs))
-            return record
-
-    def _meta_files(self, record: MetaModelsRecord) -> dict[str, bytes]:
-        for stored, files in self._meta_models.get(record.scope, []):
-            if stored.record_id == record.record_id:
-                return files
-        raise StoreError(f"no meta-models version {record.record_id} in {self.tracking_uri}")
-
-    def add_meta_model_file(self, record: MetaModelsRecord, name: str, path: Path) -> None:
-        blob = Path(path).read_bytes()
-        with self._lock:
-            self._meta_files(record).setdefault(name, blob)
-
-    def fetch_meta_model_file(self, record: MetaModelsRecord, name: str, target: Path) -> None:
-        with self._lock:
-            files = self._meta_files(record)
-            if name not in files:
-                raise StoreError(f"meta-models version {record.version} of {record.scope} has no file {name}")
-            blob = files[name]
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_bytes(blob)
 
     def model_run(self, run_id: str) -> ModelRun:
         """A snapshot of a meta-model run."""

@@ -51,10 +51,9 @@ class Fetched:
 
 
 def default_root() -> Path:
-    if os.environ.get(ENV):
-        return Path(os.environ[ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tune-agent"
+    from agent.knowledge.study_cache import user_cache_dir
+
+    return Path(os.environ[ENV]).expanduser() if os.environ.get(ENV) else user_cache_dir()
 
 
 def cache_root(progress: Progress | None = None) -> Path:

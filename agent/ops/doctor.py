@@ -79,23 +79,30 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
     return out
 
 
-def _source_model_checks(studies: list[Any], models_dir: Path) -> list[Check]:
+def _source_model_checks(studies: list[Any], models_dir: Path, tracking_uri: str | None,
+                         artifact_root: str | None) -> list[Check]:
     """How much of the history (``studies``, as the store check listed them) a study loads instead
-    of fitting (models/source_models.jsonl)."""
+    of fitting: the store's published source models (fetched into the cache) and models_dir's own."""
     from agent.errors import TuneAgentError
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.meta_cache import CHUNKS, fetch
     from agent.tuning.source_models import coverage
 
     try:
-        stored, total = coverage(studies, models_dir)
+        kb = open_knowledge_base(tracking_uri, artifact_root, fast_reads=True)
+        scopes = sorted({f"{s.job}/{s.space_signature}" for s in studies})
+        published = [p for scope in scopes for p in fetch(kb, scope).paths(CHUNKS)]
+        stored, total = coverage(studies, models_dir, published)
     except TuneAgentError as exc:
         return [Check("source models", FAIL, str(exc))]
     if total == 0:
         return []
+    where = f"the store's published meta-models and {models_dir}" if published else str(models_dir)
     if stored == total:
-        return [Check("source models", OK, f"all {total} historical datasets stored in {models_dir}: studies fit no source GP")]
-    return [Check("source models", WARN, f"{stored} of {total} historical datasets stored in {models_dir}: a transfer "
-                                         "surrogate fits the rest at its start; `tune-agent meta source-models` "
-                                         "(or `dvc repro`) fits them once")]
+        return [Check("source models", OK, f"all {total} historical datasets stored in {where}: studies fit no source GP")]
+    return [Check("source models", WARN, f"{stored} of {total} historical datasets stored in {where}: a transfer "
+                                         "surrogate fits the rest at its start; `tune-agent meta publish` "
+                                         "(or `dvc repro`) fits and publishes them once")]
 
 
 def _model_checks(models_dir: Path) -> list[Check]:
@@ -369,7 +376,7 @@ def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: 
     studies: list[Any] = []
     checks = _store_checks(tracking_uri, artifact_root, studies)  # the store is opened and listed once
     if any(c.name == "store reachable" and c.status == OK for c in checks):
-        checks += _source_model_checks(studies, models_dir)
+        checks += _source_model_checks(studies, models_dir, tracking_uri, artifact_root)
     from agent.ops.warm_process import describe
 
     warm_ok, warm = describe()

@@ -132,21 +132,84 @@ def structural_fixings(space: SearchSpace) -> list[dict[int, float]] | None:
 
 
 def optimize_on_space(acqf: Any, space: SearchSpace, seed: int, budget: AcqBudget = AcqBudget()) -> np.ndarray:
-    """Maximises ``acqf`` over the cube (`d`), per structure (:func:`structural_fixings`) when the
-    space's categoricals and condition parents have few combinations, else over the whole cube."""
+    """Maximises ``acqf`` over the cube (`d`), over the structures of :func:`structural_fixings`
+    when the space's categoricals and condition parents have few combinations, else over the whole
+    cube."""
     import torch
-    from botorch.optim import optimize_acqf, optimize_acqf_mixed
+    from botorch.optim import optimize_acqf
 
     d = space.dim
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
     options = {"seed": seed, "maxiter": budget.maxiter}
     fixed = structural_fixings(space)
     if fixed:
-        x, _ = optimize_acqf_mixed(
-            acqf, bounds, q=1, num_restarts=budget.num_restarts, raw_samples=max(budget.raw_samples // 2, 16),
-            fixed_features_list=fixed, options=options,
-        )
-    else:
-        x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=budget.num_restarts, raw_samples=budget.raw_samples,
-                             options=options)
+        return _optimize_over_structures(acqf, bounds, fixed, seed, budget)
+    x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=budget.num_restarts, raw_samples=budget.raw_samples,
+                         options=options)
     return x.detach().cpu().numpy().reshape(-1)
+
+
+RAW_BATCH = 2048  # raw points per batched acquisition call
+
+
+def _starts(scores: Any, owner: Any, n: int) -> Any:
+    """Indices of the refinement's starting points: the best raw point of each of the ``n`` best
+    structures (a structure's rank: its best raw score), then the best remaining points up to ``n``."""
+    import torch
+
+    per_structure = torch.full((int(owner.max()) + 1,), -1, dtype=torch.long)
+    order = torch.argsort(scores, descending=True)
+    for i in order.tolist():
+        k = int(owner[i])
+        if per_structure[k] < 0:
+            per_structure[k] = i
+    leaders = [int(i) for i in per_structure[per_structure >= 0]]
+    leaders = sorted(leaders, key=lambda i: -float(scores[i]))[:n]
+    rest = [int(i) for i in order.tolist() if int(i) not in set(leaders)][: max(n - len(leaders), 0)]
+    return torch.as_tensor(leaders + rest)
+
+
+def _optimize_over_structures(acqf: Any, bounds: Any, fixed: list[dict[int, float]], seed: int,
+                              budget: AcqBudget) -> np.ndarray:
+    """Raw points of every structure scored together in batched calls, then one batched gradient
+    refinement from the best of them (:func:`_starts`), each start held inside its own structure
+    (its fixed coordinates masked out of the search): the gradient work, a model evaluation per
+    iteration, does not grow with the number of structures, as one ``optimize_acqf`` per structure
+    made it do (with a transfer surrogate, times the sources)."""
+    import torch
+    from botorch.generation.gen import gen_candidates_scipy
+    from torch.quasirandom import SobolEngine
+
+    per = max(budget.raw_samples // 2, 16)
+    d = bounds.shape[-1]
+    raw = SobolEngine(d, scramble=True, seed=seed).draw(per * len(fixed)).double()
+    owner = torch.arange(len(fixed)).repeat_interleave(per)
+    free = torch.ones(len(fixed), d, dtype=raw.dtype)
+    values = torch.zeros(len(fixed), d, dtype=raw.dtype)
+    for k, fixings in enumerate(fixed):
+        cols = torch.as_tensor(list(fixings))
+        free[k, cols] = 0.0
+        values[k, cols] = torch.as_tensor(list(fixings.values()), dtype=raw.dtype)
+    raw = raw * free[owner] + values[owner]  # each structure's share of the raw points takes its fixings
+    with torch.no_grad():
+        scores = torch.cat([acqf(raw[i:i + RAW_BATCH].unsqueeze(1)) for i in range(0, len(raw), RAW_BATCH)])
+    starts = _starts(scores, owner, 2 * budget.num_restarts)
+    # Every structure fixes every categorical and parent (to a value or to INACTIVE): those
+    # coordinates name a point's structure, and the refinement never moves them (zero gradient)
+    naming = (free == 0).all(dim=0)
+
+    def held(Z: Any) -> Any:  # each point's fixed coordinates stay its structure's
+        flat = Z.reshape(-1, d)
+        k = ((flat[:, None, naming] - values[None, :, naming]) ** 2).sum(-1).argmin(-1)
+        return acqf((flat * free[k] + values[k]).reshape(Z.shape))
+
+    torch.manual_seed(seed)
+    found, _ = gen_candidates_scipy(raw[starts].unsqueeze(1), held, bounds[0], bounds[1],
+                                    options={"maxiter": budget.maxiter})
+    k = owner[starts]
+    found = found * free[k].unsqueeze(1) + values[k].unsqueeze(1)
+    with torch.no_grad():
+        value = acqf(found)
+    i = int(torch.argmax(value))
+    best = found[i] if float(value[i]) >= float(scores[starts[0]]) else raw[starts[0]].unsqueeze(0)
+    return best.detach().cpu().numpy().reshape(-1)

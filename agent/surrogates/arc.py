@@ -86,6 +86,11 @@ def make_arc_kernel(space: SearchSpace, init: str = "median") -> Any:
 _ARC: Any = None
 
 
+def is_arc_kernel(kernel: Any) -> bool:
+    """Whether ``kernel`` is an :class:`ArcKernel` (without making the class)."""
+    return _ARC is not None and isinstance(kernel, _ARC)
+
+
 def _arc_class() -> Any:
     global _ARC
     if _ARC is not None:

@@ -81,8 +81,8 @@ def observation_distances(surfaces: Sequence[Any], U: np.ndarray, y: np.ndarray)
 
 
 def _stacked(surfaces: Sequence[Any]) -> Any:
-    """The surfaces as one batched predictor (:class:`agent.surrogates.rgpe._GPStack`), or None."""
-    from agent.surrogates.rgpe import _GPStack, _is_stackable, _kernel_parts
+    """The surfaces as one batched predictor (:class:`agent.surrogates.gp_stack._GPStack`), or None."""
+    from agent.surrogates.gp_stack import _GPStack, _is_stackable, _kernel_parts
 
     if not surfaces or not all(_is_stackable(s) for s in surfaces):
         return None

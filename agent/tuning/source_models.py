@@ -233,12 +233,13 @@ def _local_files_newer(models_dir: Path | str, current: Any) -> bool:
     return False
 
 
-def coverage(studies: Sequence[StudyRecord], models_dir: Path | str) -> tuple[int, int]:
-    """(historical datasets whose data and GP are stored in ``models_dir``, all of them): what
-    ``doctor`` reports. A dataset with too few trials to be a source counts as stored once read."""
+def coverage(studies: Sequence[StudyRecord], models_dir: Path | str, published: Sequence[Path] = ()) -> tuple[int, int]:
+    """(historical datasets whose data and GP are stored in ``models_dir`` or the ``published``
+    chunks, all of them): what ``doctor`` reports. A dataset with too few trials to be a source
+    counts as stored once read."""
     from agent.knowledge.history import group_studies
 
-    store = SourceModelStore(models_dir)
+    store = SourceModelStore(models_dir, published)
     groups = group_studies(list(studies))
     stored = 0
     for key, group in groups.items():

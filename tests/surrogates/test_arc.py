@@ -97,3 +97,28 @@ def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> No
         assert seeds["best_error@10"] == seeds["best_error@30"] == [report["bo"][kernel]["best_error@8"]]
     assert cli(*args).code == 0  # the studies are there: the second run only re-makes the table
     assert len([s for s in store.kb().list_studies() if s.name.startswith("arc-data-")]) == 2
+
+
+def test_arc_kernel_gps_stack_into_one_batched_prediction() -> None:
+    """RGPE over arc-kernel GPs (a conditional space) predicts through one batched stack: the same
+    means and covariances as each GP's own posterior, to rounding."""
+    from agent.surrogates.arc import make_arc_kernel
+    from agent.surrogates.gp_stack import _GPStack, _ModelLoop, _predictor
+    from agent.surrogates.rgpe import RGPE, fit_source_gps
+
+    space = depth_space()
+    rng = np.random.default_rng(0)
+    sources = []
+    for k in range(3):
+        U = space.snap(rng.random((14, space.dim)))
+        sources.append((U, np.sin(3 * U[:, 0] + k) + U[:, -1]))
+    models = fit_source_gps(sources, covar=lambda: make_arc_kernel(space))
+    stack = _predictor(models)
+    assert isinstance(stack, _GPStack) and stack.arc is not None
+    X = torch.as_tensor(rng.random((5, 2, space.dim)))
+    mean, cov = stack.predict(X)
+    loop_mean, loop_cov = _ModelLoop(models).predict(X)
+    assert torch.allclose(mean, loop_mean, atol=1e-6) and torch.allclose(cov, loop_cov, atol=1e-6)
+    assert torch.allclose(stack.predict_mean(X), loop_mean, atol=1e-6)
+    ensemble = RGPE(models, torch.tensor([0.5, 0.3, 0.2]))
+    assert torch.isfinite(ensemble.posterior(X).mean).all()
