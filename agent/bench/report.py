@@ -44,6 +44,9 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
         "suggest_seconds": {m: round(s, 5) for m, s in result["suggest_seconds"].items()},
         # median seconds from a run's start (its store already holding the history) to its first suggestion
         "first_trial_seconds": {m: round(s, 3) for m, s in result.get("first_trial_seconds", {}).items()},
+        # median seconds a (task, seed) spent building its history's source models before its studies,
+        # as `tune-agent meta publish` builds them for the product (shared by that cell's methods)
+        "source_models_seconds": {m: round(s, 3) for m, s in result.get("source_models_seconds", {}).items()},
         "wall_seconds": round(result["wall_seconds"], 2),
         "runs_from_journal": result.get("runs_from_journal", {}),
     }

@@ -152,6 +152,31 @@ class SourceFits:
                                               for i in range(0, len(X), step)]).numpy()
         return self._means[key]
 
+    def means_on(self, sources: Sequence[SourceTask], points: np.ndarray,
+                 inputs: "SurrogateInputs | None" = None) -> np.ndarray:
+        """Every source's GP posterior mean at ``points`` (`s x n`). Arc-kernel GPs (conditional
+        spaces), whose own posterior is the slow one, are evaluated stacked, all at once
+        (:mod:`agent.surrogates.gp_stack`); the rest one by one (:meth:`mean_on`)."""
+        import torch
+
+        from agent.surrogates.gp_stack import _GPStack, _predictor
+
+        digest = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:20]
+        kernel = inputs.kernel if inputs is not None else "plain"
+        todo = [s for s in sources if (s.digest, digest, kernel) not in self._means]
+        if kernel == "arc" and len(todo) > 1:
+            from agent.surrogates.gp import torch_threads
+
+            stack = _predictor([self.gp(s, inputs)[0] for s in todo])
+            if isinstance(stack, _GPStack):
+                step = max(1, int(4e6 // (len(todo) * stack.X.shape[1])))  # bounded memory: s x step x N values
+                X = torch.as_tensor(points, dtype=torch.double)
+                with torch_threads(1), torch.no_grad():
+                    means = torch.cat([stack.means_at(X[i:i + step]) for i in range(0, len(X), step)], dim=-1)
+                for source, row in zip(todo, means.numpy()):
+                    self._means[(source.digest, digest, kernel)] = row
+        return np.stack([self.mean_on(s, points, inputs) for s in sources]) if sources else np.empty((0, len(points)))
+
     def gp(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[Any, bool]:
         """(the source's GP, whether it passes the signal check); with the kernel of ``inputs``
         (the arc kernel in a conditional space), BoTorch's default without."""

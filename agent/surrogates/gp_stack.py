@@ -125,6 +125,19 @@ class _GPStack:
         mean = self.y_mean[:, None] + self.y_std[:, None] * mean
         return mean.reshape(len(self.os), *X.shape[:-1]).to(X.dtype)
 
+    def means_at(self, X: Tensor) -> Tensor:
+        """Posterior means at many points, `M x d` → `s x M`, in each model's units: distances by
+        ``torch.cdist`` (no `s x M x N x d` difference tensor), for thousands of candidates at once."""
+        s = len(self.os)
+        Xf = self._inputs(X.double().reshape(1, -1, X.shape[-1])).expand(s, -1, -1)  # s x M x d
+        r = torch.cdist(Xf / self.ls, self.X / self.ls, compute_mode="donot_use_mm_for_euclid_dist")  # s x M x N
+        if self.kernel is _rbf:
+            K = torch.exp(-0.5 * r.pow(2))
+        else:
+            K = (1 + math.sqrt(5) * r + 5.0 / 3.0 * r.pow(2)) * torch.exp(-math.sqrt(5) * r)
+        mean = self.const[:, None] + self.os[:, None] * (K @ self.alpha.unsqueeze(-1)).squeeze(-1)
+        return self.y_mean[:, None] + self.y_std[:, None] * mean
+
     def predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         """`B x q x d` → means `s x B x q` and covariances `s x B x q x q` in each model's units."""
         Xs = self._inputs(X.unsqueeze(0))  # 1 (or s) x B x q x d

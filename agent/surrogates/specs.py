@@ -80,9 +80,9 @@ def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask], candi
     (:meth:`SourceFits.mean_on`); a bootstrap history, whose datasets share one configuration set,
     has as many candidates as that set."""
     rows = []
-    for a in sources:
+    means = inputs.fits.means_on(sources, candidates, inputs)
+    for a, mean in zip(sources, means):
         z = inputs.fits.gp(a, inputs)[0].train_targets
-        mean = inputs.fits.mean_on(a, candidates, inputs)
         span = max(float(z.max() - z.min()), 1e-12)
         rows.append(np.clip((float(z.max()) - mean) / span, 0.0, None))
     return np.array(rows)

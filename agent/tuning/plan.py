@@ -76,6 +76,13 @@ def surrogate_revision(name: str) -> int:
 
     return registry.REGISTRY[name].revision if name in registry.REGISTRY else 0
 
+def kernel_for(space: Any) -> str:
+    """The kernel a study of ``space`` gets by default (``--kernel auto``)."""
+    from agent.surrogates.arc import resolve_kernel
+
+    return resolve_kernel("auto", space)
+
+
 def source_cache() -> SourceFits:
     """A cache of source fits to share across studies over the same history (benchmark workers)."""
     return SourceFits()

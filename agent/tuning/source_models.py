@@ -160,24 +160,32 @@ def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: st
     history starts from (``portfolio_gp``'s, and the transfer surrogates' over the sources that
     pass the signal check). Returns counts and seconds. ``store``: the file's reader and writer
     (default: ``SourceModelStore(models_dir)``)."""
-    from agent.surrogates.specs import PORTFOLIO_SIZE, portfolio
-
     start = time.perf_counter()
     store = store if store is not None else SourceModelStore(models_dir)
     fits = SourceFits(store)
     sources = history_sources(kb, job_name, space, None, store, progress)
+    build_source_models(fits, sources, space, kernel, models_dir, progress)
+    return {"sources": len(sources), "fitted": fits.fitted, "file": str(store.path),
+            "seconds": round(time.perf_counter() - start, 1), **({"not_written": store.write_error}
+                                                                 if store.write_error else {})}
+
+
+def build_source_models(fits: SourceFits, sources: Sequence[SourceTask], space: Any, kernel: str,
+                        models_dir: Path | str = "models", progress: Progress | None = None) -> None:
+    """What a study on a dataset new to the history loads instead of computing, into ``fits``
+    (and its store): every source's GP and signal check, ``portfolio_gp``'s portfolio and the
+    transfer surrogates' start over the sources that pass the check."""
+    from agent.surrogates.specs import PORTFOLIO_SIZE, portfolio
+
     inputs = SurrogateInputs(space, tuple(sources), Path(models_dir), fits=fits, kernel=kernel)
     fit_missing(fits, sources, inputs, progress)
-    attended = most_relevant(sources, (), fits, space, kernel)  # a new dataset's sources without meta-features
+    attended = most_relevant(list(sources), (), fits, space, kernel)  # a new dataset's sources without meta-features
     if attended:
         inputs = SurrogateInputs(space, tuple(attended), Path(models_dir), fits=fits, kernel=kernel)
         portfolio(inputs, attended, PORTFOLIO_SIZE)
         useful = fits.informative(attended, inputs)
         if useful:
             portfolio(inputs, useful, 1)
-    return {"sources": len(sources), "fitted": fits.fitted, "file": str(store.path),
-            "seconds": round(time.perf_counter() - start, 1), **({"not_written": store.write_error}
-                                                                 if store.write_error else {})}
 
 
 def history_revision(kb: KnowledgeBase, job_name: str, space: Any) -> str:

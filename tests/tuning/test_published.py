@@ -177,3 +177,32 @@ def test_every_origin_a_sampler_gives_has_an_explanation() -> None:
         line = explain_origin(origin)
         assert line and "a step of the study's sampler" not in line, origin
     assert "cold one" in explain_origin("init:cold-fallback") and "Sobol" in explain_origin("init:sobol")
+
+
+def test_bootstrap_from_an_empty_folder_into_a_new_store_folder_then_start_from_another(
+        cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's path, at test scale: a starter file (the packaged one's first studies) imported
+    from an empty folder into a store whose folder does not exist yet, published; then a study from
+    a second empty folder fits no source GP."""
+    from agent.knowledge.starter import read_starter, starter_path, write_starter
+
+    monkeypatch.chdir(tmp_path)
+    assert starter_path("mlp").is_file()  # the packaged starter, found from any folder
+    header, entries = read_starter("mlp")
+    small = write_starter(tmp_path / "small.npz", header["job"], header["space"], entries[:N_SOURCES])
+    assert small["studies"] == N_SOURCES
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    uri = f"sqlite:///{tmp_path / 'new' / 'dir' / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path / "A")
+    res = cli("bootstrap", "--starter", str(tmp_path / "small.npz"), "--tracking-uri", uri,
+              "--artifact-root", str(tmp_path / "art"))
+    assert res.code == 0, res.err
+    assert f"tracking store folder {tmp_path / 'new' / 'dir'} did not exist: made it" in res.out
+    assert "published as version 1" in res.out
+    monkeypatch.chdir(tmp_path / "B")
+    res = cli("start", "--dataset", "digits?fraction=0.4&seed=5", "--job", "mlp", "--trials", "2", "--epochs", "1",
+              "--surrogate", "rgpe", "--tracking-uri", uri, "--artifact-root", str(tmp_path / "art"))
+    assert res.code == 0, res.err
+    assert "fetching version 1" in res.out and "source models: fitting" not in res.out, res.out
+    assert "no trained meta-feature extractor" not in res.out
