@@ -19,7 +19,6 @@ training.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np

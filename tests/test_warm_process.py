@@ -172,3 +172,20 @@ def test_a_warm_process_that_closes_before_forking_leaves_the_command_to_run_her
     listener.close()
     assert got and got[0]["run"] == ["history", "--json"] and got[0]["cwd"] == os.getcwd()  # what was handed over
     assert signal.getsignal(signal.SIGINT) is before  # and this process's handlers are its own again
+
+
+def test_a_platform_without_peer_credentials_runs_every_command_fresh(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the socket module lacks SO_PEERCRED (macOS), the warm process is off, and `daemon
+    status` and doctor's line say why; commands run as fresh processes."""
+    import socket
+
+    from agent.ops import warm_process
+
+    monkeypatch.setenv("TUNE_AGENT_DAEMON", "1")
+    monkeypatch.delattr(socket, "SO_PEERCRED", raising=False)
+    assert warm_process.platform_gap() == "the peer's credentials (SO_PEERCRED)"
+    assert not warm_process.enabled()
+    fine, line = warm_process.describe()
+    assert fine and "lacks the peer's credentials" in line
+    res = cli("daemon", "status")
+    assert res.code == 0 and "this platform lacks the peer's credentials (SO_PEERCRED): none is started" in res.out

@@ -48,8 +48,10 @@ def status(as_json: bool) -> None:
             click.echo(json.dumps(row))
         return
     if not rows:
-        click.echo(f"no warm process runs (folder {where})"
-                   + ("" if warm_process.enabled() else "; TUNE_AGENT_DAEMON=0: none is started"))
+        gap = warm_process.platform_gap()
+        why = (f"; this platform lacks {gap}: none is started" if gap is not None
+               else "" if warm_process.enabled() else "; TUNE_AGENT_DAEMON=0: none is started")
+        click.echo(f"no warm process runs (folder {where}){why}")
         return
     for row in rows:
         which = "this environment's" if row["this_environment"] else "another environment's"

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from agent.errors import DatasetError, ExtractorError, TuneAgentError
+from agent.errors import DatasetError, ExtractorError
 
 __all__ = [
     "AGGREGATORS",

@@ -77,8 +77,24 @@ def idle_seconds() -> float:
     return float(os.environ.get(IDLE_ENV, IDLE_SECONDS))
 
 
+def platform_gap() -> str | None:
+    """What this platform lacks for a warm process (Unix sockets, passing descriptors, the peer's
+    credentials, fork), or None: without it every command runs fresh."""
+    import socket
+
+    for name, present in (("Unix sockets", hasattr(socket, "AF_UNIX")),
+                          ("passing file descriptors over a socket", hasattr(socket, "send_fds")),
+                          ("the peer's credentials (SO_PEERCRED)", hasattr(socket, "SO_PEERCRED")),
+                          ("fork", hasattr(os, "fork"))):
+        if not present:
+            return name
+    return None
+
+
 def enabled(env: dict[str, str] | None = None) -> bool:
-    return (env if env is not None else os.environ).get(ENV, "1").strip() != "0"
+    """Whether commands go through a warm process: asked for (``TUNE_AGENT_DAEMON`` not 0) and
+    possible here (:func:`platform_gap`)."""
+    return (env if env is not None else os.environ).get(ENV, "1").strip() != "0" and platform_gap() is None
 
 
 def folder() -> Path:
@@ -325,6 +341,9 @@ def start_in_background(env: dict[str, str] | None = None, which: str | None = N
 
 def describe() -> tuple[bool, str]:
     """``doctor``'s line: (fine, what it says) on whether commands here start at once."""
+    gap = platform_gap()
+    if gap is not None:
+        return True, f"off: this platform lacks {gap}; every command is a fresh process"
     if not enabled():
         return True, "off (TUNE_AGENT_DAEMON=0): every command is a fresh process"
     try:

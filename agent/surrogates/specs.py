@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agent.surrogates.contract import AcqBudget, StepModel, SourceFits, SourceTask, Surrogate, SurrogateInputs, SurrogateSpec
+from agent.surrogates.contract import AcqBudget, StepModel, SourceTask, Surrogate, SurrogateInputs, SurrogateSpec
 
 PORTFOLIO_SIZE = 5
 TNP_FILE = "tnp.pt"

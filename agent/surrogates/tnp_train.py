@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, episode_split, standardise
+from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, episode_split
 from agent.surrogates.gp import torch_threads
 
 INIT_INNER_LR = 0.5  # SGD rate of the inner steps on initial-configuration logits

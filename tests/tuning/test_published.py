@@ -83,8 +83,8 @@ def test_studies_ending_at_once_both_publish_their_additions(history, tmp_path: 
     assert len(planned.plan.source_keys) == N_SOURCES + 2
 
 
-def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(history, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(history, tmp_path: Path,  # noqa: F811
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from agent.jobs import load_job
     from agent.knowledge.meta_cache import default_root, fetch
     from agent.tuning.published import scope_of
