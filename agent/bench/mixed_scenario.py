@@ -7,7 +7,8 @@ booster only. :func:`write_mixed_scenario` writes a scenario folder of that shap
 ``yahpo:`` code path reads like any other (config_space.json, encoding.json, descriptor.json and one
 ONNX model):
 
-- ``tasks`` instances; instance ``i`` answers with lcbench task ``i mod 34``'s surface;
+- ``tasks`` instances; instance ``i`` answers with the surface of the lcbench task whose code in
+  lcbench's encoding.json is ``i mod 34 + 1``;
 - the 7 lcbench hyperparameters, plus ``booster`` (gbtree, dart, gblinear), ``max_depth`` (int, log)
   and ``subsample`` and ``grow_policy`` (categorical) active for the tree boosters, ``rate_drop``
   active for dart, ``alpha`` (log) active for gblinear, and ``lambda`` (log) for all: 14 in all;
