@@ -62,6 +62,7 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
     from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
+    from agent.tuning.plan import kernel_for
     from agent.tuning.service import prepare_study
     from agent.tuning.source_models import transplanted_source_models, update_source_models
 
@@ -77,9 +78,10 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
         with tempfile.TemporaryDirectory() as tmp:
             models = Path(tmp) / "models"
             start = time.perf_counter()
+            kernel = kernel_for(job.space)  # the arc kernel on a conditional space, as a study's
             if size > fit_up_to:
-                transplanted_source_models(kb, models, job.name, job.space)
-            update_source_models(kb, models, job.name, job.space)  # then the portfolios
+                transplanted_source_models(kb, models, job.name, job.space, kernel)
+            update_source_models(kb, models, job.name, job.space, kernel)  # then the portfolios
             build_s = time.perf_counter() - start
             if progress is not None:
                 progress(f"{size} sources: history written in {history_s:.0f} s, source models built in {build_s:.0f} s")

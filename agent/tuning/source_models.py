@@ -259,7 +259,8 @@ def coverage(studies: Sequence[StudyRecord], models_dir: Path | str, published: 
     return stored, len(groups)
 
 
-def transplanted_source_models(kb: KnowledgeBase, models: Path | str, job_name: str, space: Any) -> int:
+def transplanted_source_models(kb: KnowledgeBase, models: Path | str, job_name: str, space: Any,
+                               kernel: str = "plain") -> int:
     """Source models for a benchmark history too large to fit here (``bench sources``): sources are
     named ``<id>-<task>``; each task's first source is fitted and its hyperparameters stored for every
     source of that task, with each source's own signal check (its R² under those hyperparameters).
@@ -271,13 +272,14 @@ def transplanted_source_models(kb: KnowledgeBase, models: Path | str, job_name: 
     store = SourceModelStore(models)
     sources = history_sources(kb, job_name, space, None, store)
     fits = SourceFits(store)
+    inputs = SurrogateInputs(space, (), Path(models), fits=fits, kernel=kernel)
     templates: dict[str, dict[str, Any]] = {}
     for source in sources:
         task = source.name.split("-", 1)[1]
         if task not in templates:
-            templates[task] = gp_state(fits.gp(source)[0])
+            templates[task] = gp_state(fits.gp(source, inputs)[0])
             continue
-        if store.fit(source.digest, "plain") is None:
-            r2 = source_signal(restore_source_gp(source.U, source.y, templates[task]))
-            store.add_fit(source.digest, "plain", templates[task], r2 >= SIGNAL_MIN_R2, r2)
+        if store.fit(source.digest, kernel) is None:
+            r2 = source_signal(restore_source_gp(source.U, source.y, templates[task], covar=inputs.covar))
+            store.add_fit(source.digest, kernel, templates[task], r2 >= SIGNAL_MIN_R2, r2)
     return fits.fitted
