@@ -33,7 +33,7 @@ DATASET_PART = 16  # MLflow's runs table shows about 20 characters of a run name
 
 def default_study_name(dataset_name: str, job_name: str, taken: Callable[[str], bool] = lambda name: False) -> str:
     """``<dataset>-<job>-<4 random characters>``, e.g. ``digits-cnn-k3f9``: short enough for the
-    MLflow runs table's name column (a timestamp was cut there, and two ``start``\ s in one second
+    MLflow runs table's name column (a timestamp was cut there, and two ``start`` commands in one second
     got the same name). The suffix comes from the operating system's randomness, not the study's
     seed, so two studies launched together with the same seed still differ; ``taken`` (the store's
     lookup) makes a clash with an existing study draw again."""
