@@ -103,6 +103,15 @@ def journal_rows(path: Path | None) -> Iterator[dict[str, Any]]:
             yield row
 
 
+def end_journal_line(path: Path | None) -> None:
+    """Ends a journal's last line if an interruption cut it, so it cannot swallow the next row."""
+    if path is not None and path.exists() and path.stat().st_size:
+        with path.open("rb+") as fh:
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+
+
 def read_journal(path: Path, key: str, name: str) -> dict[tuple[str, int, str], dict[str, Any]]:
     """The runs a JSON-lines journal holds under ``key``: ``(row[name], seed, method) -> result``.
     Lines of other settings or code, and a line cut short by an interruption, are skipped."""

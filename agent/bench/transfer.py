@@ -37,14 +37,14 @@ from urllib.parse import urlencode
 import numpy as np
 
 from agent.errors import TuneAgentError
+from agent.tuning.source_models import build_history_models
 
 QUICK_TASKS, QUICK_SEEDS = 4, 2
 TNP_FOLDS = 5
 
 
 def sampler_methods() -> tuple[str, ...]:
-    """The samplers that are methods of their own (random, tpe, hts, ...: the sampler registry's
-    entries that need no surrogate)."""
+    """The samplers that are methods of their own: the sampler registry's entries that need no surrogate."""
     from agent.samplers.registry import without_surrogate
 
     return without_surrogate()
@@ -286,9 +286,8 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
     low, high = reference_range(job, job_args.task, config)
     sources = run_sources(job.scenario.instances, job_args.task, config)
     out: dict[str, Any] = {"task": job_args.task, "seed": job_args.seed, "methods": {}}
-    # The history's meta-models, built before any study as `meta publish` builds them for the
-    # product: the studies below load them (their first trial is what a study pays), timed apart
-    build_s = prepare_source_models(job, history_store(job, histories, sources), fits) \
+    # the history's source models, built as `meta publish` does for the product, timed apart
+    build_s = build_history_models(history_store(job, histories, sources), job.name, job.space, fits) \
         if set(job_args.methods) - set(sampler_methods()) - {"gp"} else 0.0
     for method in job_args.methods:
         kb = history_store(job, histories, sources)
@@ -297,23 +296,10 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
         _, y, seconds = run_method(config.job_spec, job_args.task, method, kb, job_args.seed, config.budget,
                                    models_dir, fits, config.batch, config.pending, config.ask_ahead, timings)
         out["methods"][method] = {"regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
-                                  "seconds": seconds,
-                                  # preparation and the first ask (this worker's source fits are shared by its runs)
+                                  "seconds": seconds,  # first trial: the preparation and the first ask
                                   "first_trial_s": round(timings["prepare_s"] + (seconds[0] if seconds else 0.0), 3),
                                   "source_models_s": round(build_s, 3)}
     return out
-
-
-def prepare_source_models(job: Any, kb: Any, fits: Any) -> float:
-    """Builds the source models of the history in ``kb`` into ``fits`` (:func:`build_source_models`);
-    returns the seconds it took (nothing to do for a history already built in this worker)."""
-
-    from agent.tuning.plan import kernel_for
-    from agent.tuning.source_models import build_source_models, history_sources
-
-    start = time.perf_counter()
-    build_source_models(fits, history_sources(kb, job.name, job.space, None), job.space, kernel_for(job.space))
-    return time.perf_counter() - start
 
 
 def protocol_key(config: BenchConfig, method: str) -> str:
@@ -353,6 +339,7 @@ def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callabl
     appended with its :func:`protocol_key` and reused by the next call. Seeds are the outer loop,
     so a partial run covers every task.
     """
+    from agent.bench.fingerprint import end_journal_line
     from agent.jobs import load_job
 
     check_methods(methods)
@@ -360,11 +347,7 @@ def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callabl
     config = config.resolve(job.scenario.instances)
     keys = {m: protocol_key(config, m) for m in methods}
     done = _load_journal(journal)
-    if journal is not None and journal.exists() and journal.stat().st_size:
-        with journal.open("rb+") as fh:  # a line cut by an interruption must not swallow the next one
-            fh.seek(-1, 2)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
+    end_journal_line(journal)
     pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or ()]
     todo = {(task, seed): tuple(m for m in methods if (keys[m], task, seed) not in done) for task, seed in pairs}
     fold = {task: fold_of(job.scenario.instances.index(task)) for task in config.tasks or ()}
@@ -409,12 +392,9 @@ def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callabl
         "regret": {m: [r["methods"][m]["regret"] for r in runs] for m in methods},
         "suggest_seconds": {m: statistics.median(s for r in runs for s in r["methods"][m]["seconds"])
                             for m in methods},
-        "first_trial_seconds": {m: statistics.median(found) for m in methods
-                                if (found := [r["methods"][m]["first_trial_s"] for r in runs
-                                              if "first_trial_s" in r["methods"][m]])},
-        "source_models_seconds": {m: statistics.median(found) for m in methods
-                                  if (found := [r["methods"][m]["source_models_s"] for r in runs
-                                                if "source_models_s" in r["methods"][m]])},
+        **{name: {m: statistics.median(found) for m in methods
+                  if (found := [r["methods"][m][key] for r in runs if key in r["methods"][m]])}
+           for name, key in (("first_trial_seconds", "first_trial_s"), ("source_models_seconds", "source_models_s"))},
         "wall_seconds": time.perf_counter() - start,
         "runs_from_journal": {m: len(pairs) - sum(m in j.methods for j in jobs) for m in methods},
     }

@@ -188,6 +188,17 @@ def build_source_models(fits: SourceFits, sources: Sequence[SourceTask], space: 
             portfolio(inputs, useful, 1)
 
 
+def build_history_models(kb: KnowledgeBase, job_name: str, space: Any, fits: SourceFits) -> float:
+    """:func:`build_source_models` for the whole history of ``job_name`` in ``space`` in ``kb``, into
+    ``fits``, with the kernel a study of the space gets; returns the seconds it took (a benchmark's
+    cell, before its studies, as ``meta publish`` builds them for the product)."""
+    from agent.surrogates.arc import resolve_kernel
+
+    start = time.perf_counter()
+    build_source_models(fits, history_sources(kb, job_name, space, None), space, resolve_kernel("auto", space))
+    return time.perf_counter() - start
+
+
 def history_revision(kb: KnowledgeBase, job_name: str, space: Any) -> str:
     """A digest of the ended studies of ``job_name`` in ``space``: the history a published version covers."""
     from agent.knowledge.history import group_studies

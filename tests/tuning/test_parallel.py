@@ -258,7 +258,9 @@ def _cluster_pids(port: int) -> list[int]:
 
 
 def _kill_cluster(port: int, names: tuple[str, ...] = ()) -> None:
-    """SIGKILL to this cluster's processes (those whose command line names one of ``names``, when given)."""
+    """SIGKILL to this cluster's processes (those whose command line names one of ``names``, when
+    given); with no ``names`` the cluster is gone, and so is the address file Ray leaves for the
+    next ``ray.init()`` (which would try to join it) when it names this cluster."""
     for pid in _cluster_pids(port):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -266,6 +268,13 @@ def _kill_cluster(port: int, names: tuple[str, ...] = ()) -> None:
                 os.kill(pid, signal.SIGKILL)
         except (OSError, ProcessLookupError):
             continue
+    if not names:
+        current = Path(os.environ.get("RAY_TMPDIR", "/tmp/ray")) / "ray_current_cluster"
+        try:
+            if f":{port}" in current.read_text():
+                current.unlink()
+        except OSError:
+            pass
 
 
 @pytest.mark.timeout(1200)  # its studies' own limit is 900 s: at load 5 on 2 cores (two busy loops beside the suite) it took over 480 s
