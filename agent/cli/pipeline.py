@@ -34,12 +34,13 @@ def meta_export(out: str, params_file: str, tracking_uri: str | None) -> None:
 @tracking_option
 def meta_source_models(models_dir: str, job: str | None, params_file: str, tracking_uri: str | None) -> None:
     """Fit and store the history's source GPs, signal checks and portfolios (models/source_models.jsonl):
-    what transfer surrogates load instead of fitting in every study. Only what is new is fitted."""
+    what transfer surrogates load instead of fitting in every study. Only what is new is fitted;
+    `meta publish` (the last stage) publishes them with the other meta-models."""
     from agent.pipeline.stages import load_params
     from agent.tuning.source_models import update_for_job
 
     job = job or load_params(Path(params_file)).get("export", {}).get("job", "mlp")
-    click.echo(json.dumps(update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo)))
+    click.echo(json.dumps(update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo, publish=False)))
 
 
 @meta.command("publish")
