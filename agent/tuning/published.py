@@ -35,10 +35,21 @@ def scope_of(job_name: str, space: Any) -> str:
     return f"{job_name}/{space.signature()}"
 
 
+FRESH_SECONDS = 30.0  # a study's preparation asks the store once, not once per meta-model it reads
+
+
 def fetch_current(kb: KnowledgeBase, job_name: str, space: Any, progress: Progress | None = None) -> Fetched:
-    """The scope's current version, fetched into the cache; a version another engine built is said
-    in one line (its records of another fit revision are refitted here, once)."""
-    fetched = fetch(kb, scope_of(job_name, space), progress)
+    """The scope's current version, fetched into the cache (asked of the store at most once per
+    :data:`FRESH_SECONDS` per knowledge base); a version another engine built is said in one line
+    (its records of another fit revision are refitted here, once)."""
+    import time
+
+    scope = scope_of(job_name, space)
+    asked = kb.__dict__.setdefault("_meta_models_asked", {})
+    if scope in asked and time.monotonic() - asked[scope][0] < FRESH_SECONDS:
+        return asked[scope][1]
+    fetched = fetch(kb, scope, progress)
+    asked[scope] = (time.monotonic(), fetched)
     record = fetched.record
     if record is not None and record.engine != ENGINE and progress is not None:
         progress(f"meta-models: version {record.version} of {record.scope} was built by engine {record.engine or '?'} "
@@ -55,6 +66,11 @@ def open_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str,
         return fetch_current(kb, job_name, space, progress).paths(CHUNKS)
 
     return SourceModelStore(models_dir, published)
+
+
+def _forget(kb: KnowledgeBase, scope: str) -> None:
+    """What :func:`fetch_current` remembers of ``scope``, dropped: this process published to it."""
+    kb.__dict__.get("_meta_models_asked", {}).pop(scope, None)
 
 
 def meta_models_dir(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any,
@@ -96,6 +112,7 @@ def publish_added(kb: KnowledgeBase, store: SourceModelStore, job_name: str, spa
                 current = kb.publish_meta_models(scope, ENGINE, revision(), {name: path})
             else:
                 kb.add_meta_model_file(current, name, path)
+            _forget(kb, scope)
         except StoreError as exc:
             return f"meta-models: {len(records)} record(s) not published ({exc}); kept in {store.path}"
     return f"meta-models: {len(records)} record(s) published to version {current.version} of {scope}"
@@ -115,6 +132,7 @@ def publish_version(kb: KnowledgeBase, store: SourceModelStore, models_dir: Path
         files: dict[str, Path] = {name: path}
         files.update({f"files/{f}": Path(models_dir) / f for f in META_FILES if (Path(models_dir) / f).is_file()})
         record = kb.publish_meta_models(scope_of(job_name, space), ENGINE, revision, files)
+    _forget(kb, record.scope)
     if progress is not None:
         progress(f"meta-models: version {record.version} of {record.scope} published to {kb.tracking_uri} "
                  f"({len(files)} file(s), {len(blob) / 1e6:.1f} MB of source models)")
