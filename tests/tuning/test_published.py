@@ -206,3 +206,28 @@ def test_bootstrap_from_an_empty_folder_into_a_new_store_folder_then_start_from_
     assert res.code == 0, res.err
     assert "fetching version 1" in res.out and "source models: fitting" not in res.out, res.out
     assert "no trained meta-feature extractor" not in res.out
+
+
+def test_a_version_of_another_engine_and_a_store_that_cannot_say_are_one_line_each(tmp_path: Path) -> None:
+    from agent.errors import StoreError
+    from agent.jobs import load_job
+    from agent.knowledge.memory import InMemoryKnowledgeBase
+    from agent.tuning.published import fetch_current, scope_of
+
+    space = load_job("mlp").space
+    kb = InMemoryKnowledgeBase()
+    chunk = tmp_path / "c.jsonl"
+    chunk.write_text("")
+    kb.publish_meta_models(scope_of("mlp", space), "0.0", "r", {"source_models/e3b0c44298fc1c14.jsonl": chunk})
+    lines: list[str] = []
+    got = fetch_current(kb, "mlp", space, lines.append)
+    assert got.record is not None and len([x for x in lines if "built by engine 0.0" in x]) == 1, lines
+
+    class Refusing(InMemoryKnowledgeBase):
+        def current_meta_models(self, scope: str):  # noqa: ANN201
+            raise StoreError("tracking server http://x unreachable")
+
+    lines = []
+    got = fetch_current(Refusing(), "mlp", space, lines.append)
+    assert got.record is None and lines == [
+        "meta-models: the store's could not be read (tracking server http://x unreachable); what is missing is built here"]
