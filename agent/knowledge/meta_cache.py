@@ -18,7 +18,7 @@ import json
 import os
 import stat
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -38,16 +38,12 @@ class Fetched:
     record: MetaModelsRecord | None
     folder: Path | None = None
     files: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
 
     def paths(self, prefix: str) -> list[Path]:
         """The local copies of the version's files whose names start with ``prefix``."""
         if self.folder is None:
             return []
         return [self.folder / name for name in self.files if name.startswith(prefix)]
-
-    def file(self, name: str) -> Path | None:
-        return self.folder / name if self.folder is not None and name in self.files else None
 
 
 def default_root() -> Path:
@@ -114,7 +110,6 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
         return Fetched(None)
     folder = store_folder(kb, cache_root(progress)) / record.record_id
     manifest = _read_manifest(folder)
-    notes: list[str] = []
     kept: list[str] = []
     todo: list[str] = []
     for name in record.files:
@@ -123,8 +118,7 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
             if digest(path) == manifest[name]:
                 kept.append(name)
                 continue
-            notes.append(f"meta-model cache: {path} is corrupt; fetching it again")
-            say(notes[-1])
+            say(f"meta-model cache: {path} is corrupt; fetching it again")
         todo.append(name)
     if todo:
         say(f"meta-models: fetching version {record.version} of {scope} ({len(todo)} file(s)) from {kb.tracking_uri} "
@@ -134,22 +128,20 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
         try:
             kb.fetch_meta_model_file(record, name, path)
         except (StoreError, OSError) as exc:
-            notes.append(f"meta-models: {name} of version {record.version} could not be fetched ({exc}); "
-                         "what it holds is built here")
-            say(notes[-1])
+            say(f"meta-models: {name} of version {record.version} could not be fetched ({exc}); "
+                "what it holds is built here")
             continue
         sha = digest(path)
         if not _named_right(name, sha):
             path.unlink(missing_ok=True)
-            notes.append(f"meta-models: the store's {name} of version {record.version} is corrupt (its content does "
-                         "not match its name); left out, what it holds is built here")
-            say(notes[-1])
+            say(f"meta-models: the store's {name} of version {record.version} is corrupt (its content does not "
+                "match its name); left out, what it holds is built here")
             continue
         manifest[name] = sha
         kept.append(name)
     if todo:
         _write_manifest(folder, {n: manifest[n] for n in kept})
-    return Fetched(record, folder, tuple(sorted(kept)), tuple(notes))
+    return Fetched(record, folder, tuple(sorted(kept)))
 
 
 def _read_manifest(folder: Path) -> dict[str, str]:
