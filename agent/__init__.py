@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # noqa: ANN202 - the Python API, imported when first used (``import agent`` stays light)
+def __getattr__(name: str):
     if name in ("create_study", "load_study"):
         from agent import api
 

@@ -27,8 +27,9 @@ study goes on; Ctrl-C frees the running trial's slot and is raised again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from agent.config import StudyRequest
 from agent.errors import StudyError, UnknownStudyError
@@ -52,9 +53,17 @@ class FrozenTrial:
     metrics: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, record: TrialRecord) -> "FrozenTrial":
-        return cls(record.number + 1, dict(record.config), record.value, record.state, record.origin, record.reason,
-                   record.duration, dict(record.extra))
+    def of(cls, record: TrialRecord) -> FrozenTrial:
+        return cls(
+            record.number + 1,
+            dict(record.config),
+            record.value,
+            record.state,
+            record.origin,
+            record.reason,
+            record.duration,
+            dict(record.extra),
+        )
 
 
 class TuningStudy:
@@ -127,8 +136,13 @@ class TuningStudy:
         self.study.settle()
         return FrozenTrial.of(done)
 
-    def optimize(self, objective: Callable[[TrialHandle], Any] | None = None, n_trials: int | None = None,
-                 timeout: float | None = None, show_progress: bool = False) -> None:
+    def optimize(
+        self,
+        objective: Callable[[TrialHandle], Any] | None = None,
+        n_trials: int | None = None,
+        timeout: float | None = None,
+        show_progress: bool = False,
+    ) -> None:
         """Runs up to ``n_trials`` more trials (default: the rest of the budget); none starts after
         ``timeout`` seconds. Without ``objective`` the job trains each trial as ``tune-agent start``
         does (its report and source model at the end); with one, ``objective(trial)`` trains it and
@@ -167,8 +181,16 @@ class TuningStudy:
         return iter(self.trials)
 
 
-def create_study(name: str | None = None, *, dataset: str, job: str, trials: int = 20, tracking_uri: str | None = None,
-                 load_if_exists: bool = False, **options: Any) -> TuningStudy:
+def create_study(
+    name: str | None = None,
+    *,
+    dataset: str,
+    job: str,
+    trials: int = 20,
+    tracking_uri: str | None = None,
+    load_if_exists: bool = False,
+    **options: Any,
+) -> TuningStudy:
     """A new study, as ``tune-agent start`` makes it (checked, warm-started, stored) without
     running a trial; ``options`` are ``start``'s options by their Python names (``epochs=10``,
     ``warm_start="none"``, ``surrogate="rgpe"``, ``pruner="asha"``, ``seed=1``, ...).
@@ -180,7 +202,9 @@ def create_study(name: str | None = None, *, dataset: str, job: str, trials: int
             return load_study(name, tracking_uri=tracking_uri)
         except UnknownStudyError:
             pass
-    request = StudyRequest(dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options)
+    request = StudyRequest(
+        dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options
+    )
     study, job_obj, data, split = prepare_study(request, echo=lambda line: None)
     return TuningStudy(study, job_obj, data, split)
 

@@ -7,8 +7,9 @@ reads it back from the knowledge base instead of asking the user again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from agent.errors import TuneAgentError
 
@@ -74,7 +75,7 @@ class StudySettings:
         return {**asdict(self), "drop": list(self.drop)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "StudySettings":
+    def from_dict(cls, data: Mapping[str, Any]) -> StudySettings:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         if "drop" in values:
@@ -103,10 +104,15 @@ def check_study_fields(values: Any) -> None:
         raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {values.random_every}")
     if not 0.0 < values.val_fraction < 1.0:
         raise TuneAgentError(f"--val-fraction must be in (0, 1), got {values.val_fraction}")
-    for option, value, choices in (("--init", values.init, INIT_METHODS), ("--acq", values.acq, ACQUISITIONS),
-                                   ("--sampler", values.sampler, SAMPLERS), ("--pruner", values.pruner, PRUNERS),
-                                   ("--pending", values.pending, PENDING), ("--warm-start", values.warm_start, WARM_METHODS),
-                                   ("--kernel", values.kernel, KERNELS)):
+    for option, value, choices in (
+        ("--init", values.init, INIT_METHODS),
+        ("--acq", values.acq, ACQUISITIONS),
+        ("--sampler", values.sampler, SAMPLERS),
+        ("--pruner", values.pruner, PRUNERS),
+        ("--pending", values.pending, PENDING),
+        ("--warm-start", values.warm_start, WARM_METHODS),
+        ("--kernel", values.kernel, KERNELS),
+    ):
         if value not in choices:
             raise TuneAgentError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
     if values.prior_mean not in (None, *PRIOR_MEANS):
@@ -157,9 +163,11 @@ class StudyRequest:
     def __post_init__(self) -> None:
         check_study_fields(self)
         if self.source is not None and self.sampler not in HTS_SAMPLERS:
-            raise TuneAgentError(f"--source names the source study of --sampler hts; this study's sampler is {self.sampler}")
+            raise TuneAgentError(
+                f"--source names the source study of --sampler hts; this study's sampler is {self.sampler}"
+            )
 
-    def settings(self, **resolved: Any) -> "StudySettings":
+    def settings(self, **resolved: Any) -> StudySettings:
         """The study's :class:`StudySettings`: every field the two share copied from the request,
         then ``resolved`` (what the job, the dataset and the plan decided: names, fingerprint,
         metric, mode, n_init, prior mean, kernel)."""

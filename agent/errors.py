@@ -19,7 +19,7 @@ class TuneAgentError(Exception):
         super().__init__(message)
         self.hint = hint
 
-    def hinted(self, hint: str) -> "TuneAgentError":
+    def hinted(self, hint: str) -> TuneAgentError:
         """This error with ``hint`` put after the one it had (most specific last)."""
         self.hint = f"{self.hint}; {hint}" if self.hint else hint
         return self
@@ -28,6 +28,15 @@ class TuneAgentError(Exception):
         """The one line the CLI prints."""
         message = str(self)
         return f"{message.rstrip('.')}; {self.hint}" if self.hint else message
+
+
+class OptionError(TuneAgentError):
+    """An option's value no study could run with; the message names the option as the command
+    line spells it."""
+
+    def __init__(self, message: str, param_hint: str) -> None:
+        super().__init__(f"Invalid value for '{param_hint}': {message}")
+        self.option = param_hint
 
 
 class DatasetError(TuneAgentError):

@@ -52,8 +52,13 @@ class TuneAgentCallback(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         if self._pruner != "none":
-            self._pruning = PruningState(Pruner(self._pruner), self.metric, self._sign, int(trainer.max_epochs or 1),
-                                         study_curves(self.trial.study.trials()))
+            self._pruning = PruningState(
+                Pruner(self._pruner),
+                self.metric,
+                self._sign,
+                int(trainer.max_epochs or 1),
+                study_curves(self.trial.study.trials()),
+            )
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         if trainer.sanity_checking:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +116,7 @@ class Categorical:
         return value in self.choices
 
 
-Param = Union[Float, Int, Categorical]
+Param = Float | Int | Categorical
 
 
 def _check_range(name: str, low: float, high: float, log: bool) -> None:
@@ -141,8 +142,10 @@ class SpaceMatch:
 
     def note(self, source: str) -> str:
         shown = ", ".join(self.matched)
-        return (f"history of {source} shares {len(self.matched)} hyperparameters with this space ({shown}); "
-                f"{len(self.unmatched)} others are left to this study's own trials")
+        return (
+            f"history of {source} shares {len(self.matched)} hyperparameters with this space ({shown}); "
+            f"{len(self.unmatched)} others are left to this study's own trials"
+        )
 
 
 def _compatible(param: Any, value: Any) -> bool:
@@ -166,8 +169,7 @@ class SearchSpace:
                 parent = position.get(p.condition.parent)
                 if parent is None or parent >= i:
                     raise SpaceError(
-                        f"parameter {p.name!r} depends on {p.condition.parent!r}, "
-                        "which must be defined before it"
+                        f"parameter {p.name!r} depends on {p.condition.parent!r}, which must be defined before it"
                     )
         self.params: tuple[Param, ...] = tuple(params)
 
@@ -204,9 +206,7 @@ class SearchSpace:
     def encode(self, config: Mapping[str, Any]) -> np.ndarray:
         """Maps a configuration to the cube (`d`); inactive parameters encode to ``INACTIVE``."""
         self.validate(config)
-        return np.array(
-            [p.to_unit(config[p.name]) if p.name in config else INACTIVE for p in self.params]
-        )
+        return np.array([p.to_unit(config[p.name]) if p.name in config else INACTIVE for p in self.params])
 
     def validate(self, config: Mapping[str, Any]) -> None:
         unknown = set(config) - set(self.names)
@@ -283,7 +283,7 @@ class SearchSpace:
         return out
 
     @classmethod
-    def from_dict(cls, items: Iterable[Mapping[str, Any]]) -> "SearchSpace":
+    def from_dict(cls, items: Iterable[Mapping[str, Any]]) -> SearchSpace:
         params: list[Param] = []
         for raw in items:
             d = dict(raw)

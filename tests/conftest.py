@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +30,17 @@ os.environ.setdefault("TUNE_AGENT_CACHE", tempfile.mkdtemp(prefix="tune-agent-te
 # first. They are collected before the rest, so that `-n 2 --dist loadfile`, which hands out files
 # in collection order, starts them early and fills the end with short files; collected in path
 # order, tests/tuning/test_parallel.py (about 3 minutes) came last and ran alone.
-HEAVY_FIRST = ("tuning/test_parallel.py", "meta/test_warmstart_pipeline.py", "knowledge/test_outage.py",
-               "test_resume_and_server.py", "knowledge/test_team_server.py", "bench/test_one_engine.py",
-               "test_user_facing.py", "test_surrogate_choice.py", "bench/test_any_scenario.py")
+HEAVY_FIRST = (
+    "tuning/test_parallel.py",
+    "meta/test_warmstart_pipeline.py",
+    "knowledge/test_outage.py",
+    "test_resume_and_server.py",
+    "knowledge/test_team_server.py",
+    "bench/test_one_engine.py",
+    "test_user_facing.py",
+    "test_surrogate_choice.py",
+    "bench/test_any_scenario.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -49,7 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _repo_models_untouched():  # noqa: ANN202
+def _repo_models_untouched():
     """Studies in tests that keep the default ``--models-dir models`` store their source models in
     the repository's ``models/``; the file is removed again unless it was there before."""
     path = REPO / "models" / "source_models.jsonl"
@@ -75,7 +83,7 @@ class Store:
     def args(self) -> list[str]:
         return ["--tracking-uri", self.uri, "--artifact-root", self.artifacts]
 
-    def kb(self):  # noqa: ANN201
+    def kb(self):
         from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
         return MlflowKnowledgeBase(self.uri, self.artifacts)
@@ -105,7 +113,7 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):  # noqa: ANN201
+def cli(capsys: pytest.CaptureFixture[str]):
     """Runs ``tune-agent ARGS`` in this process through the real entry point."""
     from agent.cli import main
 

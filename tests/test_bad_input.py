@@ -22,7 +22,7 @@ def _start(store, *extra: str) -> list[str]:
 
 def _bad_files(tmp: Path) -> dict[str, str]:
     (tmp / "empty.csv").write_text("")
-    (tmp / "nolabel.csv").write_text("a,b\n" + "\n".join(f"{i},{i*2}" for i in range(20)))
+    (tmp / "nolabel.csv").write_text("a,b\n" + "\n".join(f"{i},{i * 2}" for i in range(20)))
     (tmp / "one.csv").write_text("a,label\n" + "\n".join(f"{i},x" for i in range(20)))
     (tmp / "corrupt.npz").write_bytes(b"not a zip file at all")
     np.savez(tmp / "noy.npz", X=np.zeros((20, 3)))
@@ -103,11 +103,14 @@ def test_resume_errors(store, cli, tmp_path, monkeypatch) -> None:
     assert res.code == 2 and "nope" in res.err and len(res.err.strip().splitlines()) == 1
     assert not (store.root / "mlflow.db").exists()
 
-    (tmp_path / "evolving.py").write_text(
-        "from agent.jobs.examples import LogisticJob\njob = LogisticJob()\n")
+    (tmp_path / "evolving.py").write_text("from agent.jobs.examples import LogisticJob\njob = LogisticJob()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert cli("create", "--dataset", "iris", "--job", "evolving:job", "--trials", "2", "--study-name", "ev",
-               *store.args).code == 0
+    assert (
+        cli(
+            "create", "--dataset", "iris", "--job", "evolving:job", "--trials", "2", "--study-name", "ev", *store.args
+        ).code
+        == 0
+    )
     res = cli("resume", "nope", "--tracking-uri", store.uri)
     assert res.code == 2 and "no study named 'nope'" in res.err
     res = cli("resume", "ev", "--job", "mlp", "--tracking-uri", store.uri)
@@ -115,7 +118,9 @@ def test_resume_errors(store, cli, tmp_path, monkeypatch) -> None:
 
     # The user's job changes its search space between start and resume.
     import sys
+
     from agent.space import Float, SearchSpace
+
     sys.modules["evolving"].job.space = SearchSpace([Float("lr", 1e-3, 1.0, log=True)])
     res = cli("resume", "ev", "--tracking-uri", store.uri)
     assert res.code == 2 and "different search space" in res.err
@@ -124,8 +129,15 @@ def test_resume_errors(store, cli, tmp_path, monkeypatch) -> None:
 
 
 def test_bad_input_in_a_fresh_process_is_one_line(tmp_path) -> None:
-    res = run_tune_agent("start", "--dataset", str(tmp_path / "missing.csv"), "--job", "mlp",
-                         "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}")
+    res = run_tune_agent(
+        "start",
+        "--dataset",
+        str(tmp_path / "missing.csv"),
+        "--job",
+        "mlp",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'm.db'}",
+    )
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert "missing.csv" in res.stderr
@@ -138,8 +150,25 @@ def test_an_unwritable_artifact_root_is_one_line_and_leaves_no_study(tmp_path, c
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "1", "--epochs", "1", "--warm-start", "none",
-              "--tracking-uri", uri, "--artifact-root", str(blocker / "artifacts"), "--study-name", "ro")
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--tracking-uri",
+        uri,
+        "--artifact-root",
+        str(blocker / "artifacts"),
+        "--study-name",
+        "ro",
+    )
     assert res.code == 2 and len(res.err.strip().splitlines()) == 1
     assert "is not writable" in res.err and "--artifact-root" in res.err
     from agent.knowledge import open_knowledge_base

@@ -14,8 +14,22 @@ DATA = "digits?fraction=0.3"
 
 
 def test_start_logs_study_and_trials(store, cli) -> None:
-    res = cli("start", "--dataset", DATA, "--job", "cnn", "--trials", "3", "--n-init", "2",
-              "--epochs", "2", "--study-name", "s1", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        DATA,
+        "--job",
+        "cnn",
+        "--trials",
+        "3",
+        "--n-init",
+        "2",
+        "--epochs",
+        "2",
+        "--study-name",
+        "s1",
+        *store.args,
+    )
     assert res.code == 0, res.err
     assert "trial 3/3" in res.out and "best val_loss=" in res.out
 
@@ -38,7 +52,8 @@ def test_start_logs_study_and_trials(store, cli) -> None:
     assert tags["mlflow.note.content"].startswith("**Tuning `cnn` on `digits?fraction=0.3`**")
     assert p.data.params["dataset.num_classes"] == "10"
     artifacts = {a.path for a in client.list_artifacts(p.info.run_id)} | {
-        a.path for a in client.list_artifacts(p.info.run_id, "dataset")}
+        a.path for a in client.list_artifacts(p.info.run_id, "dataset")
+    }
     assert {"trace.png", "space.json", "dataset/sample.npz", "dataset/summary.json"} <= artifacts
 
     origins = sorted(c.data.tags["tune_agent.origin"] for c in children)
@@ -57,8 +72,23 @@ def test_start_logs_study_and_trials(store, cli) -> None:
 
 
 def test_history_lists_studies_and_datasets(store, cli) -> None:
-    assert cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "2", "--epochs", "1",
-               "--study-name", "iris-a", *store.args).code == 0
+    assert (
+        cli(
+            "start",
+            "--dataset",
+            "iris",
+            "--job",
+            "mlp",
+            "--trials",
+            "2",
+            "--epochs",
+            "1",
+            "--study-name",
+            "iris-a",
+            *store.args,
+        ).code
+        == 0
+    )
     out = cli("history", "--tracking-uri", store.uri).out
     assert "iris-a" in out and "1 datasets" in out and "finished" in out
 
@@ -87,8 +117,22 @@ always = type("Always", (LogisticJob,), {"build": lambda *a: (_ for _ in ()).thr
 
 def test_failed_trials_are_recorded_and_the_study_goes_on(store, cli, tmp_path, monkeypatch) -> None:
     _write_job_module(tmp_path, monkeypatch, FLAKY_JOB)
-    res = cli("start", "--dataset", "wine", "--job", "userjobs:flaky", "--trials", "4", "--n-init", "2",
-              "--epochs", "1", "--study-name", "flaky", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "userjobs:flaky",
+        "--trials",
+        "4",
+        "--n-init",
+        "2",
+        "--epochs",
+        "1",
+        "--study-name",
+        "flaky",
+        *store.args,
+    )
     assert res.code == 0, res.err
     trials = store.kb().trials(store.kb().find_study("flaky"))
     states = [t.state for t in trials]
@@ -99,8 +143,20 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(store, cli, tmp_path, 
 
 def test_study_stops_when_most_trials_fail(store, cli, tmp_path, monkeypatch) -> None:
     _write_job_module(tmp_path, monkeypatch, FLAKY_JOB, name="userjobs2")
-    res = cli("start", "--dataset", "wine", "--job", "userjobs2:always", "--trials", "4", "--epochs", "1",
-              "--study-name", "doomed", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "userjobs2:always",
+        "--trials",
+        "4",
+        "--epochs",
+        "1",
+        "--study-name",
+        "doomed",
+        *store.args,
+    )
     assert res.code == 1
     assert "most trials failed" in res.err and "boom" in res.err
     study = store.kb().find_study("doomed")
@@ -109,16 +165,45 @@ def test_study_stops_when_most_trials_fail(store, cli, tmp_path, monkeypatch) ->
 
 
 def test_time_limit_and_divergence_fail_the_trial(store, cli) -> None:
-    res = cli("start", "--dataset", "digits", "--job", "cnn", "--trials", "1", "--epochs", "50",
-              "--time-limit", "0.5", "--study-name", "slow", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "digits",
+        "--job",
+        "cnn",
+        "--trials",
+        "1",
+        "--epochs",
+        "50",
+        "--time-limit",
+        "0.5",
+        "--study-name",
+        "slow",
+        *store.args,
+    )
     assert res.code == 1  # the only trial failed: most of the budget
     [trial] = store.kb().trials(store.kb().find_study("slow"))
     assert trial.state == TRIAL_FAILED and "time limit" in trial.reason
 
 
 def test_ask_tell_from_a_users_loop(store, cli) -> None:
-    assert cli("create", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "3",
-               "--n-init", "2", "--study-name", "manual", *store.args).code == 0
+    assert (
+        cli(
+            "create",
+            "--dataset",
+            "iris",
+            "--job",
+            "agent.jobs.examples:logistic",
+            "--trials",
+            "3",
+            "--n-init",
+            "2",
+            "--study-name",
+            "manual",
+            *store.args,
+        ).code
+        == 0
+    )
     for i, value in enumerate([0.9, 0.5, 0.7]):
         res = cli("ask", "manual", "--tracking-uri", store.uri)
         asked = json.loads(res.out)
@@ -131,7 +216,10 @@ def test_ask_tell_from_a_users_loop(store, cli) -> None:
     from mlflow import MlflowClient
 
     client = MlflowClient(store.uri)
-    names = {r.info.run_name for r in client.search_runs([client.get_experiment_by_name("tune-agent/logistic").experiment_id])}
+    names = {
+        r.info.run_name
+        for r in client.search_runs([client.get_experiment_by_name("tune-agent/logistic").experiment_id])
+    }
     assert {"manual/trial-1", "manual/trial-2", "manual/trial-3"} <= names
     assert store.kb().find_study("manual").status == "finished"
 
@@ -142,9 +230,20 @@ def test_python_api_ask_tell(store) -> None:
     from agent.tuning.study import Study
 
     job = load_job("agent.jobs.examples:logistic")
-    settings = StudySettings(job="agent.jobs.examples:logistic", job_name=job.name, dataset="mine",
-                             dataset_name="mine", fingerprint="0" * 16, space_signature=job.space.signature(),
-                             metric="loss", mode="min", trials=4, n_init=2, init="lhs", seed=1)
+    settings = StudySettings(
+        job="agent.jobs.examples:logistic",
+        job_name=job.name,
+        dataset="mine",
+        dataset_name="mine",
+        fingerprint="0" * 16,
+        space_signature=job.space.signature(),
+        metric="loss",
+        mode="min",
+        trials=4,
+        n_init=2,
+        init="lhs",
+        seed=1,
+    )
     kb = store.kb()
     record = kb.create_study("api", settings.to_dict(), job.space.to_dict(), {"n": 0}, None, "manual study")
     study = Study(kb, record, job.space)
@@ -160,8 +259,22 @@ def test_python_api_ask_tell(store) -> None:
 def test_timeout_stops_starting_trials_and_the_study_resumes_to_its_budget(store, cli) -> None:
     """``--timeout`` (as Optuna's ``optimize(timeout=)``): the trial running at the deadline
     finishes, no other starts, the study is left resumable, and ``resume`` completes the budget."""
-    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "3", "--epochs", "1",
-              "--study-name", "t1", "--timeout", "0.01", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "3",
+        "--epochs",
+        "1",
+        "--study-name",
+        "t1",
+        "--timeout",
+        "0.01",
+        *store.args,
+    )
     assert res.code == 0, res.err
     found = re.search(r"--timeout 0.01 s reached after (\d) of 3 trials; continue with: tune-agent resume t1", res.err)
     assert found and int(found.group(1)) < 3, res.err  # an iris trial takes longer than 0.01 s
@@ -182,13 +295,30 @@ def test_best_and_report_read_a_study_without_its_job_or_a_sampler(store, cli, t
     import subprocess
     import sys
 
-    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "2", "--epochs", "1", "--warm-start", "none",
-              "--study-name", "read", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "read",
+        *store.args,
+    )
     assert res.code == 0, res.err
     for command in (["best", "read"], ["report", "read", "--out", str(tmp_path / "rep")]):
-        code = ("import sys\nfrom agent.cli import main\ntry:\n    main(" + repr([*command, "--tracking-uri", store.uri])
-                + ")\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-                "print('HEAVY', sorted(m for m in ('lightning', 'torch', 'botorch', 'gpytorch') if m in sys.modules))")
+        code = (
+            "import sys\nfrom agent.cli import main\ntry:\n    main("
+            + repr([*command, "--tracking-uri", store.uri])
+            + ")\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "print('HEAVY', sorted(m for m in ('lightning', 'torch', 'botorch', 'gpytorch') if m in sys.modules))"
+        )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-1500:]
         assert "HEAVY []" in done.stdout, (command, done.stdout[-500:])

@@ -21,7 +21,9 @@ def test_global_and_per_command_variables_reach_every_command(store, cli, monkey
     assert res.code == 0, res.err
     record = store.kb().find_study("from-env")
     assert record is not None and record.settings["trials"] == 3
-    res = cli("create", "--job", JOB, "--dataset", "t1", "--warm-start", "none", "--study-name", "flag", "--trials", "2")
+    res = cli(
+        "create", "--job", JOB, "--dataset", "t1", "--warm-start", "none", "--study-name", "flag", "--trials", "2"
+    )
     assert res.code == 0 and store.kb().find_study("flag").settings["trials"] == 2  # the flag wins over both
     listed = cli("history")
     assert listed.code == 0 and "from-env" in listed.out and "flag" in listed.out

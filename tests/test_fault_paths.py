@@ -10,9 +10,9 @@ reason, where this process may not mount.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -49,7 +49,9 @@ def _history(env: Env) -> None:
 def _mount(env: Env, name: str, size: str) -> Path:
     path = env.tmp / name
     path.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode}): the disk cases need one")
     env.mounts.append(path)
@@ -117,8 +119,9 @@ def corrupt_tnp(env: Env) -> None:
     _history(env)
     env.models.mkdir()
     (env.models / "tnp.pt").write_bytes(b"PK\x03\x04 not a whole archive")
-    (env.models / "tnp.json").write_text(json.dumps({"job": "mlp", "space_signature": load_job("mlp").space.signature(),
-                                                     "sources": 6}))
+    (env.models / "tnp.json").write_text(
+        json.dumps({"job": "mlp", "space_signature": load_job("mlp").space.signature(), "sources": 6})
+    )
 
 
 def artifact_conflict(env: Env) -> None:
@@ -126,8 +129,25 @@ def artifact_conflict(env: Env) -> None:
     from agent.cli import main
 
     with pytest.raises(SystemExit) as made:
-        main(["create", "--dataset", "iris", "--job", "mlp", "--trials", "2", "--warm-start", "none", "--study-name",
-              "first", "--tracking-uri", env.uri, "--artifact-root", str(env.tmp / "first-root")])
+        main(
+            [
+                "create",
+                "--dataset",
+                "iris",
+                "--job",
+                "mlp",
+                "--trials",
+                "2",
+                "--warm-start",
+                "none",
+                "--study-name",
+                "first",
+                "--tracking-uri",
+                env.uri,
+                "--artifact-root",
+                str(env.tmp / "first-root"),
+            ]
+        )
         raise SystemExit(0)
     assert made.value.code in (0, None)
 
@@ -159,16 +179,32 @@ CASES: list[tuple[str, tuple[str, ...], str, Callable[[Env], None] | None]] = [
     ("artifacts on a full disk", (*START, "--warm-start", "none", *S, *A), "disk is full", full_artifact_disk),
     ("read-only store", (*START, "--warm-start", "none", *S), "read-only", read_only_store),
     ("read-only store, resume", ("resume", "bootstrap-mlp-digits", *S), "read-only", read_only_store),
-    ("artifact root taken", (*START, *S, "--artifact-root", "{tmp}/second-root"), "already keeps its artifacts",
-     artifact_conflict),
+    (
+        "artifact root taken",
+        (*START, *S, "--artifact-root", "{tmp}/second-root"),
+        "already keeps its artifacts",
+        artifact_conflict,
+    ),
     ("artifact root is a file", (*START, *S, "--artifact-root", "{tmp}/afile/art"), "not writable", bad_files),
     # model files the pipeline wrote
-    ("corrupt extractor", (*START, "--warm-start", "learned", "--models-dir", "{models}", *S, *A),
-     "metafeature_extractor.pt", corrupt_extractor),
-    ("corrupt extractor index", (*START, "--warm-start", "learned", "--models-dir", "{models}", *S, *A),
-     "metafeature_index.json", corrupt_index),
-    ("corrupt TNP", (*START, "--warm-start", "none", "--surrogate", "tnp", "--models-dir", "{models}", *S, *A),
-     "tnp.pt", corrupt_tnp),
+    (
+        "corrupt extractor",
+        (*START, "--warm-start", "learned", "--models-dir", "{models}", *S, *A),
+        "metafeature_extractor.pt",
+        corrupt_extractor,
+    ),
+    (
+        "corrupt extractor index",
+        (*START, "--warm-start", "learned", "--models-dir", "{models}", *S, *A),
+        "metafeature_index.json",
+        corrupt_index,
+    ),
+    (
+        "corrupt TNP",
+        (*START, "--warm-start", "none", "--surrogate", "tnp", "--models-dir", "{models}", *S, *A),
+        "tnp.pt",
+        corrupt_tnp,
+    ),
     # options of a study
     ("metric the job never logs", (*START, "--metric", "nosuch", *S, *A), "logs val_loss", None),
     ("--val-fraction above 1", (*START, "--val-fraction", "1.5", *S), "--val-fraction", None),
@@ -180,8 +216,12 @@ CASES: list[tuple[str, tuple[str, ...], str, Callable[[Env], None] | None]] = [
     ("--ray-working-dir in one process", (*START, "--ray-working-dir", "{tmp}", *S), "--ray-working-dir", None),
     ("--gpus-per-trial above 1", (*START, "--gpus-per-trial", "2", *S), "--gpus-per-trial", None),
     ("continuous label", ("start", "--dataset", "{tmp}/cont.csv", "--label", "y", "--job", "mlp", *S), "y", bad_files),
-    ("--drop of a missing column", ("start", "--dataset", "{tmp}/cont.csv", "--label", "a", "--drop", "zz", "--job",
-                                    "mlp", *S), "zz", bad_files),
+    (
+        "--drop of a missing column",
+        ("start", "--dataset", "{tmp}/cont.csv", "--label", "a", "--drop", "zz", "--job", "mlp", *S),
+        "zz",
+        bad_files,
+    ),
     ("npz without X", ("start", "--dataset", "{tmp}/empty.npz", "--job", "mlp", *S), "empty.npz", bad_files),
     ("--config missing", (*START, "--config", "{tmp}/none.yaml", *S), "--config", None),
     ("--config not a mapping", (*START, "--config", "{tmp}/notmap.yaml", *S), "mapping", bad_files),
@@ -200,18 +240,34 @@ CASES: list[tuple[str, tuple[str, ...], str, Callable[[Env], None] | None]] = [
     ("starter and export", ("bootstrap", "--starter", "a.npz", "--export", "b.npz", *S), "give one of them", None),
     ("bootstrap --configs 0", ("bootstrap", "--configs", "0", *S), "--configs", None),
     ("clean a non-starter", ("bootstrap", "--clean", "{tmp}/garbage.npz"), "not a starter file", bad_files),
-    ("import without its space file", ("import", "{tmp}/cont.csv", "--space", "{tmp}/none.json", "--job-name", "j", *S),
-     "none.json", bad_files),
-    ("import a table without task/value", ("import", "{tmp}/cont.csv", "--space", "{tmp}/space.json", "--job-name", "j",
-                                           *S), "task", lambda env: (bad_files(env), (env.tmp / "space.json").write_text('{"params": []}'))),
+    (
+        "import without its space file",
+        ("import", "{tmp}/cont.csv", "--space", "{tmp}/none.json", "--job-name", "j", *S),
+        "none.json",
+        bad_files,
+    ),
+    (
+        "import a table without task/value",
+        ("import", "{tmp}/cont.csv", "--space", "{tmp}/space.json", "--job-name", "j", *S),
+        "task",
+        lambda env: (bad_files(env), (env.tmp / "space.json").write_text('{"params": []}')),
+    ),
     ("neighbors of a missing file", ("neighbors", "--dataset", "{tmp}/none.csv", *S), "none.csv", None),
     ("server on a file", ("server", "--data-dir", "{tmp}/afile/data"), "--data-dir", bad_files),
     ("ui of a server URI", ("ui", "--tracking-uri", "http://127.0.0.1:9"), "127.0.0.1:9", None),
     ("bench bad --fidelity", ("bench", "lcbench", "--fidelity", "epoch", "--out", "{tmp}/b"), "--fidelity", None),
-    ("meta params not stages", ("meta", "train", "--params", "{tmp}/params.yaml", "--models-dir", "{models}", *S),
-     "--params", bad_files),
-    ("sanity of a missing starter", ("bench", "neighbours", "--sanity", "{tmp}/none.npz", "--out", "{tmp}/b"),
-     "not found", None),
+    (
+        "meta params not stages",
+        ("meta", "train", "--params", "{tmp}/params.yaml", "--models-dir", "{models}", *S),
+        "--params",
+        bad_files,
+    ),
+    (
+        "sanity of a missing starter",
+        ("bench", "neighbours", "--sanity", "{tmp}/none.npz", "--out", "{tmp}/b"),
+        "not found",
+        None,
+    ),
 ]
 
 
@@ -224,7 +280,9 @@ def _snapshot(env: Env) -> object:
 
 
 @pytest.mark.parametrize("case, args, needle, setup", CASES, ids=[c[0] for c in CASES])
-def test_fault_path_is_one_line_exit_2_and_writes_nothing(case, args, needle, setup, cli, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_fault_path_is_one_line_exit_2_and_writes_nothing(
+    case, args, needle, setup, cli, tmp_path, monkeypatch
+) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     env = Env(tmp_path, tmp_path / "m.db", tmp_path / "art", tmp_path / "models")

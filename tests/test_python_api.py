@@ -18,8 +18,16 @@ def test_optimize_runs_the_job_and_an_objective_numbered_from_one(store, cli, ca
     import agent
     from mlflow import MlflowClient
 
-    study = agent.create_study("api", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri,
-                               artifact_root=store.artifacts, warm_start="none", epochs=1)
+    study = agent.create_study(
+        "api",
+        dataset="iris",
+        job=JOB,
+        trials=5,
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        warm_start="none",
+        epochs=1,
+    )
     assert study.direction == "minimize" and study.metric == "val_loss" and study.trials == []
     study.optimize(n_trials=2)  # the job trains itself, as `tune-agent start`
     assert [t.number for t in study.trials] == [1, 2] and study.remaining() == 3
@@ -64,8 +72,16 @@ def test_optimize_refuses_bad_arguments_and_unknown_studies(store) -> None:  # n
     import agent
     from agent.errors import StudyError, UnknownStudyError
 
-    study = agent.create_study("small", dataset="iris", job=JOB, trials=2, tracking_uri=store.uri,
-                               artifact_root=store.artifacts, warm_start="none", epochs=1)
+    study = agent.create_study(
+        "small",
+        dataset="iris",
+        job=JOB,
+        trials=2,
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        warm_start="none",
+        epochs=1,
+    )
     with pytest.raises(StudyError, match="n_trials must be at least 1"):
         study.optimize(n_trials=0)
     with pytest.raises(StudyError, match="timeout must be positive"):
@@ -87,11 +103,13 @@ def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, 
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### From Python"):]
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "python-api.md").read_text()
+    section = readme[readme.index("# From Python") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     number, value, params = done.stdout.split(" ", 2)
     assert 1 <= int(number) <= 6 and float(value) > 0 and "learning_rate" in params
@@ -101,15 +119,33 @@ def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, 
 def test_a_tiny_budget_still_gets_bo_steps(store) -> None:  # noqa: ANN001
     import agent
 
-    study = agent.create_study("tiny", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri,
-                               artifact_root=store.artifacts, warm_start="none", surrogate="gp", epochs=1)
+    study = agent.create_study(
+        "tiny",
+        dataset="iris",
+        job=JOB,
+        trials=5,
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        warm_start="none",
+        surrogate="gp",
+        epochs=1,
+    )
     assert study.study.settings.n_init == 2  # half the budget at most, not 5 design points of 5
     study.optimize()
     origins = [t.origin for t in study.trials]
     assert [o.split(":")[0] for o in origins[:2]] == ["init", "init"], origins
     assert all(o.startswith("bo:") for o in origins[2:]), origins
-    kept = agent.create_study("kept", dataset="iris", job=JOB, trials=5, tracking_uri=store.uri, warm_start="none",
-                              surrogate="gp", n_init=4, epochs=1)
+    kept = agent.create_study(
+        "kept",
+        dataset="iris",
+        job=JOB,
+        trials=5,
+        tracking_uri=store.uri,
+        warm_start="none",
+        surrogate="gp",
+        n_init=4,
+        epochs=1,
+    )
     assert kept.study.settings.n_init == 4  # an explicit --n-init is the user's
 
 
@@ -120,8 +156,8 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("#### The best model, registered"):]
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "registry.md").read_text()
+    section = readme[readme.index("# The best model, registered") :]
     shell = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
@@ -132,7 +168,9 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
         assert command[0] == ".venv/bin/tune-agent"
         done = subprocess.run([exe, *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     header = lines[0].split()  # pandas prints the class columns (0..9, the middle ones elided), then 3 rows
@@ -142,8 +180,22 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
 def test_the_study_description_names_dataset_surrogate_and_best(store, cli) -> None:  # noqa: ANN001
     from mlflow import MlflowClient
 
-    res = cli("start", "--dataset", "iris", "--job", JOB, "--trials", "2", "--epochs", "1", "--warm-start", "none",
-              "--study-name", "described", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        JOB,
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "described",
+        *store.args,
+    )
     assert res.code == 0, res.err
     study = store.kb().find_study("described")
     note = MlflowClient(store.uri).get_run(study.study_id).data.tags["mlflow.note.content"]
@@ -162,18 +214,32 @@ def test_the_readme_quickstart_runs_as_written_in_an_empty_folder(tmp_path) -> N
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Tune a job"):]
+    section = readme[readme.index("## Tune a job") :]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     command = block.group(1).strip().split()
-    sample = re.search(r"```\n(.*?)```", section[block.end():], re.S).group(1)
+    sample = re.search(r"```\n(.*?)```", section[block.end() :], re.S).group(1)
     assert command[0] == ".venv/bin/tune-agent" and command[1] == "start"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}
     env["TUNE_AGENT_DAEMON"] = "0"  # a user's first command: a fresh process (it would start a warm process at its end)
-    done = subprocess.run([str(Path(sys.executable).with_name("tune-agent")), *command[1:]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tune-agent")), *command[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    kinds = ("warm start:", "surrogate:", "starting study", "trial 1/", "  trial 1 done (1/", "study ", "process ",
-             "report:")
+    kinds = (
+        "warm start:",
+        "surrogate:",
+        "starting study",
+        "trial 1/",
+        "  trial 1 done (1/",
+        "study ",
+        "process ",
+        "report:",
+    )
     for kind in kinds:
         assert any(line.startswith(kind) for line in sample.splitlines()), kind  # the sample shows it
     at = [next(i for i, line in enumerate(done.stdout.splitlines()) if line.startswith(kind)) for kind in kinds]

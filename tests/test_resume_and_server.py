@@ -22,13 +22,31 @@ def _states(store, name: str) -> list:
     return [] if study is None else kb.trials(study)
 
 
-def test_resume_after_sigkill_finishes_the_budget_without_duplicates(store, cli) -> None:  # noqa: ANN001
+def test_resume_after_sigkill_finishes_the_budget_without_duplicates(store, cli) -> None:
     exe = Path(sys.executable).with_name("tune-agent")
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     proc = subprocess.Popen(
-        [str(exe), "start", "--dataset", "digits", "--job", "mlp", "--trials", "6", "--n-init", "3",
-         "--epochs", "4", "--study-name", "S", *store.args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+        [
+            str(exe),
+            "start",
+            "--dataset",
+            "digits",
+            "--job",
+            "mlp",
+            "--trials",
+            "6",
+            "--n-init",
+            "3",
+            "--epochs",
+            "4",
+            "--study-name",
+            "S",
+            *store.args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
     )
     deadline = time.time() + 240
     try:
@@ -79,14 +97,27 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def mlflow_server(tmp_path: Path):  # noqa: ANN201
+def mlflow_server(tmp_path: Path):
     port = _free_port()
     exe = Path(sys.executable).with_name("mlflow")
     proc = subprocess.Popen(
-        [str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-art"), "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(exe),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "server-art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -106,8 +137,23 @@ def mlflow_server(tmp_path: Path):  # noqa: ANN201
 
 def test_study_against_a_real_tracking_server(mlflow_server, cli, monkeypatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    res = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "2", "--n-init", "1", "--epochs", "2",
-              "--study-name", "shared", "--tracking-uri", mlflow_server)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "2",
+        "--n-init",
+        "1",
+        "--epochs",
+        "2",
+        "--study-name",
+        "shared",
+        "--tracking-uri",
+        mlflow_server,
+    )
     assert res.code == 0, res.err
     from mlflow import MlflowClient
 
@@ -126,8 +172,10 @@ def test_a_new_store_killed_while_mlflow_builds_its_tables_is_not_broken(tmp_pat
     """SIGKILL while MLflow migrates a new sqlite store used to leave a file every later command
     failed on; the schema is now built aside and moved into place whole."""
     db = tmp_path / "mlflow.db"
-    code = ("from pathlib import Path; from agent.knowledge.mlflow.store_file import create_sqlite_store; "
-            f"create_sqlite_store(Path({str(db)!r}))")
+    code = (
+        "from pathlib import Path; from agent.knowledge.mlflow.store_file import create_sqlite_store; "
+        f"create_sqlite_store(Path({str(db)!r}))"
+    )
     # the migrations themselves (no schema template to copy), as on a first run
     proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "TUNE_AGENT_STORE_TEMPLATE": "0"})
     deadline = time.time() + 120

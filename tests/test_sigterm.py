@@ -40,10 +40,33 @@ def _alive(pid: int) -> bool:
 @pytest.mark.timeout(600)
 def test_sigterm_ends_the_pool_workers_of_a_bootstrap_too(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "bootstrap", "--dataset", "wine", "--dataset", "iris",
-                             "--dataset", "breast-cancer", "--configs", "64", "--epochs", "3", "--workers", "2",
-                             "--tracking-uri", uri, "--artifact-root", str(tmp_path / "art")],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "bootstrap",
+            "--dataset",
+            "wine",
+            "--dataset",
+            "iris",
+            "--dataset",
+            "breast-cancer",
+            "--configs",
+            "64",
+            "--epochs",
+            "3",
+            "--workers",
+            "2",
+            "--tracking-uri",
+            uri,
+            "--artifact-root",
+            str(tmp_path / "art"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 300

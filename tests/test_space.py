@@ -99,10 +99,19 @@ def test_snap_is_idempotent() -> None:
 def test_configurations_of_another_space_match_by_name_and_type_and_translate() -> None:
     from agent.space import Categorical, Condition, Float, Int, SearchSpace
 
-    target = SearchSpace([Float("lr", 1e-4, 0.5, log=True), Int("layers", 1, 3), Categorical("act", ("relu", "tanh")),
-                          Int("units_2", 8, 64, condition=Condition("layers", (2, 3))), Float("new", 0.0, 1.0)])
-    other = [{"lr": 0.9, "layers": 2, "act": "relu", "units_2": 7.5, "decay": 0.1},
-             {"lr": 0.01, "layers": 1, "act": "gelu"}]
+    target = SearchSpace(
+        [
+            Float("lr", 1e-4, 0.5, log=True),
+            Int("layers", 1, 3),
+            Categorical("act", ("relu", "tanh")),
+            Int("units_2", 8, 64, condition=Condition("layers", (2, 3))),
+            Float("new", 0.0, 1.0),
+        ]
+    )
+    other = [
+        {"lr": 0.9, "layers": 2, "act": "relu", "units_2": 7.5, "decay": 0.1},
+        {"lr": 0.01, "layers": 1, "act": "gelu"},
+    ]
     match = target.match(other)
     assert match.matched == ("lr", "layers") and match.unmatched == ("act", "units_2", "new")
     config = target.decode(target.translate(other[0], match))

@@ -26,9 +26,16 @@ def _rows(task: str, rng: np.random.Generator, n: int, noise_only: bool = False)
         lr = float(10 ** rng.uniform(-4, 0))
         opt = "sgd" if rng.random() < 0.5 else "adam"
         loss = 0.4 * (np.log10(lr) + 1.5) ** 2 + 0.2 + 0.01 * rng.standard_normal()
-        rows.append({"task": task, "lr": lr, "weight_decay": float(10 ** rng.uniform(-6, -2)), "optimizer": opt,
-                     "momentum": float(rng.uniform(0, 0.99)) if opt == "sgd" else np.nan,
-                     "value": float(rng.random()) if noise_only else float(loss)})
+        rows.append(
+            {
+                "task": task,
+                "lr": lr,
+                "weight_decay": float(10 ** rng.uniform(-6, -2)),
+                "optimizer": opt,
+                "momentum": float(rng.uniform(0, 0.99)) if opt == "sgd" else np.nan,
+                "value": float(rng.random()) if noise_only else float(loss),
+            }
+        )
     return rows
 
 
@@ -39,16 +46,46 @@ def history(store, cli, tmp_path: Path):
     rng = np.random.default_rng(0)
     rows = _rows("src-a", rng, 24) + _rows("src-b", rng, 24) + _rows("src-noise", rng, 24, noise_only=True)
     pd.DataFrame(rows).to_csv(tmp_path / "history.csv", index=False)
-    res = cli("import", str(tmp_path / "history.csv"), "--space", str(space), "--job-name", "logistic",
-              "--metric", "val_loss", "--mode", "min", *store.args)
+    res = cli(
+        "import",
+        str(tmp_path / "history.csv"),
+        "--space",
+        str(space),
+        "--job-name",
+        "logistic",
+        "--metric",
+        "val_loss",
+        "--mode",
+        "min",
+        *store.args,
+    )
     assert res.code == 0, res.err
     return store
 
 
 def _study(cli, store, name: str, surrogate: str, models_dir: Path) -> tuple[dict, list]:
-    res = cli("start", "--dataset", "iris", "--job", JOB, "--trials", "3", "--n-init", "1", "--epochs", "1",
-              "--warm-start", "none", "--surrogate", surrogate, "--models-dir", str(models_dir),
-              "--study-name", name, *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        JOB,
+        "--trials",
+        "3",
+        "--n-init",
+        "1",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--surrogate",
+        surrogate,
+        "--models-dir",
+        str(models_dir),
+        "--study-name",
+        name,
+        *store.args,
+    )
     assert res.code == 0, res.err
     kb = store.kb()
     record = kb.find_study(name)
@@ -74,14 +111,16 @@ def test_each_surrogate_runs_a_study_and_is_recorded(history, cli, tmp_path) -> 
 
 def test_tnp_surrogate_with_a_meta_trained_model(history, cli, tmp_path) -> None:
     from agent.knowledge.history import load_history
-    from agent.surrogates.tnp import TNPConfig
-    from agent.surrogates.tnp_train import meta_train_tnp
     from agent.surrogates.contract import source_tasks
     from agent.surrogates.specs import TNP_FILE, TNP_META
+    from agent.surrogates.tnp import TNPConfig
+    from agent.surrogates.tnp_train import meta_train_tnp
 
     space = LogisticJob().space
     sources = source_tasks(load_history(history.kb(), job="logistic", with_samples=False), space)
-    tnp, _ = meta_train_tnp([(s.U, s.y) for s in sources], TNPConfig(hidden=16, heads=2, meta_steps=5, fine_tune_steps=2))
+    tnp, _ = meta_train_tnp(
+        [(s.U, s.y) for s in sources], TNPConfig(hidden=16, heads=2, meta_steps=5, fine_tune_steps=2)
+    )
     models = tmp_path / "models"
     models.mkdir()
     tnp.save(str(models / TNP_FILE))
@@ -114,8 +153,26 @@ def test_tnp_without_a_model_falls_back_to_rgpe(history, cli, tmp_path) -> None:
 def test_gp_prior_mean_from_observation_neighbours_when_history_has_no_samples(history, cli, tmp_path) -> None:
     """Imported history has no dataset samples, so meta-features cannot pick neighbours: the GP's
     prior mean then comes from the sources nearest to the study's own observations."""
-    res = cli("start", "--dataset", "iris", "--job", JOB, "--trials", "3", "--n-init", "2", "--epochs", "1",
-              "--surrogate", "gp", "--models-dir", str(tmp_path / "models"), "--study-name", "iris-obs", *history.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        JOB,
+        "--trials",
+        "3",
+        "--n-init",
+        "2",
+        "--epochs",
+        "1",
+        "--surrogate",
+        "gp",
+        "--models-dir",
+        str(tmp_path / "models"),
+        "--study-name",
+        "iris-obs",
+        *history.args,
+    )
     assert res.code == 0, res.err
     kb = history.kb()
     record = kb.find_study("iris-obs")
@@ -131,15 +188,22 @@ def test_auto_picks_the_tnp_once_history_and_meta_training_cover_enough_tasks(tm
     from agent.surrogates.specs import TNP_FILE, TNP_META
 
     rng = np.random.default_rng(0)
-    many = tuple(SourceTask(f"k{i}", f"t{i}", rng.random((50, 4)), rng.standard_normal(50))
-                 for i in range(registry.TNP_MIN_SOURCES))
+    many = tuple(
+        SourceTask(f"k{i}", f"t{i}", rng.random((50, 4)), rng.standard_normal(50))
+        for i in range(registry.TNP_MIN_SOURCES)
+    )
     models = tmp_path / "models"
     models.mkdir()
     (models / TNP_FILE).write_bytes(b"")  # resolve reads only the meta file
     space = _space4()
-    for trained_on, sources, expected in ((registry.TNP_MIN_SOURCES, many, "tnp"), (5, many, "rgpe"),
-                                          (registry.TNP_MIN_SOURCES, many[:5], "rgpe")):
-        (models / TNP_META).write_text(json.dumps({"job": "x", "space_signature": space.signature(), "sources": trained_on}))
+    for trained_on, sources, expected in (
+        (registry.TNP_MIN_SOURCES, many, "tnp"),
+        (5, many, "rgpe"),
+        (registry.TNP_MIN_SOURCES, many[:5], "rgpe"),
+    ):
+        (models / TNP_META).write_text(
+            json.dumps({"job": "x", "space_signature": space.signature(), "sources": trained_on})
+        )
         resolution = registry.resolve("auto", SurrogateInputs(space, sources, models))
         assert resolution.name == expected, (trained_on, len(sources), resolution)
         if expected == "rgpe":

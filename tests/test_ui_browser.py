@@ -37,7 +37,9 @@ def _playwright() -> bool:
 
 pytestmark = [
     pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed (apt-get install -y chromium)"),
-    pytest.mark.skipif(not _playwright(), reason="Playwright's Python package is not installed (pip install playwright)"),
+    pytest.mark.skipif(
+        not _playwright(), reason="Playwright's Python package is not installed (pip install playwright)"
+    ),
 ]
 
 
@@ -47,15 +49,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_ui_shows_the_study_its_dataset_objective_trials_and_report(store, cli) -> None:  # noqa: ANN001
+def test_the_ui_shows_the_study_its_dataset_objective_trials_and_report(store, cli) -> None:
     """A study with a default name; `tune-agent ui` prints a link per job, and that link opens the
     runs table in the training view with the objective and the job's hyperparameters as columns,
     nothing clicked but the assistant panel's Close (it opens itself on a browser's first visit)."""
-    from mlflow import MlflowClient
     from playwright.sync_api import sync_playwright
 
-    res = cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "3", "--epochs", "2",
-              "--warm-start", "none", *store.args)
+    from mlflow import MlflowClient
+
+    res = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "3",
+        "--epochs",
+        "2",
+        "--warm-start",
+        "none",
+        *store.args,
+    )
     assert res.code == 0, res.err
     client = MlflowClient(store.uri)
     experiment = client.get_experiment_by_name("tune-agent/logistic")
@@ -63,16 +78,23 @@ def test_the_ui_shows_the_study_its_dataset_objective_trials_and_report(store, c
     assert study.name.startswith("wine-logistic-")  # the default name
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    ui = subprocess.Popen([str(Path(sys.executable).with_name("tune-agent")), "ui", "--port", str(port), *store.args],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    ui = subprocess.Popen(
+        [str(Path(sys.executable).with_name("tune-agent")), "ui", "--port", str(port), *store.args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         link = None
         for line in ui.stdout:  # the link comes before the server starts
             if "studies of job logistic" in line:
                 link = line.split(": ", 1)[1].strip()
                 break
-        assert link == (f"{url}/#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=tune-agent"
-                        "&workflowType=machine_learning"), link
+        assert link == (
+            f"{url}/#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=tune-agent"
+            "&workflowType=machine_learning"
+        ), link
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
@@ -97,7 +119,8 @@ def test_the_ui_shows_the_study_its_dataset_objective_trials_and_report(store, c
             assert "Model training" in text  # the training view's sidebar, not the GenAI one
             assert study.name in text and "wine (" in text  # the study and its dataset (the Dataset column)
             cut = page.get_by_text(study.name, exact=True).first.evaluate(
-                "e => [e, e.parentElement, e.parentElement.parentElement].some(x => x.scrollWidth > x.clientWidth + 1)")
+                "e => [e, e.parentElement, e.parentElement.parentElement].some(x => x.scrollWidth > x.clientWidth + 1)"
+            )
             assert not cut, f"the runs table cuts {study.name!r}"  # a default name fits its column
             for column in ("best_objective", "objective", "lr", "weight_decay", "optimizer"):
                 assert column in text, column  # the objective and the hyperparameters, unclicked

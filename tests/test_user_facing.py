@@ -13,10 +13,9 @@ import pytest
 from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TRIAL_PRUNED
 
 
-def test_the_own_loop_example_runs_and_leaves_an_ordinary_study(store, cli, capsys) -> None:  # noqa: ANN001
-    from mlflow import MlflowClient
-
+def test_the_own_loop_example_runs_and_leaves_an_ordinary_study(store, cli, capsys) -> None:
     from agent.examples.own_loop import main
+    from mlflow import MlflowClient
 
     main(["--study-name", "mine", "--trials", "6", "--epochs", "8", "--pruner", "median", "--tracking-uri", store.uri])
     out = capsys.readouterr().out
@@ -34,11 +33,18 @@ def test_the_own_loop_example_runs_and_leaves_an_ordinary_study(store, cli, caps
     assert best.code == 0 and json.loads(best.out)["trial"] == min(trials, key=lambda t: t.value or 9).number + 1
 
 
-def test_the_trial_context_manager_records_failures_and_goes_on(store, capsys) -> None:  # noqa: ANN001
+def test_the_trial_context_manager_records_failures_and_goes_on(store, capsys) -> None:
     from agent.lightning import create_study
 
-    study = create_study("ctx", dataset="wine", job="agent.jobs.examples:logistic", trials=3, tracking_uri=store.uri,
-                         artifact_root=store.artifacts, warm_start="none")
+    study = create_study(
+        "ctx",
+        dataset="wine",
+        job="agent.jobs.examples:logistic",
+        trials=3,
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        warm_start="none",
+    )
     with study.trial() as t:
         raise RuntimeError("CUDA out of memory\nlong traceback text")
     assert "trial 1 failed: RuntimeError: CUDA out of memory (recorded; the study goes on)" in capsys.readouterr().err
@@ -53,9 +59,23 @@ def test_the_trial_context_manager_records_failures_and_goes_on(store, capsys) -
     assert study.status == "finished" and t.number == 3 and study.best_trial.number == 3
 
 
-def test_history_and_neighbors_as_json(store, cli) -> None:  # noqa: ANN001
-    res = cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
-              "--warm-start", "none", "--study-name", "h", *store.args)
+def test_history_and_neighbors_as_json(store, cli) -> None:
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "h",
+        *store.args,
+    )
     assert res.code == 0, res.err
     hist = cli("history", "--json", "--tracking-uri", store.uri)
     rows = json.loads(hist.out)["studies"]
@@ -66,15 +86,31 @@ def test_history_and_neighbors_as_json(store, cli) -> None:  # noqa: ANN001
     (given,) = run.inputs.dataset_inputs
     assert given.dataset.name == "iris" and given.dataset.digest == rows[0]["fingerprint"][:36]
     assert run.data.metrics["best_objective"] == rows[0]["best_value"] and "best.lr" in run.data.metrics
-    near = cli("neighbors", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--json", "--tracking-uri", store.uri)
+    near = cli(
+        "neighbors", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--json", "--tracking-uri", store.uri
+    )
     assert near.code == 0, near.err
     answer = json.loads(near.out)
     assert [n["dataset"] for n in answer["neighbours"]] == ["iris"] and answer["neighbours"][0]["best_config"]
 
 
-def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) -> None:  # noqa: ANN001
-    cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "1", "--epochs", "1",
-        "--warm-start", "none", "--study-name", "d", *store.args)
+def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) -> None:
+    cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "d",
+        *store.args,
+    )
     res = cli("doctor", "--json", *store.args)
     assert res.code == 0, res.out
     checks = {c["name"]: c for c in json.loads(res.out)}
@@ -95,7 +131,7 @@ def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) 
     assert "cannot reach the Ray cluster at 127.0.0.1:9" in checks["ray cluster"]["detail"]
 
 
-def test_doctor_asks_torch_in_a_child_once_and_again_when_what_decides_changes(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_doctor_asks_torch_in_a_child_once_and_again_when_what_decides_changes(tmp_path, monkeypatch) -> None:
     """`doctor`'s thread and CUDA check: torch is imported in a child process (beside the store
     checks), its answer kept in the user cache keyed by what decides it."""
     from agent.ops import doctor
@@ -103,16 +139,16 @@ def test_doctor_asks_torch_in_a_child_once_and_again_when_what_decides_changes(t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     first = doctor.TorchProbe()
-    assert first.cached is None and first._proc is not None  # noqa: SLF001
+    assert first.cached is None and first._proc is not None
     answer, how = first.result()
     assert how == "asked torch" and answer is not None and answer["threads"] >= 1 and answer["cuda"] in (True, False)
     assert (tmp_path / "cache" / "tune-agent" / "torch_probe.json").is_file()
     again = doctor.TorchProbe()
-    assert again._proc is None and again.result() == (answer, "cached")  # noqa: SLF001
+    assert again._proc is None and again.result() == (answer, "cached")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torch honours it: a new key, torch asked again
     one = doctor.TorchProbe()
-    assert one._proc is not None and one.result() == ({**answer, "threads": 1}, "asked torch")  # noqa: SLF001
-    threads = {c.name: c for c in doctor._environment_checks(doctor.TorchProbe())}["threads"]  # noqa: SLF001
+    assert one._proc is not None and one.result() == ({**answer, "threads": 1}, "asked torch")
+    threads = {c.name: c for c in doctor._environment_checks(doctor.TorchProbe())}["threads"]
     assert threads.status == "ok" and "torch uses 1 intra-op threads" in threads.detail
 
 
@@ -121,8 +157,24 @@ def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_p
     from agent.bench.startup import _timed_run
 
     exe = str(Path(sys.executable).with_name("tune-agent"))
-    args = [exe, "start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "2",
-            "--warm-start", "none", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", "--artifact-root", str(tmp_path / "a")]
+    args = [
+        exe,
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "2",
+        "--epochs",
+        "2",
+        "--warm-start",
+        "none",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'm.db'}",
+        "--artifact-root",
+        str(tmp_path / "a"),
+    ]
     run = _timed_run(args, tmp_path, tty=True, marker=b"trial 1/")
     assert run["exit"] == 0, run["tail"]
     assert run["progress_display"], run["tail"]  # rich's live display with its ETA column
@@ -130,14 +182,32 @@ def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_p
     assert run["first_output_s"] < run["first_trial_s"]  # the status line comes before the study's first line
 
 
-def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path) -> None:  # noqa: ANN001
+def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path) -> None:
     from mlflow import MlflowClient
 
     job = "agent.jobs.examples:logistic"
-    for name, dataset, warm in (("cold", "wine?fraction=0.7", "none"), ("other", "iris", "none"), ("third", "wine", "none"),
-                                ("warm", "wine?fraction=0.7", "handcrafted")):
-        res = cli("start", "--dataset", dataset, "--job", job, "--trials", "5", "--epochs", "1", "--warm-start", warm,
-                  "--study-name", name, *store.args)
+    for name, dataset, warm in (
+        ("cold", "wine?fraction=0.7", "none"),
+        ("other", "iris", "none"),
+        ("third", "wine", "none"),
+        ("warm", "wine?fraction=0.7", "handcrafted"),
+    ):
+        res = cli(
+            "start",
+            "--dataset",
+            dataset,
+            "--job",
+            job,
+            "--trials",
+            "5",
+            "--epochs",
+            "1",
+            "--warm-start",
+            warm,
+            "--study-name",
+            name,
+            *store.args,
+        )
         assert res.code == 0, res.err
     assert "report: report/report.html on the study run" in res.out  # written at the end of every study
     out = tmp_path / "rep"
@@ -147,8 +217,13 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
     again = cli("report", "warm", "--out", str(tmp_path / "again"), "--rebuild", "--tracking-uri", store.uri)
     assert again.code == 0 and "(and report/report.html on the study run)" in again.out  # built, as asked
     page = (out / "report.html").read_text()
-    for part in ("1. Best so far", "2. Hyperparameter importance", "3. Neighbours that seeded the study",
-                 "4. The knowledge base", "5. Failed, pruned and killed trials"):
+    for part in (
+        "1. Best so far",
+        "2. Hyperparameter importance",
+        "3. Neighbours that seeded the study",
+        "4. The knowledge base",
+        "5. Failed, pruned and killed trials",
+    ):
         assert part in page
     assert "no map" not in page and "knowledge_map.png" in page and "importance.png" in page
     assert "grey: 1 cold-start study of the same dataset" in page  # the cold reference
@@ -156,27 +231,49 @@ def test_report_of_a_warm_started_study_has_all_five_parts(store, cli, tmp_path)
     run_id = store.kb().find_study("warm").study_id
     logged = {a.path for a in MlflowClient(store.uri).list_artifacts(run_id, "report")}
     assert {"report/report.html", "report/best_so_far.png", "report/knowledge_map.png"} <= logged
-    assert Path(MlflowClient(store.uri).download_artifacts(run_id, "report/report.html", str(tmp_path))).read_text() == page
+    assert (
+        Path(MlflowClient(store.uri).download_artifacts(run_id, "report/report.html", str(tmp_path))).read_text()
+        == page
+    )
     # three studies joined the map after "cold" ended: its stored report is out of date and built again
     res = cli("report", "cold", "--out", str(tmp_path / "c1"), "--tracking-uri", store.uri)
     assert res.code == 0 and "(and report/report.html on the study run)" in res.out, res.out + res.err
-    assert "4 datasets of job" not in (tmp_path / "c1" / "report.html").read_text()  # 3 fingerprints: wine, its 0.7, iris
+    assert (
+        "4 datasets of job" not in (tmp_path / "c1" / "report.html").read_text()
+    )  # 3 fingerprints: wine, its 0.7, iris
     res = cli("report", "cold", "--out", str(tmp_path / "c2"), "--tracking-uri", store.uri)
     assert res.code == 0 and "nothing it shows has changed since" in res.out, res.out + res.err
     assert (tmp_path / "c2" / "report.html").read_text() == (tmp_path / "c1" / "report.html").read_text()
 
 
-def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> None:  # noqa: ANN001
-    import mlflow
+def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> None:
     from sklearn.datasets import load_wine
 
-    res = cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "3", "--epochs", "3",
-              "--warm-start", "none", "--study-name", "reg", *store.args)
+    import mlflow
+
+    res = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "3",
+        "--epochs",
+        "3",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "reg",
+        *store.args,
+    )
     assert res.code == 0, res.err
     res = cli("best", "reg", "--register", "wine-model", "--tracking-uri", store.uri)
     assert res.code == 0, res.err
     registered = json.loads(res.out)["registered"]
-    assert registered["version"] == "1" and registered["retrained_value"] == pytest.approx(registered["value"], rel=1e-4)
+    assert registered["version"] == "1" and registered["retrained_value"] == pytest.approx(
+        registered["value"], rel=1e-4
+    )
     mlflow.set_tracking_uri(store.uri)
     model = mlflow.pyfunc.load_model("models:/wine-model/1")  # a pyfunc: raw rows in, one column per class out
     frame = load_wine(as_frame=True).frame
@@ -191,12 +288,13 @@ def test_best_register_leaves_a_model_that_loads_and_predicts(store, cli) -> Non
     assert "tune_agent.surrogate" in version.tags and "tune_agent.neighbours" in version.tags
 
 
-def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, tmp_path) -> None:  # noqa: ANN001
+def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, tmp_path) -> None:
     """A CSV with a text category and gaps: the model takes the table's own columns (text, missing
     values) and encodes them as loading did; registering leaves the trial's run as it was."""
-    import mlflow
     import numpy as np
     import pandas as pd
+
+    import mlflow
 
     rng = np.random.default_rng(0)
     n = 240
@@ -206,8 +304,24 @@ def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, 
     label = np.where((colour == "red") | (np.nan_to_num(size, nan=10) > 12), "yes", "no")
     table = pd.DataFrame({"colour": colour, "size": size, "label": label})
     table.to_csv(tmp_path / "shop.csv", index=False)
-    res = cli("start", "--dataset", str(tmp_path / "shop.csv"), "--label", "label", "--job", "agent.jobs.examples:logistic",
-              "--trials", "2", "--epochs", "20", "--warm-start", "none", "--study-name", "shop", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        str(tmp_path / "shop.csv"),
+        "--label",
+        "label",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "2",
+        "--epochs",
+        "20",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "shop",
+        *store.args,
+    )
     assert res.code == 0, res.err
     client = mlflow.MlflowClient(store.uri)
     kb = store.kb()
@@ -226,7 +340,8 @@ def test_a_registered_table_model_encodes_raw_rows_as_the_study_did(store, cli, 
     assert abs(out.to_numpy().sum(1) - 1).max() < 1e-5
     assert (model.predict(table.drop(columns=["label"])).to_numpy().argmax(1) == (table["label"] == "yes")).mean() > 0.7
 
-def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store, cli, capsys) -> None:  # noqa: ANN001
+
+def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store, cli, capsys) -> None:
     """Every study writes its job's saved runs view (the objective and the space's hyperparameters
     as columns), once per space: a second study of the same job leaves the tag as it was; `tune-agent
     ui` prints the link that opens it in the training view (the browser test opens it in Chromium).
@@ -235,13 +350,24 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
     clash, and the second was refused)."""
     import re
 
-    from mlflow import MlflowClient
-
     from agent.cli.store import _job_links
     from agent.knowledge.mlflow.connection import VIEW_TAG
+    from mlflow import MlflowClient
 
-    args = ("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
-            "--warm-start", "none", *store.args)
+    args = (
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        *store.args,
+    )
     assert cli(*args).code == 0
     client = MlflowClient(store.uri)
     exp = client.get_experiment_by_name("tune-agent/logistic")
@@ -257,5 +383,7 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
     capsys.readouterr()
     _job_links(store.kb(), "http://127.0.0.1:5000")
     (line,) = capsys.readouterr().out.strip().splitlines()
-    assert line.endswith(f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?viewStateShareKey=tune-agent"
-                         "&workflowType=machine_learning")
+    assert line.endswith(
+        f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?viewStateShareKey=tune-agent"
+        "&workflowType=machine_learning"
+    )

@@ -21,8 +21,12 @@ EXE = str(Path(sys.executable).with_name("tune-agent"))
 def _env(folder: Path, on: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
     # a short idle time: a warm process a failed test leaves ends by itself
-    return {**env, "TUNE_AGENT_DAEMON": "1" if on else "0", "TUNE_AGENT_DAEMON_DIR": str(folder),
-            "TUNE_AGENT_DAEMON_IDLE": "300"}
+    return {
+        **env,
+        "TUNE_AGENT_DAEMON": "1" if on else "0",
+        "TUNE_AGENT_DAEMON_DIR": str(folder),
+        "TUNE_AGENT_DAEMON_IDLE": "300",
+    }
 
 
 def _run(env: dict[str, str], *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -36,14 +40,29 @@ def _status(env: dict[str, str], cwd: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def warm(tmp_path_factory: pytest.TempPathFactory):
     """A warm process of the tests' own, started as a user's is: by a first command, which runs fresh."""
     root = tmp_path_factory.mktemp("warm")
     env = _env(root / "sockets")
     # a study: its imports set variables (scikit-learn's KMP_*); the warm process it starts is still
     # this environment's, keyed by what the command was launched with
-    first = _run(env, "start", "--dataset", "iris", "--job", "mlp", "--trials", "1", "--epochs", "1", "--warm-start",
-                 "none", "--tracking-uri", f"sqlite:///{root / 'first.db'}", cwd=root)
+    first = _run(
+        env,
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--tracking-uri",
+        f"sqlite:///{root / 'first.db'}",
+        cwd=root,
+    )
     assert first.returncode == 0, first.stderr
     assert "started a warm process" in first.stderr and "TUNE_AGENT_DAEMON=0" in first.stderr
     ready = _run(env, "daemon", "start", "--wait", "600", cwd=root)  # waits for that one: it is importing
@@ -61,11 +80,30 @@ def _best(env: dict[str, str], root: Path, db: str, name: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_a_command_run_by_the_warm_process_is_the_command_run_fresh(warm) -> None:  # noqa: ANN001
+def test_a_command_run_by_the_warm_process_is_the_command_run_fresh(warm) -> None:
     env, root = warm
     served = _status(env, root)[0]["served"]
-    args = ["start", "--dataset", "iris", "--job", "mlp", "--trials", "3", "--n-init", "2", "--epochs", "1",
-            "--warm-start", "none", "--surrogate", "gp", "--study-name", "s", "--seed", "3"]
+    args = [
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "3",
+        "--n-init",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--surrogate",
+        "gp",
+        "--study-name",
+        "s",
+        "--seed",
+        "3",
+    ]
     fresh = _run({**env, "TUNE_AGENT_DAEMON": "0"}, *args, "--tracking-uri", f"sqlite:///{root / 'fresh.db'}", cwd=root)
     assert fresh.returncode == 0, fresh.stderr
     forked = _run(env, *args, "--tracking-uri", f"sqlite:///{root / 'warm.db'}", cwd=root)
@@ -78,18 +116,35 @@ def test_a_command_run_by_the_warm_process_is_the_command_run_fresh(warm) -> Non
     doctor = _run(env, "doctor", "--tracking-uri", f"sqlite:///{root / 'warm.db'}", cwd=root)
     assert "serves this environment" in doctor.stdout, doctor.stdout[-600:]  # doctor says what runs commands
 
-    bad = _run(env, "start", "--dataset", "missing.csv", "--job", "mlp", "--trials", "2", "--tracking-uri",
-               f"sqlite:///{root / 'warm.db'}", cwd=root)
+    bad = _run(
+        env,
+        "start",
+        "--dataset",
+        "missing.csv",
+        "--job",
+        "mlp",
+        "--trials",
+        "2",
+        "--tracking-uri",
+        f"sqlite:///{root / 'warm.db'}",
+        cwd=root,
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "missing.csv" in bad.stderr  # one line, as fresh
     assert bad.stdout == ""
 
 
-def test_ctrl_c_reaches_the_command_and_a_killed_client_ends_it(warm) -> None:  # noqa: ANN001
+def test_ctrl_c_reaches_the_command_and_a_killed_client_ends_it(warm) -> None:
     env, root = warm
     args = ["start", "--dataset", "digits", "--job", "cnn", "--trials", "40", "--epochs", "3", "--warm-start", "none"]
-    proc = subprocess.Popen([EXE, *args, "--study-name", "c", "--tracking-uri", f"sqlite:///{root / 'c.db'}"], env=env,
-                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [EXE, *args, "--study-name", "c", "--tracking-uri", f"sqlite:///{root / 'c.db'}"],
+        env=env,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = ""
     deadline = time.monotonic() + 600
     while "trial 2/" not in seen and time.monotonic() < deadline:
@@ -105,8 +160,14 @@ def test_ctrl_c_reaches_the_command_and_a_killed_client_ends_it(warm) -> None:  
     assert proc.returncode == 130, err
     assert "tune-agent resume c" in err
 
-    killed = subprocess.Popen([EXE, *args, "--study-name", "k", "--tracking-uri", f"sqlite:///{root / 'k.db'}"],
-                              env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    killed = subprocess.Popen(
+        [EXE, *args, "--study-name", "k", "--tracking-uri", f"sqlite:///{root / 'k.db'}"],
+        env=env,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert "starting study" in killed.stdout.readline() + killed.stdout.readline() + killed.stdout.readline()  # type: ignore[union-attr]
     killed.kill()  # SIGKILL: no chance to say anything; the warm process sees its socket close
     killed.wait()
@@ -136,13 +197,19 @@ def test_a_folder_others_can_open_is_refused(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(warm_process.Unusable, match="not private"):
         warm_process.folder()
     assert warm_process.forward(["history"]) is None  # the command runs here instead
-    done = subprocess.run([EXE, "daemon", "status"], env={**os.environ, warm_process.DIR_ENV: str(shared)},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [EXE, "daemon", "status"],
+        env={**os.environ, warm_process.DIR_ENV: str(shared)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "not private" in done.stderr and done.stderr.count("\n") == 1
 
 
-def test_a_warm_process_that_closes_before_forking_leaves_the_command_to_run_here(tmp_path: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_warm_process_that_closes_before_forking_leaves_the_command_to_run_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a warm process ending just as a command connects (told to stop, idle) answers nothing: the
     # command must run in its own process, not be lost
     import socket

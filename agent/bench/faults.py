@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def _env() -> dict[str, str]:
@@ -26,14 +27,31 @@ def _env() -> dict[str, str]:
 
 
 def _start_args(exe: str, store: Path, name: str, trials: int, epochs: int, dataset: str, job: str) -> list[str]:
-    return [exe, "start", "--dataset", dataset, "--job", job, "--trials", str(trials), "--epochs", str(epochs),
-            "--warm-start", "none", "--study-name", name, "--tracking-uri", f"sqlite:///{store / 'mlflow.db'}",
-            "--artifact-root", str(store / "artifacts")]
+    return [
+        exe,
+        "start",
+        "--dataset",
+        dataset,
+        "--job",
+        job,
+        "--trials",
+        str(trials),
+        "--epochs",
+        str(epochs),
+        "--warm-start",
+        "none",
+        "--study-name",
+        name,
+        "--tracking-uri",
+        f"sqlite:///{store / 'mlflow.db'}",
+        "--artifact-root",
+        str(store / "artifacts"),
+    ]
 
 
 def _check(store: Path, name: str, trials: int) -> dict[str, Any]:
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_RUNNING
     from agent.knowledge import open_knowledge_base
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_RUNNING
 
     kb = open_knowledge_base(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"))
     study = kb.find_study(name)
@@ -41,61 +59,123 @@ def _check(store: Path, name: str, trials: int) -> dict[str, Any]:
         return {"finished": False, "why": "no study"}
     runs = kb.trials(study)
     counted = [t.number for t in runs if t.state in COUNTED_STATES]
-    return {"finished": study.status == "finished" and sorted(counted) == list(range(trials)),
-            "status": study.status, "counted": len(counted), "running": sum(t.state == TRIAL_RUNNING for t in runs),
-            "duplicated": len(counted) - len(set(counted)), "killed_closed": len(runs) - len(counted)}
+    return {
+        "finished": study.status == "finished" and sorted(counted) == list(range(trials)),
+        "status": study.status,
+        "counted": len(counted),
+        "running": sum(t.state == TRIAL_RUNNING for t in runs),
+        "duplicated": len(counted) - len(set(counted)),
+        "killed_closed": len(runs) - len(counted),
+    }
 
 
-def run_fault_campaign(studies: int = 20, trials: int = 4, epochs: int = 2, dataset: str = "iris",
-                       job: str = "agent.jobs.examples:logistic", seed: int = 0,
-                       say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_fault_campaign(
+    studies: int = 20,
+    trials: int = 4,
+    epochs: int = 2,
+    dataset: str = "iris",
+    job: str = "agent.jobs.examples:logistic",
+    seed: int = 0,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     exe = str(Path(sys.executable).with_name("tune-agent"))
     rng = random.Random(seed)
     probes = []
-    for attempt in range(2):  # the first run pays one-time costs (cold file cache): it overstated the span
+    for _attempt in range(2):  # the first run pays one-time costs (cold file cache): it overstated the span
         with tempfile.TemporaryDirectory() as tmp:
             probe = Path(tmp) / "probe"
             probe.mkdir()
             start = time.perf_counter()
-            subprocess.run(_start_args(exe, probe, "probe", trials, epochs, dataset, job), env=_env(), cwd=probe,
-                           capture_output=True, check=True, timeout=600)
+            subprocess.run(
+                _start_args(exe, probe, "probe", trials, epochs, dataset, job),
+                env=_env(),
+                cwd=probe,
+                capture_output=True,
+                check=True,
+                timeout=600,
+            )
             probes.append(time.perf_counter() - start)
     full = probes[-1]
-    say(f"an uninterrupted study takes {full:.1f} s (the first, cold, {probes[0]:.1f} s); killing {studies} studies "
-        f"at uniform moments in [0, {full:.1f}] s")
+    say(
+        f"an uninterrupted study takes {full:.1f} s (the first, cold, {probes[0]:.1f} s); killing {studies} studies "
+        f"at uniform moments in [0, {full:.1f}] s"
+    )
     rows = []
     for i in range(studies):
         at = rng.uniform(0.0, full)
         with tempfile.TemporaryDirectory() as tmp:
             store = Path(tmp)
             name = f"kill-{i}"
-            proc = subprocess.Popen(_start_args(exe, store, name, trials, epochs, dataset, job), env=_env(), cwd=store,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                _start_args(exe, store, name, trials, epochs, dataset, job),
+                env=_env(),
+                cwd=store,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             time.sleep(at)
             killed = proc.poll() is None
             if killed:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            resumed = subprocess.run([exe, "resume", name, "--tracking-uri", f"sqlite:///{store / 'mlflow.db'}",
-                                      "--artifact-root", str(store / "artifacts")], env=_env(), cwd=store,
-                                     capture_output=True, text=True, timeout=600)
+            resumed = subprocess.run(
+                [
+                    exe,
+                    "resume",
+                    name,
+                    "--tracking-uri",
+                    f"sqlite:///{store / 'mlflow.db'}",
+                    "--artifact-root",
+                    str(store / "artifacts"),
+                ],
+                env=_env(),
+                cwd=store,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             how = "resume"
             if resumed.returncode == 2 and "no study named" in resumed.stderr:
                 how = "start again"  # killed before the study existed: resume said how to start it
-                resumed = subprocess.run(_start_args(exe, store, name, trials, epochs, dataset, job), env=_env(),
-                                         cwd=store, capture_output=True, text=True, timeout=600)
-            row = {"study": i, "kill_at_s": round(at, 2), "killed": killed, "continued_with": how,
-                   "exit": resumed.returncode, "error": resumed.stderr.strip().splitlines()[-1:] if resumed.returncode else [],
-                   **_check(store, name, trials)}
+                resumed = subprocess.run(
+                    _start_args(exe, store, name, trials, epochs, dataset, job),
+                    env=_env(),
+                    cwd=store,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
+            row = {
+                "study": i,
+                "kill_at_s": round(at, 2),
+                "killed": killed,
+                "continued_with": how,
+                "exit": resumed.returncode,
+                "error": resumed.stderr.strip().splitlines()[-1:] if resumed.returncode else [],
+                **_check(store, name, trials),
+            }
             rows.append(row)
-            say(f"  {i + 1}/{studies}: killed at {at:.1f} s ({'running' if killed else 'already done'}), "
-                f"{how}: {'finished' if row['finished'] else 'NOT finished'} ({row.get('counted', 0)}/{trials} trials)")
+            say(
+                f"  {i + 1}/{studies}: killed at {at:.1f} s ({'running' if killed else 'already done'}), "
+                f"{how}: {'finished' if row['finished'] else 'NOT finished'} ({row.get('counted', 0)}/{trials} trials)"
+            )
     finished = sum(r["finished"] for r in rows)
-    return {"studies": studies, "trials": trials, "epochs": epochs, "dataset": dataset, "job": job,
-            "uninterrupted_seconds": round(full, 1), "first_run_seconds": round(probes[0], 1), "finished": finished,
-            "killed_while_running": sum(r["killed"] for r in rows),
-            "running_left": sum(r.get("running", 0) for r in rows), "duplicated": sum(r.get("duplicated", 0) for r in rows),
-            "rows": rows,
-            "protocol": "fresh embedded store per study; SIGKILL of the agent's process group at a uniform moment "
-                        "in [0, uninterrupted duration] (a second, warm run's); then `resume NAME` (or `start` again when resume says the "
-                        "study was never created); finished = status finished with every slot counted once"}
+    return {
+        "studies": studies,
+        "trials": trials,
+        "epochs": epochs,
+        "dataset": dataset,
+        "job": job,
+        "uninterrupted_seconds": round(full, 1),
+        "first_run_seconds": round(probes[0], 1),
+        "finished": finished,
+        "killed_while_running": sum(r["killed"] for r in rows),
+        "running_left": sum(r.get("running", 0) for r in rows),
+        "duplicated": sum(r.get("duplicated", 0) for r in rows),
+        "rows": rows,
+        "protocol": "fresh embedded store per study; SIGKILL of the agent's process group at a uniform moment "
+        "in [0, uninterrupted duration] (a second, warm run's); then `resume NAME` (or `start` again when "
+        "resume says the "
+        "study was never created); finished = status finished with every slot counted once",
+    }

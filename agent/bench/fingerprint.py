@@ -17,22 +17,30 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-from functools import lru_cache
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
 PRESENTATION = ("cli", "bench", "examples", "ops", "execution/progress.py", "tuning/report.py")
-NOT_BENCHMARKED = ("execution/ray_start.py", "execution/ray_workers.py",  # a study on Ray; benchmarks run none
-                   "execution/trial_process.py")  # a training job's trial process; a benchmark job is a lookup here
+NOT_BENCHMARKED = (
+    "execution/ray_start.py",
+    "execution/ray_workers.py",  # a study on Ray; benchmarks run none
+    "execution/trial_process.py",
+)  # a training job's trial process; a benchmark job is a lookup here
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 
@@ -51,7 +59,7 @@ def _is_presentation(rel: str) -> bool:
     return any(rel == p or rel.startswith(p + "/") for p in PRESENTATION + NOT_BENCHMARKED)
 
 
-@lru_cache(maxsize=None)
+@cache
 def engine_fingerprint(bench_module: str) -> str:
     """The engine's modules plus ``bench_module`` (e.g. ``"bench/transfer.py"``, relative to the package)."""
     files = [p for p in PACKAGE.rglob("*.py") if not _is_presentation(p.relative_to(PACKAGE).as_posix())]

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,8 +69,10 @@ def find_entries(entries: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, s
     by_dataset = {str(e["settings"].get("dataset")): e for e in entries}
     missing = sorted({d for pair in pairs for d in pair if d not in by_dataset})
     if missing:
-        raise TuneAgentError(f"no bootstrap study of {', '.join(missing)} in the store: run `tune-agent bootstrap "
-                             "--starter` (or bootstrap those datasets) first")
+        raise TuneAgentError(
+            f"no bootstrap study of {', '.join(missing)} in the store: run `tune-agent bootstrap "
+            "--starter` (or bootstrap those datasets) first"
+        )
     return {d: by_dataset[d] for pair in pairs for d in pair}
 
 
@@ -86,13 +89,14 @@ def _init(space: list[dict[str, Any]]) -> None:
     _WORKER["space"] = space
 
 
-def _run(source: dict[str, Any], target: dict[str, Any], seed: int, methods: Sequence[str],
-         config: HtsPairsConfig) -> dict[str, Any]:
+def _run(
+    source: dict[str, Any], target: dict[str, Any], seed: int, methods: Sequence[str], config: HtsPairsConfig
+) -> dict[str, Any]:
     from agent.config import StudyRequest
-    from agent.knowledge import open_knowledge_base
-    from agent.knowledge.starter import write_entries
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.starter import write_entries
     from agent.tuning.service import prepare_study
 
     out: dict[str, Any] = {}
@@ -102,16 +106,30 @@ def _run(source: dict[str, Any], target: dict[str, Any], seed: int, methods: Seq
         options = dict(METHODS[method])
         if method in MAPPED:
             options["source"] = source["name"]
-        req = StudyRequest(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
-                          epochs=config.epochs, seed=seed, study_name=f"hts-pairs-{method}-{seed}", n_init=config.n_init,
-                          **options)
+        req = StudyRequest(
+            dataset=target["settings"]["dataset"],
+            job=config.job,
+            trials=config.trials,
+            epochs=config.epochs,
+            seed=seed,
+            study_name=f"hts-pairs-{method}-{seed}",
+            n_init=config.n_init,
+            **options,
+        )
         start = time.perf_counter()
         study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb)
         run_study(study, job, data, split, SilentReporter(), trace_plot=False)
         trials = sorted(study.trials(), key=lambda t: t.number)
-        out[method] = {"values": [t.value if t.value is not None else float("nan") for t in trials],
-                       "origins": [t.origin for t in trials], "seconds": round(time.perf_counter() - start, 1)}
-    return {"pair": pair_key(source["settings"]["dataset"], target["settings"]["dataset"]), "seed": seed, "methods": out}
+        out[method] = {
+            "values": [t.value if t.value is not None else float("nan") for t in trials],
+            "origins": [t.origin for t in trials],
+            "seconds": round(time.perf_counter() - start, 1),
+        }
+    return {
+        "pair": pair_key(source["settings"]["dataset"], target["settings"]["dataset"]),
+        "seed": seed,
+        "methods": out,
+    }
 
 
 def _run_job(args: tuple) -> dict[str, Any]:
@@ -133,8 +151,13 @@ def evaluation_ratio(cold: np.ndarray, hts: np.ndarray) -> dict[str, Any]:
     HTS needs to reach cold's final value, against how many cold needed."""
     level = float(cold[-1])
     t_cold, t_hts = first_reaching(cold, level), first_reaching(hts, level)
-    return {"cold_final": round(level, 5), "hts_final": round(float(hts[-1]), 5), "cold_trials": t_cold,
-            "hts_trials": t_hts, "ratio": None if t_hts is None else round(t_cold / t_hts, 2)}
+    return {
+        "cold_final": round(level, 5),
+        "hts_final": round(float(hts[-1]), 5),
+        "cold_trials": t_cold,
+        "hts_trials": t_hts,
+        "ratio": None if t_hts is None else round(t_cold / t_hts, 2),
+    }
 
 
 def best_so_far(values: Sequence[float]) -> np.ndarray:
@@ -161,30 +184,44 @@ def summarise(config: HtsPairsConfig, entries: dict[str, dict[str, Any]], done: 
             **evaluation_ratio(mean["cold"], mean["hts"]),
             "seeds_reached": sum(r["hts_trials"] is not None for r in per_seed),
             "per_seed": per_seed,
-            "anchored": {**{k: v for k, v in evaluation_ratio(mean["cold"], mean["hts-anchored"]).items() if k != "cold_final"},
-                         "seeds_reached": sum(r["hts_trials"] is not None for r in anchored)},
+            "anchored": {
+                **{k: v for k, v in evaluation_ratio(mean["cold"], mean["hts-anchored"]).items() if k != "cold_final"},
+                "seeds_reached": sum(r["hts_trials"] is not None for r in anchored),
+            },
             "regret": {m: {f"@{k}": float(regret[m][k - 1]) for k in checkpoints} for m in METHODS},
             "mean_curves": {m: mean[m].round(5).tolist() for m in METHODS},
-            "seconds": {m: round(float(np.mean([done[(key, s, m)]["seconds"] for s in range(config.seeds)])), 1)
-                        for m in METHODS},
+            "seconds": {
+                m: round(float(np.mean([done[(key, s, m)]["seconds"] for s in range(config.seeds)])), 1)
+                for m in METHODS
+            },
         }
     ratios = [p["ratio"] for p in pairs.values()]
     anchored_ratios = [p["anchored"]["ratio"] for p in pairs.values()]
     return {
-        "protocol": (f"real tune-agent studies of job {config.job} ({config.epochs} epochs, {config.trials} trials, "
-                     f"{config.seeds} seeds, initial design {config.n_init or 'default'}) on each target: cold = --warm-start none --surrogate gp; hts = --sampler hts "
-                     "--source <the source's bootstrap study>, the source alone in the history; hts-anchored = the same with "
-                     "--sampler hts-anchored (ours; its figures under 'anchored'); ratio = trials cold "
-                     "needs to reach its final mean best / trials hts needs to reach it (mean best-so-far over seeds; "
-                     "null: not reached within the budget); paper 001 claims about 5"),
-        "job": config.job, "seeds": config.seeds, "trials": config.trials, "epochs": config.epochs,
-        "pairs": pairs, "pairs_reached": sum(r is not None for r in ratios), "pairs_at_least_5x": sum(r is not None and r >= 5 for r in ratios),
+        "protocol": (
+            f"real tune-agent studies of job {config.job} ({config.epochs} epochs, {config.trials} trials, "
+            f"{config.seeds} seeds, initial design {config.n_init or 'default'}) on each target: cold = "
+            "--warm-start none --surrogate gp; hts = --sampler hts "
+            "--source <the source's bootstrap study>, the source alone in the history; hts-anchored = the same with "
+            "--sampler hts-anchored (ours; its figures under 'anchored'); ratio = trials cold "
+            "needs to reach its final mean best / trials hts needs to reach it (mean best-so-far over seeds; "
+            "null: not reached within the budget); paper 001 claims about 5"
+        ),
+        "job": config.job,
+        "seeds": config.seeds,
+        "trials": config.trials,
+        "epochs": config.epochs,
+        "pairs": pairs,
+        "pairs_reached": sum(r is not None for r in ratios),
+        "pairs_at_least_5x": sum(r is not None and r >= 5 for r in ratios),
         "anchored_pairs_reached": sum(r is not None for r in anchored_ratios),
         "wall_seconds": round(seconds, 1),
     }
 
 
-def run_hts_pairs(kb: Any, config: HtsPairsConfig, journal: Path, progress: Callable[[str], None] = print) -> dict[str, Any]:
+def run_hts_pairs(
+    kb: Any, config: HtsPairsConfig, journal: Path, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Runs (or resumes from ``journal``) every (pair, seed) and returns the report."""
     from agent.jobs import load_job
     from agent.knowledge.starter import read_studies
@@ -193,7 +230,9 @@ def run_hts_pairs(kb: Any, config: HtsPairsConfig, journal: Path, progress: Call
     entries = find_entries(read_studies(kb, config.job), config.pairs)
     space = load_job(config.job).space.to_dict()
     # a run is reused only under the same settings and engine code
-    key = run_key("bench/hts_pairs.py", {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "pairs")})
+    key = run_key(
+        "bench/hts_pairs.py", {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "pairs")}
+    )
     done = read_journal(journal, key, "pair")
     jobs = []
     for source, target in config.pairs:
@@ -201,20 +240,29 @@ def run_hts_pairs(kb: Any, config: HtsPairsConfig, journal: Path, progress: Call
             missing = tuple(m for m in METHODS if (pair_key(source, target), seed, m) not in done)
             if missing:
                 jobs.append((entries[source], entries[target], seed, missing, config))
-    progress(f"{len(config.pairs)} pairs x {config.seeds} seeds x {len(METHODS)} methods, {config.trials} trials each; "
-             f"{len(config.pairs) * config.seeds - len(jobs)} (pair, seed) already in {journal}")
+    progress(
+        f"{len(config.pairs)} pairs x {config.seeds} seeds x {len(METHODS)} methods, {config.trials} trials each; "
+        f"{len(config.pairs) * config.seeds - len(jobs)} (pair, seed) already in {journal}"
+    )
     journal.parent.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_init,
-                             initargs=(space,)) as pool:
+    with ProcessPoolExecutor(
+        config.workers, mp_context=get_context("spawn"), initializer=_init, initargs=(space,)
+    ) as pool:
         futures = [pool.submit(_run_job, j) for j in jobs]
         for i, future in enumerate(as_completed(futures), 1):
             res = future.result()
             with journal.open("a") as fh:
                 for method, result in res["methods"].items():
                     done[(res["pair"], res["seed"], method)] = result
-                    fh.write(json.dumps({"key": key, "pair": res["pair"], "seed": res["seed"], "method": method,
-                                         "result": result}) + "\n")
-            progress(f"[{i}/{len(jobs)}] {res['pair']} seed {res['seed']}: "
-                     + ", ".join(f"{m} {np.nanmin(v['values']):.4f}" for m, v in res["methods"].items())
-                     + f" ({(time.perf_counter() - start) / 60:.1f} min)")
+                    fh.write(
+                        json.dumps(
+                            {"key": key, "pair": res["pair"], "seed": res["seed"], "method": method, "result": result}
+                        )
+                        + "\n"
+                    )
+            progress(
+                f"[{i}/{len(jobs)}] {res['pair']} seed {res['seed']}: "
+                + ", ".join(f"{m} {np.nanmin(v['values']):.4f}" for m, v in res["methods"].items())
+                + f" ({(time.perf_counter() - start) / 60:.1f} min)"
+            )
     return summarise(config, entries, done, time.perf_counter() - start)

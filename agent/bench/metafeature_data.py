@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -81,19 +82,38 @@ def _progress_logger(label: str, steps: int, say: Callable[[str], None]) -> Any:
     return Said()
 
 
-def _train_fold(samples: list[Any], D: np.ndarray, train: np.ndarray, embed: list[Any], mf: Mapping[str, Any],
-                steps: int, label: str, say: Callable[[str], None]) -> np.ndarray:
+def _train_fold(
+    samples: list[Any],
+    D: np.ndarray,
+    train: np.ndarray,
+    embed: list[Any],
+    mf: Mapping[str, Any],
+    steps: int,
+    label: str,
+    say: Callable[[str], None],
+) -> np.ndarray:
     from agent.meta.extractor_train import train_extractor
     from agent.pipeline.stages import _extractor_config
 
     config = _extractor_config({**mf, "steps": steps})
-    extractor, _ = train_extractor([samples[i] for i in train], D[np.ix_(train, train)], config,
-                                   logger=_progress_logger(label, steps, say), threads=2)
+    extractor, _ = train_extractor(
+        [samples[i] for i in train],
+        D[np.ix_(train, train)],
+        config,
+        logger=_progress_logger(label, steps, say),
+        threads=2,
+    )
     return extractor.embed_many(embed)
 
 
-def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], out: Path, factor: int = 4,
-                         say: Callable[[str], None] = _stderr) -> dict[str, Any]:
+def run_metafeature_data(
+    export: Path,
+    extra: Path,
+    params: Mapping[str, Any],
+    out: Path,
+    factor: int = 4,
+    say: Callable[[str], None] = _stderr,
+) -> dict[str, Any]:
     """Runs the three arms (see the module doc); writes ``out/metrics/metafeature_data.json``."""
     from agent.errors import TuneAgentError
     from agent.meta.neighbours import pairwise_distances
@@ -110,8 +130,9 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
     names = {h.name for h in main}
     more = [h for h in more if h.name not in names]
     if len(main) < 4 or not more:
-        raise TuneAgentError(f"need a history of at least 4 datasets and extra datasets beside it "
-                             f"(got {len(main)} and {len(more)})")
+        raise TuneAgentError(
+            f"need a history of at least 4 datasets and extra datasets beside it (got {len(main)} and {len(more)})"
+        )
     every = main + more
     n = len(main)
     space = history_space(every)
@@ -125,14 +146,19 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
     all_folds = np.concatenate([folds, extra_folds(sources, folds, [h.source for h in more])])
     k, budget, acq = int(ev.get("k", 3)), int(ev.get("budget", 10)), str(ev.get("acquisition", "ei"))
     steps = int(mf.get("steps", 300))
-    say(f"metafeature-data: {n} history datasets ({len(set(sources))} sources), {len(more)} extra "
+    say(
+        f"metafeature-data: {n} history datasets ({len(set(sources))} sources), {len(more)} extra "
         f"({len(set(h.source for h in more))} sources), {len(table.keys)} shared configurations, "
-        f"{int(folds.max()) + 1} folds")
+        f"{int(folds.max()) + 1} folds"
+    )
     samples = _samples(every)
     cache = out / "data" / "metafeature-data"
     cache.mkdir(parents=True, exist_ok=True)
-    arms = [("history", steps, False), (f"history, steps x{factor}", steps * factor, False),
-            (f"history + extra, steps x{factor}", steps * factor, True)]
+    arms = [
+        ("history", steps, False),
+        (f"history, steps x{factor}", steps * factor, False),
+        (f"history + extra, steps x{factor}", steps * factor, True),
+    ]
     vectors: dict[str, dict[int, np.ndarray]] = {}
     timings: dict[str, float] = {}
     for label, arm_steps, with_extra in arms:
@@ -153,8 +179,10 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
         timings[label] = round(time.perf_counter() - arm_start, 1)
     hand = _handcrafted(main, 2)
     hand_d = pairwise_distances(hand, True)
-    learned_d = {label: {f: pairwise_distances(v, False) for f, v in folds_of.items()}  # once per fold, not per target
-                 for label, folds_of in vectors.items()}
+    learned_d = {
+        label: {f: pairwise_distances(v, False) for f, v in folds_of.items()}  # once per fold, not per target
+        for label, folds_of in vectors.items()
+    }
     Dm, Em = D[:n, :n], table.E[:n]
     tasks, corr = [], {"handcrafted": [], **{label: [] for label, _, _ in arms}}
     for t, h in enumerate(main):
@@ -168,8 +196,9 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
             _, rows, _ = _neighbour_plan(view, t, history, sources, False, Em, k, fallback)
             runs.append((label, rows, acq, None))
             corr[label].append(rank_correlation(learned_d[label][int(folds[t])], Dm, t, history))
-        tasks.append({"target": t, "name": h.name, "U": table.U, "E": Em, "budget": budget, "runs": runs,
-                      "space": space})
+        tasks.append(
+            {"target": t, "name": h.name, "U": table.U, "E": Em, "budget": budget, "runs": runs, "space": space}
+        )
     curves: dict[str, dict[str, list[float]]] = {}
     replay_start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
@@ -180,22 +209,29 @@ def run_metafeature_data(export: Path, extra: Path, params: Mapping[str, Any], o
                 curves[pending.pop(fut)] = fut.result()
             if len(curves) % 25 == 0 or not pending:
                 elapsed = time.perf_counter() - replay_start
-                say(f"metafeature-data: replayed {len(curves)}/{len(tasks)} targets, about "
-                    f"{elapsed / len(curves) * len(pending):.0f} s left")
+                say(
+                    f"metafeature-data: replayed {len(curves)}/{len(tasks)} targets, about "
+                    f"{elapsed / len(curves) * len(pending):.0f} s left"
+                )
     per_target = [{m: np.asarray(c, dtype=float) for m, c in curves[task["name"]].items()} for task in tasks]
     methods = summarise(per_target, baseline="handcrafted")
     report = {
-        "protocol": ("the `evaluate` stage's leave-one-source-out replay of every history dataset (its sampler on the "
-                     f"target's {len(table.keys)}-configuration table, {k} neighbours' best configurations then BO "
-                     f"({acq}) to {budget} trials) for the learned neighbours of three extractors per source fold, and "
-                     "the hand-crafted neighbours as the reference; extra datasets enter only the extractors' training "
-                     "pairs, in the fold of their source; regret normalised over the target's table; p: paired "
-                     "Wilcoxon signed-rank against the hand-crafted neighbours"),
+        "protocol": (
+            "the `evaluate` stage's leave-one-source-out replay of every history dataset (its sampler on the "
+            f"target's {len(table.keys)}-configuration table, {k} neighbours' best configurations then BO "
+            f"({acq}) to {budget} trials) for the learned neighbours of three extractors per source fold, and "
+            "the hand-crafted neighbours as the reference; extra datasets enter only the extractors' training "
+            "pairs, in the fold of their source; regret normalised over the target's table; p: paired "
+            "Wilcoxon signed-rank against the hand-crafted neighbours"
+        ),
         "history": {"datasets": n, "sources": len(set(sources))},
         "extra": {"datasets": len(more), "sources": sorted({h.source for h in more})},
-        "steps": steps, "factor": factor, "methods": methods,
+        "steps": steps,
+        "factor": factor,
+        "methods": methods,
         "rank_correlation": {m: round(float(np.nanmean(v)), 4) for m, v in corr.items()},
-        "training_seconds": timings, "seconds": round(time.perf_counter() - start, 1),
+        "training_seconds": timings,
+        "seconds": round(time.perf_counter() - start, 1),
     }
     (out / "metrics").mkdir(parents=True, exist_ok=True)
     (out / "metrics" / "metafeature_data.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -17,8 +17,9 @@ sees the history), with the product's hand-crafted meta-features recomputed from
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,8 +27,12 @@ BUILTIN_FAMILIES = ("digits", "mnist-5k", "mnist1d", "breast-cancer", "wine", "i
 # Tables from outside the history (held-out packages: read as queries only), and the source of the
 # history that is their family, if any: the Wisconsin biopsy study is another breast-cancer table,
 # ISLR's Default is the 3-column credit table (income in dollars) of issue 36.
-OUTSIDE = (("MASS", "biopsy", "breast-cancer"), ("ISLR", "Default", None), ("AER", "CreditCard", None),
-           ("MASS", "Pima.tr", None))
+OUTSIDE = (
+    ("MASS", "biopsy", "breast-cancer"),
+    ("ISLR", "Default", None),
+    ("AER", "CreditCard", None),
+    ("MASS", "Pima.tr", None),
+)
 
 
 def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, seed: int = 0) -> dict[str, Any]:
@@ -72,7 +77,7 @@ def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, see
         X, y = entries[i]["sample"]
         scaled = np.asarray(X, dtype=float) * 10.0 ** rng.uniform(-3, 3, size=X.shape[1:])
         W = np.vstack([V, metafeature_matrix([handcrafted_metafeatures(scaled, y, entries[i]["summary"])])])
-        Dw = _distances(W)[:, :len(V)]
+        Dw = _distances(W)[:, : len(V)]
         Dw[-1, i] = np.inf  # the rescaled copy does not count its original as a neighbour
         before, after = set(np.argsort(Dw[i], kind="stable")[:5]), set(np.argsort(Dw[-1], kind="stable")[:5])
         far_before = np.where(other[i], Dw[i], np.inf).min() > FAR_FACTOR * largest
@@ -82,15 +87,18 @@ def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, see
     return {
         "outside": outside,
         "protocol": f"{len(entries)} datasets of {starter}, each against all the others; hand-crafted meta-features "
-                    f"(version {HANDCRAFTED_VERSION}) recomputed from the stored samples, z-scored over the history",
-        "image_to_image": _rate(image_hits), "family_in_5": _rate(family_hits),
+        f"(version {HANDCRAFTED_VERSION}) recomputed from the stored samples, z-scored over the history",
+        "image_to_image": _rate(image_hits),
+        "family_in_5": _rate(family_hits),
         "far_tables": {"count": len(far), "of": len(tables), "names": far[:20]},
-        "units_stable": _rate(stable), "seconds": round(time.perf_counter() - start, 1),
+        "units_stable": _rate(stable),
+        "seconds": round(time.perf_counter() - start, 1),
     }
 
 
-def _outside(package: str, item: str, family: str | None, V: np.ndarray, sources: np.ndarray,
-             other_largest: float) -> dict[str, Any]:
+def _outside(
+    package: str, item: str, family: str | None, V: np.ndarray, sources: np.ndarray, other_largest: float
+) -> dict[str, Any]:
     """A table from outside the history as a study would query it: the rank of its family's
     nearest member (when it has one in the history) and whether it is called far from everything."""
     from agent.data import describe_dataset, sample_dataset
@@ -106,11 +114,14 @@ def _outside(package: str, item: str, family: str | None, V: np.ndarray, sources
     data = build_dataset(f"{package}/{item}", f"r:{package}", "tabular", X, y)
     sample = sample_dataset(data, 256, seed=0)
     row = metafeature_matrix([handcrafted_metafeatures(*sample, describe_dataset(data))])
-    d = _distances(np.vstack([V, row]))[-1, :len(V)]
+    d = _distances(np.vstack([V, row]))[-1, : len(V)]
     order = np.argsort(d, kind="stable")
-    out: dict[str, Any] = {"table": f"{package}/{item}", "label": label,
-                           "nearest": [str(sources[j]) for j in order[:5]],
-                           "far": bool(d.min() > FAR_FACTOR * other_largest)}
+    out: dict[str, Any] = {
+        "table": f"{package}/{item}",
+        "label": label,
+        "nearest": [str(sources[j]) for j in order[:5]],
+        "far": bool(d.min() > FAR_FACTOR * other_largest),
+    }
     if family is not None:
         out["family_rank"] = int(np.flatnonzero(sources[order] == family)[0]) + 1
     return out

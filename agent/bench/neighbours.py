@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 
-def measure_neighbour_search(dataset: str, n_history: int, models_dir: Path, k: int = 3, seed: int = 0) -> dict[str, Any]:
+def measure_neighbour_search(
+    dataset: str, n_history: int, models_dir: Path, k: int = 3, seed: int = 0
+) -> dict[str, Any]:
     from agent.data import describe_dataset, load_dataset, sample_dataset
     from agent.meta.neighbours import HandcraftedFeaturizer, LearnedFeaturizer, nearest
     from agent.meta.siamese import ExtractorConfig, MetaFeatureExtractor, MetaFeatureNet
@@ -36,13 +38,18 @@ def measure_neighbour_search(dataset: str, n_history: int, models_dir: Path, k: 
         history = rng.normal(size=(n_history, len(query)))
         found = nearest(query, history, k, featurizer.standardise)
         end = time.perf_counter()
-        out[featurizer.method] = {"metafeatures_s": round(mid - start, 4), "search_s": round(end - mid, 4),
-                                  "total_s": round(end - start, 4), "found": len(found)}
+        out[featurizer.method] = {
+            "metafeatures_s": round(mid - start, 4),
+            "search_s": round(end - mid, 4),
+            "total_s": round(end - start, 4),
+            "found": len(found),
+        }
     return out
 
 
-def measure_warm_start(kb: Any, dataset: str, job_name: str, models_dir: Path, method: str = "auto", k: int = 3,
-                       repeats: int = 3) -> dict[str, Any]:
+def measure_warm_start(
+    kb: Any, dataset: str, job_name: str, models_dir: Path, method: str = "auto", k: int = 3, repeats: int = 3
+) -> dict[str, Any]:
     """The product's own warm start on a real store: load the new table, summarise and sample it,
     then :func:`agent.tuning.warmstart.plan_warm_start` (meta-features and the neighbour search over
     the store's history). Median seconds over ``repeats`` (the first, which pays imports, is kept apart)."""
@@ -66,6 +73,13 @@ def measure_warm_start(kb: Any, dataset: str, job_name: str, models_dir: Path, m
         else:
             timings.append(row)
     median = {key: round(float(np.median([t[key] for t in timings])), 3) for key in timings[0]}
-    return {"dataset": dataset, "rows": ds.n, "features": ds.feature_shape, "history": len(warm.history),
-            "method": warm.method, "message": warm.message, "first_call": {k: round(v, 3) for k, v in first.items()},
-            "median": median}
+    return {
+        "dataset": dataset,
+        "rows": ds.n,
+        "features": ds.feature_shape,
+        "history": len(warm.history),
+        "method": warm.method,
+        "message": warm.message,
+        "first_call": {k: round(v, 3) for k, v in first.items()},
+        "median": median,
+    }

@@ -27,9 +27,10 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -147,13 +148,16 @@ def _overhead_fields(overheads: list[float]) -> dict[str, Any]:
     if not overheads:
         return {}
     ordered = sorted(overheads)
-    return {"median_trial_overhead_seconds": round(ordered[len(ordered) // 2], 3),
-            "mean_trial_overhead_seconds": round(sum(ordered) / len(ordered), 3),
-            "max_trial_overhead_seconds": round(ordered[-1], 3)}
+    return {
+        "median_trial_overhead_seconds": round(ordered[len(ordered) // 2], 3),
+        "mean_trial_overhead_seconds": round(sum(ordered) / len(ordered), 3),
+        "max_trial_overhead_seconds": round(ordered[-1], 3),
+    }
 
 
-def run_parallel_bench(config: ParallelConfig, out: Path | None = None,
-                       progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_parallel_bench(
+    config: ParallelConfig, out: Path | None = None, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Runs the study for each worker count; writes ``out`` (JSON) when given and returns it."""
     with _waiting_env(config):
         return _run(config, out, progress)
@@ -178,11 +182,11 @@ def _waiting_env(config: ParallelConfig) -> Iterator[None]:
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
-    from agent.execution.resources import ExecutionSettings
     from agent.execution.ray_start import start_workers_early
+    from agent.execution.resources import ExecutionSettings
     from agent.execution.runner import run_study
-    from agent.tuning.service import prepare_study
     from agent.execution.workers import make_executor
+    from agent.tuning.service import prepare_study
 
     job_spec = WAITING_SPEC if config.wait > 0 else config.job
     counts = [(n, a) for n in config.workers for a in (config.ask_ahead if n > 1 else (0,))]
@@ -191,9 +195,17 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
         return _report(config, rows, out)
 
     def request(tmp: str, name: str, trials: int) -> StudyRequest:
-        return StudyRequest(dataset=config.dataset, job=job_spec, trials=trials, epochs=config.epochs,
-                           seed=config.seed, warm_start="none", study_name=name,
-                           tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}", artifact_root=str(Path(tmp) / "art"))
+        return StudyRequest(
+            dataset=config.dataset,
+            job=job_spec,
+            trials=trials,
+            epochs=config.epochs,
+            seed=config.seed,
+            warm_start="none",
+            study_name=name,
+            tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
+            artifact_root=str(Path(tmp) / "art"),
+        )
 
     # Untimed: one study of one trial, so that the first timed count does not alone pay for this
     # process's imports (Lightning, MLflow's store, BoTorch) and the store template's first build.
@@ -208,32 +220,53 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
             early = start_workers_early(n, None, job_spec, resources)  # as `tune-agent start` begins it
             study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
             prepared = time.perf_counter()
-            executor = _Timed(make_executor(study, job, data, split,
-                                            ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources), started=early))
+            executor = _Timed(
+                make_executor(
+                    study,
+                    job,
+                    data,
+                    split,
+                    ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources),
+                    started=early,
+                )
+            )
             started = time.perf_counter()
             timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
             wall = time.perf_counter() - start
             trials, best = _counted(study.trials())
-        rows.append({"workers": n, "ask_ahead": ahead, "wall_seconds": round(wall, 2), "fit_seconds": round(timing.fit_seconds, 2),
-                     "prepare_seconds": round(prepared - start, 2), "executor_start_seconds": round(started - prepared, 2),
-                     "ask_seconds": round(sum(timing.ask_seconds), 2), "trials": len(trials),
-                     "best": best,
-                     "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
-                     "batched_tells": timing.batched_tells,
-                     # the first trial's result, from the request: Ray's start and its workers' imports
-                     # delay it; inline, one trial's training does
-                     "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2),
-                     **_overhead_fields(executor.overheads),
-                     # processes the trials trained in (Ray's workers; inline, this one)
-                     "worker_processes": len(set(getattr(executor.inner, "pids", []))) or 1})
-        progress(f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, workers' start "
-                 f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
-                 f"best {rows[-1]['best']}, trial overhead median {rows[-1].get('median_trial_overhead_seconds')} s")
+        rows.append(
+            {
+                "workers": n,
+                "ask_ahead": ahead,
+                "wall_seconds": round(wall, 2),
+                "fit_seconds": round(timing.fit_seconds, 2),
+                "prepare_seconds": round(prepared - start, 2),
+                "executor_start_seconds": round(started - prepared, 2),
+                "ask_seconds": round(sum(timing.ask_seconds), 2),
+                "trials": len(trials),
+                "best": best,
+                "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
+                "batched_tells": timing.batched_tells,
+                # the first trial's result, from the request: Ray's start and its workers' imports
+                # delay it; inline, one trial's training does
+                "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2),
+                **_overhead_fields(executor.overheads),
+                # processes the trials trained in (Ray's workers; inline, this one)
+                "worker_processes": len(set(getattr(executor.inner, "pids", []))) or 1,
+            }
+        )
+        progress(
+            f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, "
+            "workers' start "
+            f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
+            f"best {rows[-1]['best']}, trial overhead median {rows[-1].get('median_trial_overhead_seconds')} s"
+        )
     return _report(config, rows, out)
 
 
-def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: int,
-                   progress: Callable[[str], None]) -> dict[str, Any]:
+def _start_process(
+    config: ParallelConfig, job_spec: str, workers: int, ahead: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
     """One ``tune-agent start`` process on a fresh store: its wall time from launch to exit."""
     import subprocess
     import sys
@@ -243,11 +276,36 @@ def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: i
 
     with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
         uri, name = f"sqlite:///{Path(tmp) / 'mlflow.db'}", f"parallel-{workers}"
-        command = [sys.executable, "-m", "agent.cli", "start", "--dataset", config.dataset, "--job", job_spec,
-                   "--trials", str(config.trials), "--epochs", str(config.epochs), "--seed", str(config.seed),
-                   "--warm-start", "none", "--study-name", name, "--tracking-uri", uri,
-                   "--artifact-root", str(Path(tmp) / "art"), "--workers", str(workers), "--ask-ahead", str(ahead),
-                   "--gpus-per-trial", repr(config.gpus_per_trial)]
+        command = [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "start",
+            "--dataset",
+            config.dataset,
+            "--job",
+            job_spec,
+            "--trials",
+            str(config.trials),
+            "--epochs",
+            str(config.epochs),
+            "--seed",
+            str(config.seed),
+            "--warm-start",
+            "none",
+            "--study-name",
+            name,
+            "--tracking-uri",
+            uri,
+            "--artifact-root",
+            str(Path(tmp) / "art"),
+            "--workers",
+            str(workers),
+            "--ask-ahead",
+            str(ahead),
+            "--gpus-per-trial",
+            repr(config.gpus_per_trial),
+        ]
         if workers > 1:
             command += ["--cpus-per-trial", str(config.cpus_per_trial)]
         start = time.perf_counter()
@@ -259,10 +317,18 @@ def _start_process(config: ParallelConfig, job_spec: str, workers: int, ahead: i
         kb = open_knowledge_base(uri, str(Path(tmp) / "art"))
         record = kb.find_study(name)
         trials, best = _counted(kb.trials(record) if record else [])
-    row = {"workers": workers, "ask_ahead": ahead, "wall_seconds": round(wall, 2),
-           "fit_seconds": round(sum(t.duration or 0.0 for t in trials), 2), "trials": len(trials), "best": best}
-    progress(f"{workers} worker(s), ask-ahead {ahead}: `tune-agent start` {wall:.1f} s from launch to exit, "
-             f"{len(trials)} trials, best {row['best']}")
+    row = {
+        "workers": workers,
+        "ask_ahead": ahead,
+        "wall_seconds": round(wall, 2),
+        "fit_seconds": round(sum(t.duration or 0.0 for t in trials), 2),
+        "trials": len(trials),
+        "best": best,
+    }
+    progress(
+        f"{workers} worker(s), ask-ahead {ahead}: `tune-agent start` {wall:.1f} s from launch to exit, "
+        f"{len(trials)} trials, best {row['best']}"
+    )
     return row
 
 
@@ -279,19 +345,27 @@ def _report(config: ParallelConfig, rows: list[dict[str, Any]], out: Path | None
     base = rows[0]["wall_seconds"]
     for row in rows:
         row["wall_ratio"] = round(row["wall_seconds"] / base, 3)
-    protocol = ("one `tune-agent start` process per worker count, same seed, fresh sqlite MLflow store each; wall "
-                "time from launch to exit, imports and Ray's start included (what a user waits)" if config.process else
-                "one study per worker count, same seed, fresh sqlite MLflow store each, after an untimed one-trial "
-                "study that pays this process's imports (not the Ray workers'); wall time from request to last trial "
-                "logged, Ray start-up included")
+    protocol = (
+        "one `tune-agent start` process per worker count, same seed, fresh sqlite MLflow store each; wall "
+        "time from launch to exit, imports and Ray's start included (what a user waits)"
+        if config.process
+        else "one study per worker count, same seed, fresh sqlite MLflow store each, after an untimed one-trial "
+        "study that pays this process's imports (not the Ray workers'); wall time from request to last trial "
+        "logged, Ray start-up included"
+    )
     wait = f"; every training epoch also waits {config.wait:g} s off the cores" if config.wait > 0 else ""
     gpu = {}
     if config.gpus_per_trial > 0:
         import torch
 
         gpu = {"gpu": torch.cuda.get_device_name(0)}
-    report = {"config": asdict(config), "cpu_count": os.cpu_count(), **gpu, "runs": rows,
-              "protocol": protocol + "; ratio to the first worker count" + wait}
+    report = {
+        "config": asdict(config),
+        "cpu_count": os.cpu_count(),
+        **gpu,
+        "runs": rows,
+        "protocol": protocol + "; ratio to the first worker count" + wait,
+    }
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")

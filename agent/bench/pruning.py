@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agent.execution.progress import SilentReporter
 
@@ -57,8 +58,9 @@ def time_to_reach(points: list[tuple[float, float | None]], target: float, sign:
     return None
 
 
-def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
-                      progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_pruning_bench(
+    config: PruningBenchConfig, out: Path | None = None, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Every pruner on every seed; per seed the target is the first pruner's best."""
     import numpy as np
 
@@ -68,19 +70,30 @@ def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
     for name in config.pruners:
         ratios = [s["runs"][name]["ratio_to_" + first] for s in seeds]
         reached = [r for r in ratios if r is not None]
-        summary[name] = {"reached_target": f"{len(reached)}/{len(seeds)}",
-                         "median_ratio_where_reached": round(float(np.median(reached)), 3) if reached else None,
-                         "mean_wall_seconds": round(float(np.mean([s["runs"][name]["wall_seconds"] for s in seeds])), 1),
-                         # a pruner whose every trial was stopped before the time ran out (a busy machine) has none
-                         "mean_best": (float(np.mean(bests)) if (bests := [s["runs"][name]["best"] for s in seeds
-                                                                           if s["runs"][name]["best"] is not None])
-                                       else None)}
-    budget = (f"the others get {first!r}'s wall time as --timeout and {SAME_TIME_TRIALS}x its trials"
-              if config.same_time else "every pruner the same trials")
-    report = {"config": asdict(config), "summary": summary, "seeds": seeds,
-              "protocol": f"per seed one cold-GP study per pruner ({config.trials} trials for {first!r}; {budget}); "
-                          f"target: the best {first!r} reached; seconds from study start until the best so far "
-                          f"reached it, ratio to {first!r}'s time to find it"}
+        summary[name] = {
+            "reached_target": f"{len(reached)}/{len(seeds)}",
+            "median_ratio_where_reached": round(float(np.median(reached)), 3) if reached else None,
+            "mean_wall_seconds": round(float(np.mean([s["runs"][name]["wall_seconds"] for s in seeds])), 1),
+            # a pruner whose every trial was stopped before the time ran out (a busy machine) has none
+            "mean_best": (
+                float(np.mean(bests))
+                if (bests := [s["runs"][name]["best"] for s in seeds if s["runs"][name]["best"] is not None])
+                else None
+            ),
+        }
+    budget = (
+        f"the others get {first!r}'s wall time as --timeout and {SAME_TIME_TRIALS}x its trials"
+        if config.same_time
+        else "every pruner the same trials"
+    )
+    report = {
+        "config": asdict(config),
+        "summary": summary,
+        "seeds": seeds,
+        "protocol": f"per seed one cold-GP study per pruner ({config.trials} trials for {first!r}; {budget}); "
+        f"target: the best {first!r} reached; seconds from study start until the best so far "
+        f"reached it, ratio to {first!r}'s time to find it",
+    }
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
@@ -89,8 +102,8 @@ def run_pruning_bench(config: PruningBenchConfig, out: Path | None = None,
 
 def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyRequest
-    from agent.knowledge.base import TRIAL_PRUNED
     from agent.execution.runner import run_study
+    from agent.knowledge.base import TRIAL_PRUNED
     from agent.tuning.service import prepare_study
 
     runs: dict[str, dict[str, Any]] = {}
@@ -99,10 +112,19 @@ def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], No
     for pruner in config.pruners:
         trials_budget = config.trials if timeout is None else config.trials * SAME_TIME_TRIALS
         with tempfile.TemporaryDirectory(prefix="tune-agent-pruning-") as tmp:
-            req = StudyRequest(dataset=config.dataset, job=config.job, trials=trials_budget, epochs=config.epochs,
-                              seed=seed, warm_start="none", surrogate="gp", pruner=pruner,
-                              study_name=f"pruning-{pruner}", tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
-                              artifact_root=str(Path(tmp) / "art"))
+            req = StudyRequest(
+                dataset=config.dataset,
+                job=config.job,
+                trials=trials_budget,
+                epochs=config.epochs,
+                seed=seed,
+                warm_start="none",
+                surrogate="gp",
+                pruner=pruner,
+                study_name=f"pruning-{pruner}",
+                tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
+                artifact_root=str(Path(tmp) / "art"),
+            )
             study, job, data, split = prepare_study(req, echo=lambda _: None)
             sign = study.settings.sign
             reporter = TimelineReporter()
@@ -111,11 +133,17 @@ def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], No
             best = study.best(trials)
         if config.same_time and timeout is None:
             timeout = timing.wall_seconds
-        runs[pruner] = {"wall_seconds": round(timing.wall_seconds, 1), "best": None if best is None else best.value,
-                        "trials": len(trials), "pruned_trials": sum(t.state == TRIAL_PRUNED for t in trials),
-                        "timeline": reporter.points}
-        progress(f"seed {seed} pruner {pruner}: {timing.wall_seconds:.0f} s, best {runs[pruner]['best']}, "
-                 f"{len(trials)} trials, {runs[pruner]['pruned_trials']} pruned")
+        runs[pruner] = {
+            "wall_seconds": round(timing.wall_seconds, 1),
+            "best": None if best is None else best.value,
+            "trials": len(trials),
+            "pruned_trials": sum(t.state == TRIAL_PRUNED for t in trials),
+            "timeline": reporter.points,
+        }
+        progress(
+            f"seed {seed} pruner {pruner}: {timing.wall_seconds:.0f} s, best {runs[pruner]['best']}, "
+            f"{len(trials)} trials, {runs[pruner]['pruned_trials']} pruned"
+        )
     first = config.pruners[0]
     target = runs[first]["best"]
     base_time = time_to_reach(runs[first]["timeline"], target, sign) if target is not None else None

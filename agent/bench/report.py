@@ -34,8 +34,11 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     methods = {}
     for name, curves in result["regret"].items():
         curves_arr = np.asarray(curves)
-        entry = {f"regret@{k}": round(float(curves_arr[:, k - 1].mean()), 4)
-                 for k in result["config"]["report_at"] if k <= budget}
+        entry = {
+            f"regret@{k}": round(float(curves_arr[:, k - 1].mean()), 4)
+            for k in result["config"]["report_at"]
+            if k <= budget
+        }
         methods[name] = {**entry, f"rank@{RANK_AT}": round(ranks[name], 4)}
     return {
         "tasks": len(result["tasks"]),
@@ -65,7 +68,11 @@ def write_report(result: dict[str, Any], metrics_path: Path, plots_dir: Path) ->
         writer.writerow(["trial", *means])  # wide: one column per method, one DVC plot line each
         budget = len(next(iter(means.values())))
         writer.writerows([t + 1, *(round(float(c[t]), 6) for c in means.values())] for t in range(budget))
-    _plot(means, plots_dir / f"{name}_regret.png", f"{name} (YAHPO Gym), {result['job']}, {len(result['tasks'])} tasks x {result['seeds']} seeds")
+    _plot(
+        means,
+        plots_dir / f"{name}_regret.png",
+        f"{name} (YAHPO Gym), {result['job']}, {len(result['tasks'])} tasks x {result['seeds']} seeds",
+    )
 
 
 def _plot(means: dict[str, np.ndarray], path: Path, title: str) -> None:
@@ -78,8 +85,7 @@ def _plot(means: dict[str, np.ndarray], path: Path, title: str) -> None:
     for m, curve in means.items():
         # A log axis cannot show 0: regrets below 1e-4 are drawn at 1e-4.
         ax.plot(np.arange(1, len(curve) + 1), np.maximum(curve, 1e-4), label=m)
-    ax.set(yscale="log", xlabel="trials", ylabel="mean normalised regret",
-           title=title)
+    ax.set(yscale="log", xlabel="trials", ylabel="mean normalised regret", title=title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -4,29 +4,49 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from typing import Any, Callable, Mapping, Sequence
 
 from agent.bench.fingerprint import engine_fingerprint, environment
 from agent.bench.report import summarise, write_report
-from agent.bench.transfer import BenchConfig, check_methods, run_benchmark
+from agent.bench.transfer import BenchConfig, check_methods
+from agent.bench.transfer_run import run_benchmark
 from agent.errors import TuneAgentError
 
-PROTOCOL = ("YAHPO Gym scenario, leave-one-task-out, {history} random history configs per source task imported into "
-            "an in-memory knowledge base, each run a product study (tune-agent start --job yahpo:...), budget {budget}, "
-            "{batch} trial(s) in flight{pending}, regret normalised by {reference} random configs")
+PROTOCOL = (
+    "YAHPO Gym scenario, leave-one-task-out, {history} random history configs per source task imported into "
+    "an in-memory knowledge base, each run a product study (tune-agent start --job yahpo:...), budget {budget}, "
+    "{batch} trial(s) in flight{pending}, regret normalised by {reference} random configs"
+)
 
 
-def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None = None, target: str | None = None,
-                           maximize: bool | None = None, fidelity: Mapping[str, float] | None = None,
-                           quick: bool = False, seeds: int = 5, tasks: int | None = None, budget: int = 30,
-                           workers: int = 2, control: str = "none", progress: Callable[[str], None] | None = None,
-                           fresh: bool = False, cache_dir: str = "data/bench-cache", batch: int = 1,
-                           pending: str = "auto", tag: str | None = None, ask_ahead: int = 0,
-                           history_size: int = 100, sources: int | None = None) -> dict[str, Any]:
+def run_transfer_benchmark(
+    methods: Sequence[str],
+    out: Path,
+    folder: str | None = None,
+    target: str | None = None,
+    maximize: bool | None = None,
+    fidelity: Mapping[str, float] | None = None,
+    quick: bool = False,
+    seeds: int = 5,
+    tasks: int | None = None,
+    budget: int = 30,
+    workers: int = 2,
+    control: str = "none",
+    progress: Callable[[str], None] | None = None,
+    fresh: bool = False,
+    cache_dir: str = "data/bench-cache",
+    batch: int = 1,
+    pending: str = "auto",
+    tag: str | None = None,
+    ask_ahead: int = 0,
+    history_size: int = 100,
+    sources: int | None = None,
+) -> dict[str, Any]:
     """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending][_aheadK]][_tag].json``
     and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline. ``tag``
     names a side run (other methods beside the main table) so that it writes files of its own;
@@ -44,11 +64,24 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
         raise TuneAgentError(f"--tag takes letters, digits, '-' and '_', got {tag!r}")
     scenario = Path(folder) if folder else yahpo_root() / "lcbench"
     mode = None if maximize is None else ("max" if maximize else "min")
-    config = BenchConfig(scenario=str(scenario), target=target, mode=mode, fidelity=dict(fidelity or {}), seeds=seeds,
-                         budget=budget, workers=workers, quick=quick, control=control, cache_dir=cache_dir, batch=batch,
-                         pending=pending if batch > 1 else "auto", ask_ahead=ask_ahead if batch > 1 else 0,
-                         report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget),
-                         history_size=history_size, sources=sources)
+    config = BenchConfig(
+        scenario=str(scenario),
+        target=target,
+        mode=mode,
+        fidelity=dict(fidelity or {}),
+        seeds=seeds,
+        budget=budget,
+        workers=workers,
+        quick=quick,
+        control=control,
+        cache_dir=cache_dir,
+        batch=batch,
+        pending=pending if batch > 1 else "auto",
+        ask_ahead=ask_ahead if batch > 1 else 0,
+        report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget),
+        history_size=history_size,
+        sources=sources,
+    )
     job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
         config = BenchConfig(**{**config.__dict__, "tasks": tuple(job.scenario.instances[:tasks])})
@@ -59,25 +92,56 @@ def run_transfer_benchmark(methods: Sequence[str], out: Path, folder: str | None
     result = run_benchmark(methods, config, progress=progress, journal=journal)
     sequential = None
     if batch > 1:  # the same runs one trial at a time (from the journal when already there)
-        sequential = run_benchmark(methods, replace(config, batch=1, pending="auto", ask_ahead=0), progress=progress,
-                                   journal=journal)
-    variant = "" if batch == 1 else (f"batch{batch}" + ("" if config.pending == "auto" else f"_{config.pending}")
-                                     + (f"_ahead{config.ask_ahead}" if config.ask_ahead else ""))
-    side = "_".join(filter(None, [f"history{history_size}" if history_size != 100 else "",
-                                  f"sources{sources}" if sources is not None else "", tag or ""]))
+        sequential = run_benchmark(
+            methods, replace(config, batch=1, pending="auto", ask_ahead=0), progress=progress, journal=journal
+        )
+    variant = (
+        ""
+        if batch == 1
+        else (
+            f"batch{batch}"
+            + ("" if config.pending == "auto" else f"_{config.pending}")
+            + (f"_ahead{config.ask_ahead}" if config.ask_ahead else "")
+        )
+    )
+    side = "_".join(
+        filter(
+            None,
+            [
+                f"history{history_size}" if history_size != 100 else "",
+                f"sources{sources}" if sources is not None else "",
+                tag or "",
+            ],
+        )
+    )
     name += (f"_{variant}" if variant else "") + (f"_{side}" if side else "")
     metrics = out / "metrics" / f"{name}.json"
     plots = out / "plots" / ("" if control == "none" else control) / variant / side
     write_report(result, metrics, plots)
-    report = {**summarise(result), "job": result["job"], "quick": quick, "control": control, "batch": batch,
-              "history_size": history_size, "sources": sources,
-              **({"tag": tag} if tag else {}), "engine": engine_fingerprint("bench/transfer.py"),
-              "environment": environment(),
-              **({"pending": config.pending, "ask_ahead": config.ask_ahead} if batch > 1 else {}),
-              "protocol": PROTOCOL.format(history=config.history_size, budget=config.budget, batch=batch,
-                                          pending="" if batch == 1 else f" (pending points: {config.pending}"
-                                          + (f", {config.ask_ahead} more asked ahead" if config.ask_ahead else "") + ")",
-                                          reference=config.reference_size)}
+    report = {
+        **summarise(result),
+        "job": result["job"],
+        "quick": quick,
+        "control": control,
+        "batch": batch,
+        "history_size": history_size,
+        "sources": sources,
+        **({"tag": tag} if tag else {}),
+        "engine": engine_fingerprint("bench/transfer.py"),
+        "environment": environment(),
+        **({"pending": config.pending, "ask_ahead": config.ask_ahead} if batch > 1 else {}),
+        "protocol": PROTOCOL.format(
+            history=config.history_size,
+            budget=config.budget,
+            batch=batch,
+            pending=""
+            if batch == 1
+            else f" (pending points: {config.pending}"
+            + (f", {config.ask_ahead} more asked ahead" if config.ask_ahead else "")
+            + ")",
+            reference=config.reference_size,
+        ),
+    }
     if sequential is not None:
         report["versus_sequential"] = versus_sequential(result, sequential)
     metrics.write_text(json.dumps(report, indent=2) + "\n")
@@ -102,8 +166,11 @@ def versus_sequential(batched: Mapping[str, Any], sequential: Mapping[str, Any])
             if len(diff) > 1:
                 half = float(student_t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff)))
                 ci = [round(mean - half, 4), round(mean + half, 4)]
-            rows[f"@{k}"] = {"sequential": round(float(q[:, k - 1].mean()), 4),
-                             "batched_minus_sequential": round(mean, 4), "ci95": ci,
-                             "wilcoxon_p": float(f"{p:.3g}")}
+            rows[f"@{k}"] = {
+                "sequential": round(float(q[:, k - 1].mean()), 4),
+                "batched_minus_sequential": round(mean, 4),
+                "ci95": ci,
+                "wilcoxon_p": float(f"{p:.3g}"),
+            }
         out[method] = rows
     return out

@@ -13,21 +13,42 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from agent.bench.transfer import BenchConfig, fold_of, history_store, make_histories, pin_threads, run_method, tnp_fold_dir
+from agent.bench.transfer import (
+    BenchConfig,
+    fold_of,
+    history_store,
+    make_histories,
+    pin_threads,
+    run_method,
+    tnp_fold_dir,
+)
 
 
-def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Sequence[str], budget: int = 15,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def measure_scale(
+    scenario: str,
+    task: str,
+    sizes: Sequence[int],
+    methods: Sequence[str],
+    budget: int = 15,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     from agent.jobs import load_job
     from agent.tuning.plan import source_cache
 
     pin_threads()
     from agent.bench.fingerprint import engine_fingerprint, environment
 
-    out: dict[str, Any] = {"scenario": scenario, "task": task, "budget": budget,
-                           "engine": engine_fingerprint("bench/transfer.py"), "environment": environment(), "runs": []}
+    out: dict[str, Any] = {
+        "scenario": scenario,
+        "task": task,
+        "budget": budget,
+        "engine": engine_fingerprint("bench/transfer.py"),
+        "environment": environment(),
+        "runs": [],
+    }
     for size in sizes:
         config = BenchConfig(scenario=scenario, history_size=size)
         job = load_job(config.job_spec)
@@ -44,9 +65,14 @@ def measure_scale(scenario: str, task: str, sizes: Sequence[int], methods: Seque
             _, _, seconds = run_method(config.job_spec, task, method, kb, 0, budget, models, fits)
             used = kb.study_tags(kb.find_study(f"bench-{method}-{task}-0"))["surrogate"]
             bo = seconds[5:] if used in ("gp", "-") else seconds[1:]
-            row = {"method": method, "ran_as": used, "history_points": size * len(sources),
-                   "median_ask_s": round(statistics.median(bo), 3), "max_ask_s": round(max(bo), 3),
-                   "study_s": round(time.perf_counter() - start, 1)}
+            row = {
+                "method": method,
+                "ran_as": used,
+                "history_points": size * len(sources),
+                "median_ask_s": round(statistics.median(bo), 3),
+                "max_ask_s": round(max(bo), 3),
+                "study_s": round(time.perf_counter() - start, 1),
+            }
             out["runs"].append(row)
             if progress is not None:
                 progress(str(row))

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -51,8 +52,14 @@ def _write_study(kb: Any, entry: dict[str, Any], space: list[dict[str, Any]], na
     """One study as an agent leaves it: a study run, one run per trial, finished. Returns trial runs."""
     from agent.knowledge.base import TRIAL_OK
 
-    record = kb.create_study(name, entry["settings"], space, entry["summary"], entry["sample"],
-                             f"bench server: `{entry['name']}` written as trial runs")
+    record = kb.create_study(
+        name,
+        entry["settings"],
+        space,
+        entry["summary"],
+        entry["sample"],
+        f"bench server: `{entry['name']}` written as trial runs",
+    )
     if entry.get("metafeatures") is not None:
         kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
     written = 0
@@ -64,12 +71,19 @@ def _write_study(kb: Any, entry: dict[str, Any], space: list[dict[str, Any]], na
     return written
 
 
-def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset: str = "wine", job: str = "mlp",
-                     models_dir: Path = Path("models"), repeats: int = 3,
-                     say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_server_bench(
+    starter: Path,
+    agents: int = 4,
+    runs: int = 10_000,
+    dataset: str = "wine",
+    job: str = "mlp",
+    models_dir: Path = Path("models"),
+    repeats: int = 3,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     from agent.bench.neighbours import measure_warm_start
-    from agent.knowledge.base import TRIAL_OK
     from agent.knowledge import open_knowledge_base
+    from agent.knowledge.base import TRIAL_OK
     from agent.ops.team_server import wait_until_up
 
     entries, space = starter_entries(starter)
@@ -79,8 +93,22 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
     data = Path(tempfile.mkdtemp(prefix="tune-agent-bench-server-", dir="/tmp"))
     data.chmod(0o755)  # PostgreSQL's own user must reach it when we are root
     port, pg_port = _free_port(), _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port", str(port),
-                             "--pg-port", str(pg_port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "server",
+            "--data-dir",
+            str(data),
+            "--port",
+            str(port),
+            "--pg-port",
+            str(pg_port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         if not wait_until_up(url, 240, proc):
@@ -102,7 +130,7 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
                     i, entry = queue.pop(0)
                 try:
                     counts[w] += _write_study(kb, entry, space, f"bench-{i:04d}")
-                except Exception as exc:  # noqa: BLE001 - counted and reported, the bench goes on
+                except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
                 with lock:
                     done["studies"] += 1
@@ -122,15 +150,22 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
         stored = [(s.study_id, t) for s in studies for t in kb.trials(s)]
         keys = [(sid, t.number) for sid, t in stored]
         expected = sum(len(e["configs"]) for e in chosen)
-        logging_ = {"writers": agents, "studies": n_studies, "trial_runs_written": written, "seconds": round(seconds, 1),
-                    "runs_per_second": round(written / seconds, 1),
-                    "stored_trial_runs": len(stored), "expected": expected,
-                    "lost": expected - len(set(keys)), "duplicated": len(keys) - len(set(keys)),
-                    "not_ok": sum(t.state != TRIAL_OK for _, t in stored),
-                    "errors": errors[:5]}
+        logging_ = {
+            "writers": agents,
+            "studies": n_studies,
+            "trial_runs_written": written,
+            "seconds": round(seconds, 1),
+            "runs_per_second": round(written / seconds, 1),
+            "stored_trial_runs": len(stored),
+            "expected": expected,
+            "lost": expected - len(set(keys)),
+            "duplicated": len(keys) - len(set(keys)),
+            "not_ok": sum(t.state != TRIAL_OK for _, t in stored),
+            "errors": errors[:5],
+        }
         say(f"logged {written} trial runs in {seconds:.1f} s: {written / seconds:.1f} runs/s with {agents} writers")
         raw_start = time.perf_counter()
-        everything = list(kb._search("tags.`tune_agent.kind` = 'trial'"))  # noqa: SLF001 - the raw comparison
+        everything = list(kb._search("tags.`tune_agent.kind` = 'trial'"))
         raw = time.perf_counter() - raw_start
         # The same lookup without the study cache first (every study run searched, as before the
         # cache), then with it (its first call fills the cache, the median is over later calls)
@@ -139,15 +174,21 @@ def run_server_bench(starter: Path, agents: int = 4, runs: int = 10_000, dataset
         with mock.patch.dict(os.environ, {"TUNE_AGENT_STUDY_CACHE": "1"}):
             lookup = measure_warm_start(kb, dataset, job, models_dir, repeats=repeats)
         lookup["without_study_cache"] = {"first_call": uncached["first_call"], "median": uncached["median"]}
-        say(f"warm-start lookup over {len(everything)} trial runs: {lookup['median']['warm_start_s']} s median with the "
-            f"study cache, {uncached['median']['warm_start_s']} s without (raw search_runs over all of them: {raw:.2f} s)")
-        return {"server": "tune-agent server (mlflow server, PostgreSQL backend, proxied artifacts)",
-                "logging": logging_,
-                "lookup": {"history_trial_runs": len(everything), "raw_search_runs_s": round(raw, 2), **lookup},
-                "protocol": "writers are threads, one MLflow client each, logging the starter history's studies "
-                            "with one run per trial as a study does; the lookup is the product's warm start "
-                            "(bench neighbours --tracking-uri) over that store, median of repeats, without the "
-                            "study cache (TUNE_AGENT_STUDY_CACHE=0) and then with it"}
+        say(
+            f"warm-start lookup over {len(everything)} trial runs: {lookup['median']['warm_start_s']} s median "
+            "with the "
+            f"study cache, {uncached['median']['warm_start_s']} s without (raw search_runs over all of them: "
+            f"{raw:.2f} s)"
+        )
+        return {
+            "server": "tune-agent server (mlflow server, PostgreSQL backend, proxied artifacts)",
+            "logging": logging_,
+            "lookup": {"history_trial_runs": len(everything), "raw_search_runs_s": round(raw, 2), **lookup},
+            "protocol": "writers are threads, one MLflow client each, logging the starter history's studies "
+            "with one run per trial as a study does; the lookup is the product's warm start "
+            "(bench neighbours --tracking-uri) over that store, median of repeats, without the "
+            "study cache (TUNE_AGENT_STUDY_CACHE=0) and then with it",
+        }
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

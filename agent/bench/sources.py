@@ -16,8 +16,9 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,33 +36,58 @@ def synthetic_history(job: Any, target: str, size: int, points: int, seed: int =
     draws: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for i in range(size):  # one ONNX call per task for all its sources
         draws.setdefault(tasks[i % len(tasks)], []).append(
-            (space.snap(np.random.default_rng((seed, i)).random((points, space.dim))), np.empty(0)))
+            (space.snap(np.random.default_rng((seed, i)).random((points, space.dim))), np.empty(0))
+        )
     for task, rows in draws.items():
         values = np.asarray(job.evaluate_many(np.concatenate([U for U, _ in rows]), job.task(task)), dtype=float)
-        draws[task] = [(U, values[k * points:(k + 1) * points]) for k, (U, _) in enumerate(rows)]
+        draws[task] = [(U, values[k * points : (k + 1) * points]) for k, (U, _) in enumerate(rows)]
     for i in range(size):
         task = tasks[i % len(tasks)]
         U, y = draws[task][i // len(tasks)]
         name = f"s{i:05d}-{task}"
-        settings = StudySettings(job=f"external:{job.name}", job_name=job.name, dataset=name, dataset_name=name,
-                                 fingerprint=task_fingerprint(job.name, name), space_signature=space.signature(),
-                                 metric=job.metric, mode=job.mode, trials=points, n_init=points, warm_start="none")
-        kb.import_evaluations(f"bench-{name}", settings.to_dict(), space.to_dict(), [space.decode(u) for u in U],
-                              [float(v) for v in y], "synthetic source")
+        settings = StudySettings(
+            job=f"external:{job.name}",
+            job_name=job.name,
+            dataset=name,
+            dataset_name=name,
+            fingerprint=task_fingerprint(job.name, name),
+            space_signature=space.signature(),
+            metric=job.metric,
+            mode=job.mode,
+            trials=points,
+            n_init=points,
+            warm_start="none",
+        )
+        kb.import_evaluations(
+            f"bench-{name}",
+            settings.to_dict(),
+            space.to_dict(),
+            [space.decode(u) for u in U],
+            [float(v) for v in y],
+            "synthetic source",
+        )
     return kb
 
 
-def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"), target: str = "3945",
-                    points: int = 30, budget: int = 12, scenario: str = "lcbench", fit_up_to: int = 240,
-                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Above ``fit_up_to`` sources the source models are transplanted (:func:`agent.tuning.source_models.transplanted_source_models`)."""
+def measure_sources(
+    sizes: Sequence[int],
+    methods: Sequence[str] = ("gp", "rgpe"),
+    target: str = "3945",
+    points: int = 30,
+    budget: int = 12,
+    scenario: str = "lcbench",
+    fit_up_to: int = 240,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Above ``fit_up_to`` sources the source models are transplanted
+    (:func:`agent.tuning.source_models.transplanted_source_models`)."""
     from agent.bench.fingerprint import engine_fingerprint, environment
     from agent.bench.transfer import pin_threads
     from agent.config import StudyRequest
-    from agent.jobs import load_job
-    from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
+    from agent.jobs import load_job
+    from agent.knowledge.base import TRIAL_OK
     from agent.tuning.plan import kernel_for
     from agent.tuning.service import prepare_study
     from agent.tuning.source_models import transplanted_source_models, update_source_models
@@ -69,8 +95,16 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
     pin_threads()
     spec = f"yahpo:{scenario}"
     job = load_job(spec)
-    out: dict[str, Any] = {"scenario": Path(scenario).name, "target": target, "dimensions": job.space.dim, "points_per_source": points, "budget": budget,
-                           "engine": engine_fingerprint("bench/sources.py"), "environment": environment(), "runs": []}
+    out: dict[str, Any] = {
+        "scenario": Path(scenario).name,
+        "target": target,
+        "dimensions": job.space.dim,
+        "points_per_source": points,
+        "budget": budget,
+        "engine": engine_fingerprint("bench/sources.py"),
+        "environment": environment(),
+        "runs": [],
+    }
     for size in sizes:
         start = time.perf_counter()
         kb = synthetic_history(job, target, size, points)
@@ -84,10 +118,20 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
             update_source_models(kb, models, job.name, job.space, kernel)  # then the portfolios
             build_s = time.perf_counter() - start
             if progress is not None:
-                progress(f"{size} sources: history written in {history_s:.0f} s, source models built in {build_s:.0f} s")
+                progress(
+                    f"{size} sources: history written in {history_s:.0f} s, source models built in {build_s:.0f} s"
+                )
             for method in methods:
-                req = StudyRequest(dataset=target, job=spec, trials=budget, seed=0, warm_start="none", surrogate=method,
-                                  study_name=f"bench-{method}-{size}", models_dir=str(models))
+                req = StudyRequest(
+                    dataset=target,
+                    job=spec,
+                    trials=budget,
+                    seed=0,
+                    warm_start="none",
+                    surrogate=method,
+                    study_name=f"bench-{method}-{size}",
+                    models_dir=str(models),
+                )
                 start = time.perf_counter()
                 study, job_obj, data, _ = prepare_study(req, echo=lambda _: None, kb=kb)
                 prepare_s = time.perf_counter() - start
@@ -96,20 +140,30 @@ def measure_sources(sizes: Sequence[int], methods: Sequence[str] = ("gp", "rgpe"
                 trials = [t for t in study.trials() if t.state == TRIAL_OK]
                 origins = [t.origin for t in sorted(trials, key=lambda t: t.number)]
                 bo = [s for s, o in zip(timing.ask_seconds, origins) if o.startswith("bo:")]
-                row = {"sources": size, "method": method, "ran_as": tags.get("surrogate"),
-                       "history_write_s": round(history_s, 1), "source_models_build_s": round(build_s, 1),
-                       "source_models": "fitted" if size <= fit_up_to else "transplanted per task",
-                       "prepare_s": round(prepare_s, 2),
-                       "median_suggest_s": round(statistics.median(bo), 3) if bo else None,
-                       "note": tags.get("surrogate_note", "")}
+                row = {
+                    "sources": size,
+                    "method": method,
+                    "ran_as": tags.get("surrogate"),
+                    "history_write_s": round(history_s, 1),
+                    "source_models_build_s": round(build_s, 1),
+                    "source_models": "fitted" if size <= fit_up_to else "transplanted per task",
+                    "prepare_s": round(prepare_s, 2),
+                    "median_suggest_s": round(statistics.median(bo), 3) if bo else None,
+                    "note": tags.get("surrogate_note", ""),
+                }
                 out["runs"].append(row)
                 if progress is not None:
                     progress(str(row))
-    out["protocol"] = ("N synthetic sources: task (i mod T)'s surface of the YAHPO scenario (T tasks less the target) at 30 random configurations of seed "
-                       "(0, i), one finished study each in an in-memory store; source models built once "
-                       "(update_source_models, timed apart; above fit_up_to sources each task's first fit is transplanted to its other sources, with each source's own signal check); then prepare_study (warm start none, the method as "
-                       "--surrogate) on the held-out target, timed, and a study of `budget` trials whose BO asks give "
-                       "the median suggestion time")
+    out["protocol"] = (
+        "N synthetic sources: task (i mod T)'s surface of the YAHPO scenario (T tasks less the target) at 30 "
+        "random configurations of seed "
+        "(0, i), one finished study each in an in-memory store; source models built once "
+        "(update_source_models, timed apart; above fit_up_to sources each task's first fit is transplanted to "
+        "its other sources, with each source's own signal check); then prepare_study (warm start none, the "
+        "method as "
+        "--surrogate) on the held-out target, timed, and a study of `budget` trials whose BO asks give "
+        "the median suggestion time"
+    )
     return out
 
 

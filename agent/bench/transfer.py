@@ -24,14 +24,14 @@ stage; a target is always optimised with the network that never saw its fold.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
 import numpy as np
@@ -122,8 +122,9 @@ def make_histories(job: Any, config: BenchConfig) -> dict[str, tuple[np.ndarray,
     return out
 
 
-def history_store(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]], tasks: Sequence[str],
-                  kb: Any = None) -> Any:
+def history_store(
+    job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]], tasks: Sequence[str], kb: Any = None
+) -> Any:
     """A knowledge base holding ``tasks``' histories, imported as ``tune-agent import`` does."""
     import pandas as pd
 
@@ -166,9 +167,14 @@ def fold_of(task_index: int) -> int:
     return task_index % TNP_FOLDS
 
 
-def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]], fold: int,
-                 config: BenchConfig, tnp_params: Mapping[str, Any] | None = None,
-                 progress: Callable[[str], None] | None = None) -> Path:
+def tnp_fold_dir(
+    job: Any,
+    histories: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    fold: int,
+    config: BenchConfig,
+    tnp_params: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """The models dir of the TNP meta-trained on the tasks outside ``fold`` (trained if not cached).
 
     Named by the TNP settings and the training sources' contents, so a control's shuffled
@@ -181,30 +187,45 @@ def tnp_fold_dir(job: Any, histories: Mapping[str, tuple[np.ndarray, np.ndarray]
     sources = history_sources(history_store(job, histories, tasks), job.name, job.space)
     folder = Path(config.cache_dir) / f"tnp-{job.name}-fold{fold}-{tnp_key(sources, settings)}"
     if not tnp_trained(folder):
-        train_tnp(sources, job.name, job.space.signature(), folder, settings,
-                  progress=None if progress is None else (lambda line: progress(f"TNP fold {fold}: {line}")))
+        train_tnp(
+            sources,
+            job.name,
+            job.space.signature(),
+            folder,
+            settings,
+            progress=None if progress is None else (lambda line: progress(f"TNP fold {fold}: {line}")),
+        )
     return folder
 
 
 def _train_fold(config: BenchConfig, fold: int) -> tuple[int, str]:
     job, histories, _ = _worker_state(config)  # a worker's lines go to the shared stderr, as the bench's own do
-    return fold, str(tnp_fold_dir(job, histories, fold, config, progress=lambda line: print(line, file=sys.stderr, flush=True)))
+    return fold, str(
+        tnp_fold_dir(job, histories, fold, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    )
 
 
-def train_tnp_folds(config: BenchConfig, folds: Sequence[int], progress: Callable[[str], None] | None = None) -> dict[int, str]:
+def train_tnp_folds(
+    config: BenchConfig, folds: Sequence[int], progress: Callable[[str], None] | None = None
+) -> dict[int, str]:
     """The TNP of each fold in ``folds``, meta-trained ``config.workers`` at a time (cached ones
     are read), each saying its steps; returns each fold's models dir."""
     if not folds:
         return {}
     say, start = progress or (lambda line: None), time.perf_counter()
-    say(f"TNP: meta-training {len(folds)} fold(s), {max(1, min(config.workers, len(folds)))} at a time (cached folds are read)")
+    say(
+        f"TNP: meta-training {len(folds)} fold(s), {max(1, min(config.workers, len(folds)))} at a time (cached "
+        "folds are read)"
+    )
     out: dict[int, str] = {}
     if config.workers <= 1 or len(folds) == 1:
         for fold in folds:
             out[fold] = str(tnp_fold_dir(*_worker_state(config)[:2], fold, config, progress=progress))
             say(f"TNP fold {fold} ready ({len(out)}/{len(folds)}, {time.perf_counter() - start:.0f} s)")
         return out
-    with ProcessPoolExecutor(min(config.workers, len(folds)), mp_context=get_context("spawn"), initializer=pin_threads) as pool:
+    with ProcessPoolExecutor(
+        min(config.workers, len(folds)), mp_context=get_context("spawn"), initializer=pin_threads
+    ) as pool:
         for future in as_completed([pool.submit(_train_fold, config, fold) for fold in folds]):
             fold, folder = future.result()
             out[fold] = folder
@@ -213,10 +234,20 @@ def train_tnp_folds(config: BenchConfig, folds: Sequence[int], progress: Callabl
 
 
 # -- one run -------------------------------------------------------------------------------------
-def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget: int,
-               models_dir: str = "models", fits: Any = None,
-               batch: int = 1, pending: str = "auto", ask_ahead: int = 0,
-               timings: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
+def run_method(
+    job_spec: str,
+    task: str,
+    method: str,
+    kb: Any,
+    seed: int,
+    budget: int,
+    models_dir: str = "models",
+    fits: Any = None,
+    batch: int = 1,
+    pending: str = "auto",
+    ask_ahead: int = 0,
+    timings: dict[str, float] | None = None,
+) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
     """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
     [--workers batch --ask-ahead ask_ahead --pending pending]`` runs it: the product's study loop, with ``batch`` trials
     in flight (:class:`agent.execution.workers.QueuedExecutor`).
@@ -225,24 +256,41 @@ def run_method(job_spec: str, task: str, method: str, kb: Any, seed: int, budget
     each ``ask`` took; ``timings`` (if given) gets ``prepare_s``, the study's preparation.
     """
     from agent.config import StudyRequest
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
     from agent.execution.progress import SilentReporter
-    from agent.execution.runner import run_study
-    from agent.tuning.service import prepare_study
     from agent.execution.resources import ExecutionSettings
+    from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
+    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+    from agent.tuning.service import prepare_study
 
     own = method in sampler_methods()
     sampler = method if own else "bo"
     surrogate = "gp" if own else method
-    req = StudyRequest(dataset=task, job=job_spec, trials=budget, seed=seed, study_name=f"bench-{method}-{task}-{seed}",
-                       warm_start="none", surrogate=surrogate, sampler=sampler, models_dir=models_dir, pending=pending)
+    req = StudyRequest(
+        dataset=task,
+        job=job_spec,
+        trials=budget,
+        seed=seed,
+        study_name=f"bench-{method}-{task}-{seed}",
+        warm_start="none",
+        surrogate=surrogate,
+        sampler=sampler,
+        models_dir=models_dir,
+        pending=pending,
+    )
     start = time.perf_counter()
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     if timings is not None:
         timings["prepare_s"] = time.perf_counter() - start
-    timing = run_study(study, job, data, None, SilentReporter(), trace_plot=False,
-                       executor=make_executor(study, job, data, None, ExecutionSettings(workers=batch, ask_ahead=ask_ahead)))
+    timing = run_study(
+        study,
+        job,
+        data,
+        None,
+        SilentReporter(),
+        trace_plot=False,
+        executor=make_executor(study, job, data, None, ExecutionSettings(workers=batch, ask_ahead=ask_ahead)),
+    )
     trials = sorted((t for t in study.trials() if t.state in COUNTED_STATES), key=lambda t: t.number)
     configs = [dict(t.config) for t in trials]
     values = [study.settings.sign * t.value if t.state == TRIAL_OK and t.value is not None else np.nan for t in trials]
@@ -254,7 +302,7 @@ _WORKER: dict[str, Any] = {}  # per process: the job, its histories and the sour
 
 
 @dataclass(frozen=True)
-class _Job:
+class RunArgs:
     task: str
     seed: int
     methods: tuple[str, ...]
@@ -279,7 +327,7 @@ def _worker_state(config: BenchConfig) -> tuple[Any, dict, Any]:
     return _WORKER["job"], _WORKER["histories"], _WORKER["fits"]
 
 
-def _run_job(job_args: _Job) -> dict[str, Any]:
+def run_one(job_args: RunArgs) -> dict[str, Any]:
     """All methods on one (task, seed): regret curves and suggestion times per method."""
     config = job_args.config
     job, histories, fits = _worker_state(config)
@@ -287,114 +335,33 @@ def _run_job(job_args: _Job) -> dict[str, Any]:
     sources = run_sources(job.scenario.instances, job_args.task, config)
     out: dict[str, Any] = {"task": job_args.task, "seed": job_args.seed, "methods": {}}
     # the history's source models, built as `meta publish` does for the product, timed apart
-    build_s = build_history_models(history_store(job, histories, sources), job.name, job.space, fits) \
-        if set(job_args.methods) - set(sampler_methods()) - {"gp"} else 0.0
+    build_s = (
+        build_history_models(history_store(job, histories, sources), job.name, job.space, fits)
+        if set(job_args.methods) - set(sampler_methods()) - {"gp"}
+        else 0.0
+    )
     for method in job_args.methods:
         kb = history_store(job, histories, sources)
         models_dir = job_args.fold_dir if method == "tnp" and job_args.fold_dir else "models"
         timings: dict[str, float] = {}
-        _, y, seconds = run_method(config.job_spec, job_args.task, method, kb, job_args.seed, config.budget,
-                                   models_dir, fits, config.batch, config.pending, config.ask_ahead, timings)
-        out["methods"][method] = {"regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
-                                  "seconds": seconds,  # first trial: the preparation and the first ask
-                                  "first_trial_s": round(timings["prepare_s"] + (seconds[0] if seconds else 0.0), 3),
-                                  "source_models_s": round(build_s, 3)}
+        _, y, seconds = run_method(
+            config.job_spec,
+            job_args.task,
+            method,
+            kb,
+            job_args.seed,
+            config.budget,
+            models_dir,
+            fits,
+            config.batch,
+            config.pending,
+            config.ask_ahead,
+            timings,
+        )
+        out["methods"][method] = {
+            "regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),
+            "seconds": seconds,  # first trial: the preparation and the first ask
+            "first_trial_s": round(timings["prepare_s"] + (seconds[0] if seconds else 0.0), 3),
+            "source_models_s": round(build_s, 3),
+        }
     return out
-
-
-def protocol_key(config: BenchConfig, method: str) -> str:
-    """What makes a run's result reproducible: scenario, protocol settings, control, method, the
-    method's revision in the surrogate registry and the engine's code (:mod:`agent.bench.fingerprint`)."""
-    from agent.bench.fingerprint import run_key
-    from agent.tuning.plan import surrogate_revision
-
-    fields = {k: v for k, v in asdict(config).items()
-              if k not in ("tasks", "seeds", "workers", "quick", "cache_dir")
-              and not (k == "batch" and v == 1) and not (k == "pending" and v == "auto")
-              and not (k == "ask_ahead" and v == 0) and not (k == "sources" and v is None)}
-    fields["scenario"] = Path(config.scenario).name
-    revision = surrogate_revision(method)
-    return run_key("bench/transfer.py", {"method": method, "engine": "study", **fields,
-                                         **({"revision": revision} if revision > 1 else {})})
-
-
-def _load_journal(path: Path | None) -> dict[tuple[str, str, int], dict[str, Any]]:
-    """Every finished (protocol key, task, seed) the journal holds: the keys of every method."""
-    from agent.bench.fingerprint import journal_rows
-
-    done: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for row in journal_rows(path):
-        try:
-            done[(row["key"], row["task"], int(row["seed"]))] = row["result"]
-        except (ValueError, KeyError, TypeError):
-            continue
-    return done
-
-
-def run_benchmark(methods: Sequence[str], config: BenchConfig, progress: Callable[[str], None] | None = None,
-                  journal: Path | None = None) -> dict[str, Any]:
-    """Runs every method on every (task, seed); returns curves (`runs x budget`) and timings.
-
-    ``journal`` (a JSONL file) makes the run resumable: every finished (method, task, seed) is
-    appended with its :func:`protocol_key` and reused by the next call. Seeds are the outer loop,
-    so a partial run covers every task.
-    """
-    from agent.bench.fingerprint import end_journal_line
-    from agent.jobs import load_job
-
-    check_methods(methods)
-    job = load_job(config.job_spec)
-    config = config.resolve(job.scenario.instances)
-    keys = {m: protocol_key(config, m) for m in methods}
-    done = _load_journal(journal)
-    end_journal_line(journal)
-    pairs = [(task, seed) for seed in range(config.seeds) for task in config.tasks or ()]
-    todo = {(task, seed): tuple(m for m in methods if (keys[m], task, seed) not in done) for task, seed in pairs}
-    fold = {task: fold_of(job.scenario.instances.index(task)) for task in config.tasks or ()}
-    folds = train_tnp_folds(config, sorted({fold[t] for (t, _), ms in todo.items() if "tnp" in ms}), progress)
-    jobs = [_Job(task, seed, ms, config, folds.get(fold[task])) for (task, seed), ms in todo.items() if ms]
-    start = time.perf_counter()
-    if progress is not None and len(jobs) < len(pairs):
-        progress(f"{len(pairs) - len(jobs)} of {len(pairs)} (task, seed) runs taken from {journal}")
-    finished = [0]
-
-    def record(run: dict[str, Any]) -> None:
-        finished[0] += 1
-        for m, r in run["methods"].items():
-            done[(keys[m], run["task"], run["seed"])] = r
-        if journal is not None:
-            journal.parent.mkdir(parents=True, exist_ok=True)
-            with journal.open("a") as fh:
-                for m, r in run["methods"].items():
-                    fh.write(json.dumps({"key": keys[m], "method": m, "task": run["task"], "seed": run["seed"],
-                                         "result": r}) + "\n")
-        if progress is not None:
-            finals = ", ".join(f"{m} {r['regret'][-1]:.3f}" for m, r in run["methods"].items())
-            progress(f"[{finished[0]}/{len(jobs)}] task {run['task']} seed {run['seed']} "
-                     f"({time.perf_counter() - start:.0f} s): regret@{config.budget} {finals}")
-
-    if config.workers <= 1:
-        pin_threads()
-        for j in jobs:
-            record(_run_job(j))
-    else:
-        with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=pin_threads) as pool:
-            for future in as_completed([pool.submit(_run_job, j) for j in jobs]):
-                record(future.result())
-    runs = [{"task": t, "seed": sd, "methods": {m: done[(keys[m], t, sd)] for m in methods}} for t, sd in pairs]
-    return {
-        "scenario": Path(config.scenario).name,
-        "job": job.name,
-        "config": {**asdict(config), "report_at": list(config.report_at)},
-        "tasks": list(config.tasks or ()),
-        "seeds": config.seeds,
-        "runs": [(r["task"], r["seed"]) for r in runs],
-        "regret": {m: [r["methods"][m]["regret"] for r in runs] for m in methods},
-        "suggest_seconds": {m: statistics.median(s for r in runs for s in r["methods"][m]["seconds"])
-                            for m in methods},
-        **{name: {m: statistics.median(found) for m in methods
-                  if (found := [r["methods"][m][key] for r in runs if key in r["methods"][m]])}
-           for name, key in (("first_trial_seconds", "first_trial_s"), ("source_models_seconds", "source_models_s"))},
-        "wall_seconds": time.perf_counter() - start,
-        "runs_from_journal": {m: len(pairs) - sum(m in j.methods for j in jobs) for m in methods},
-    }

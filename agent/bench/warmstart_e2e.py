@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-import numpy as np
-
+from agent.bench.e2e_summary import summarise
 from agent.bench.fingerprint import read_journal, run_key
 from agent.execution.progress import SilentReporter
 
@@ -50,9 +50,12 @@ METHODS: dict[str, dict[str, Any]] = {
     "tnp": {"warm_start": "none", "surrogate": "tnp", "models": "fold"},
 }
 # What each method's fold folder must hold (the learned extractor, the meta-trained TNP).
-FOLD_MODELS: dict[str, tuple[str, ...]] = {"learned": ("extractor",), "learned+prior_mean": ("extractor",),
-                                           "default+learned": ("extractor",), "tnp": ("tnp",)}
-REPORT_AT = (1, 3, 5, 10)
+FOLD_MODELS: dict[str, tuple[str, ...]] = {
+    "learned": ("extractor",),
+    "learned+prior_mean": ("extractor",),
+    "default+learned": ("extractor",),
+    "tnp": ("tnp",),
+}
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,6 @@ def choose_targets(entries: Sequence[dict[str, Any]], n: int) -> list[dict[str, 
 
 
 _WORKER: dict[str, Any] = {}
-# Seconds since a study was asked at which the wall-clock view reads each method's regret.
-CLOCK_AT = (0.5, 1, 1.5, 2, 3, 5, 10, 20, 60)
 
 
 def _init(entries: list[dict[str, Any]], space: list[dict[str, Any]]) -> None:
@@ -114,7 +115,9 @@ def _history_without(source: str) -> Any:
     return kb
 
 
-def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str) -> dict[str, Any]:
+def _run(
+    target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EConfig, models_dir: str
+) -> dict[str, Any]:
     from agent.config import StudyRequest
     from agent.execution.runner import run_study
     from agent.tuning.service import prepare_study
@@ -127,10 +130,19 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
     kb = _history_without(source)
     for method in methods:
         options = {k: v for k, v in METHODS[method].items() if k != "models"}
-        method_models = str(fold_models_dir(Path(models_dir), source)) if METHODS[method].get("models") == "fold" else models_dir
-        req = StudyRequest(dataset=target["settings"]["dataset"], job=config.job, trials=config.trials,
-                          epochs=config.epochs, seed=seed, study_name=f"e2e-{method}-{seed}", models_dir=method_models,
-                          **options)
+        method_models = (
+            str(fold_models_dir(Path(models_dir), source)) if METHODS[method].get("models") == "fold" else models_dir
+        )
+        req = StudyRequest(
+            dataset=target["settings"]["dataset"],
+            job=config.job,
+            trials=config.trials,
+            epochs=config.epochs,
+            seed=seed,
+            study_name=f"e2e-{method}-{seed}",
+            models_dir=method_models,
+            **options,
+        )
         # As a study of the product: its source models read from the stored file (built before
         # the runs, :func:`build_source_models`), nothing kept from the worker's earlier studies.
         fits = stored_fits(source_models_dir(Path(models_dir)))
@@ -139,10 +151,14 @@ def _run(target: dict[str, Any], seed: int, methods: Sequence[str], config: E2EC
         study, job, data, split = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
         run_study(study, job, data, split, clock, trace_plot=False)
         trials = sorted(study.trials(), key=lambda t: t.number)
-        out[method] = {"values": [t.value if t.value is not None else float("nan") for t in trials],
-                       "seconds": time.perf_counter() - start, "first_trial_s": clock.first_started,
-                       "ended_s": [clock.ended.get(t.number) for t in trials], "source_fits": fits.fitted,
-                       "origins": [t.origin for t in trials]}
+        out[method] = {
+            "values": [t.value if t.value is not None else float("nan") for t in trials],
+            "seconds": time.perf_counter() - start,
+            "first_trial_s": clock.first_started,
+            "ended_s": [clock.ended.get(t.number) for t in trials],
+            "source_fits": fits.fitted,
+            "origins": [t.origin for t in trials],
+        }
     return {"target": target["name"], "seed": seed, "methods": out}
 
 
@@ -151,8 +167,14 @@ def source_models_dir(root: Path) -> Path:
     return root / "source-models"
 
 
-def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
-                        root: Path, progress: Callable[[str], None] = print) -> None:
+def build_source_models(
+    entries: list[dict[str, Any]],
+    space: list[dict[str, Any]],
+    job: str,
+    sources: Sequence[str],
+    root: Path,
+    progress: Callable[[str], None] = print,
+) -> None:
     """What the product's stored source models would hold before each held-out study: every
     source's data and GP (content-keyed, so one fit serves every fold) and each fold's portfolios
     (the end of the history's last study stores them), built once, before any run is timed."""
@@ -175,8 +197,10 @@ def build_source_models(entries: list[dict[str, Any]], space: list[dict[str, Any
         fold = open_knowledge_base("memory:")
         write_entries(fold, [e for e in entries if e["summary"].get("source") != source], space, "the fold's history")
         report = update_source_models(fold, folder, job, sp, store=BenchSourceStore(folder))
-        progress(f"source models without {source} ({i}/{len(sources)}): {report['fitted']} GPs fitted, "
-                 f"{time.perf_counter() - start:.0f} s")
+        progress(
+            f"source models without {source} ({i}/{len(sources)}): {report['fitted']} GPs fitted, "
+            f"{time.perf_counter() - start:.0f} s"
+        )
     done.write_text(json.dumps({"sources": sorted(sources)}))
 
 
@@ -185,9 +209,17 @@ def fold_models_dir(root: Path, source: str) -> Path:
     return root / ("fold-" + "".join(c if c.isalnum() else "_" for c in source))
 
 
-def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]], job: str, sources: Sequence[str],
-                      kinds: Sequence[str], params: dict[str, Any], root: Path, normalisation: str = "rank",
-                      progress: Callable[[str], None] = print) -> None:
+def train_fold_models(
+    entries: list[dict[str, Any]],
+    space: list[dict[str, Any]],
+    job: str,
+    sources: Sequence[str],
+    kinds: Sequence[str],
+    params: dict[str, Any],
+    root: Path,
+    normalisation: str = "rank",
+    progress: Callable[[str], None] = print,
+) -> None:
     """For each held-out ``source``, the meta-models the pipeline would build from the history
     without it, saved where the fold methods' studies read them (:func:`fold_models_dir`): the
     meta-feature extractor (``extractor``: :func:`agent.pipeline.stages.train_without_source` with
@@ -214,7 +246,8 @@ def train_fold_models(entries: list[dict[str, Any]], space: list[dict[str, Any]]
             from agent.pipeline.stages import train_without_source
 
             train_without_source(history, dict(params.get("meta_features") or {}), source, normalisation).save(
-                folder / EXTRACTOR_FILE)
+                folder / EXTRACTOR_FILE
+            )
         else:
             from agent.pipeline.metamodels import train_tnp_without_source
 
@@ -226,9 +259,15 @@ def _run_job(args: tuple) -> dict[str, Any]:
     return _run(*args)
 
 
-def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
-            progress: Callable[[str], None] = print, params: dict[str, Any] | None = None,
-            normalisation: str = "rank") -> dict[str, Any]:
+def run_e2e(
+    kb: Any,
+    config: E2EConfig,
+    journal: Path,
+    models_dir: Path,
+    progress: Callable[[str], None] = print,
+    params: dict[str, Any] | None = None,
+    normalisation: str = "rank",
+) -> dict[str, Any]:
     """Runs (or resumes) every (target, seed) and returns the report. ``models_dir`` holds no
     meta-models (the methods that do not name ``models`` run as on a store before ``dvc repro``);
     the fold methods read per-source meta-models trained under it with ``params`` (``params.yaml``:
@@ -242,14 +281,21 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
     if len(targets) < 2:
         from agent.errors import TuneAgentError
 
-        raise TuneAgentError(f"the store's bootstrap of job {config.job} has {len(targets)} source(s); at least 2 "
-                             "are needed: run `tune-agent bootstrap` first")
+        raise TuneAgentError(
+            f"the store's bootstrap of job {config.job} has {len(targets)} source(s); at least 2 "
+            "are needed: run `tune-agent bootstrap` first"
+        )
     space = load_job(config.job).space.to_dict()
     # A run is reused only under the same settings, meta-model parameters and engine code; the fold
     # models trained for them live in a folder of that key.
-    key = run_key("bench/warmstart_e2e.py", {
-        "config": {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "methods")},
-        "params": dict(params or {}), "normalisation": normalisation})
+    key = run_key(
+        "bench/warmstart_e2e.py",
+        {
+            "config": {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "methods")},
+            "params": dict(params or {}),
+            "normalisation": normalisation,
+        },
+    )
     models_dir = Path(models_dir) / key
     done = read_journal(journal, key, "target")
     jobs = []
@@ -261,112 +307,47 @@ def run_e2e(kb: Any, config: E2EConfig, journal: Path, models_dir: Path,
     kinds = sorted({k for m in config.methods for k in FOLD_MODELS.get(m, ())})
     build_source_models(entries, space, config.job, [t["summary"]["source"] for t in targets], models_dir, progress)
     if kinds:
-        train_fold_models(entries, space, config.job, [t["summary"]["source"] for t in targets], kinds,
-                          dict(params or {}), models_dir, normalisation, progress)
-    progress(f"{len(targets)} targets x {config.seeds} seeds x {len(config.methods)} methods; "
-             f"{len(targets) * config.seeds - len(jobs)} (target, seed) pairs already in {journal}")
+        train_fold_models(
+            entries,
+            space,
+            config.job,
+            [t["summary"]["source"] for t in targets],
+            kinds,
+            dict(params or {}),
+            models_dir,
+            normalisation,
+            progress,
+        )
+    progress(
+        f"{len(targets)} targets x {config.seeds} seeds x {len(config.methods)} methods; "
+        f"{len(targets) * config.seeds - len(jobs)} (target, seed) pairs already in {journal}"
+    )
     journal.parent.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_init,
-                             initargs=(entries, space)) as pool:
+    with ProcessPoolExecutor(
+        config.workers, mp_context=get_context("spawn"), initializer=_init, initargs=(entries, space)
+    ) as pool:
         futures = [pool.submit(_run_job, j) for j in jobs]
         for i, future in enumerate(as_completed(futures), 1):
             res = future.result()
             with journal.open("a") as fh:
                 for method, result in res["methods"].items():
                     done[(res["target"], res["seed"], method)] = result
-                    fh.write(json.dumps({"key": key, "target": res["target"], "seed": res["seed"], "method": method,
-                                         "result": result}) + "\n")
+                    fh.write(
+                        json.dumps(
+                            {
+                                "key": key,
+                                "target": res["target"],
+                                "seed": res["seed"],
+                                "method": method,
+                                "result": result,
+                            }
+                        )
+                        + "\n"
+                    )
             elapsed = time.perf_counter() - start
-            progress(f"[{i}/{len(jobs)}] {res['target']} seed {res['seed']}: "
-                     + ", ".join(f"{m} {min(v['values']):.3f}" for m, v in res["methods"].items())
-                     + f" ({elapsed / 60:.1f} min)")
+            progress(
+                f"[{i}/{len(jobs)}] {res['target']} seed {res['seed']}: "
+                + ", ".join(f"{m} {min(v['values']):.3f}" for m, v in res["methods"].items())
+                + f" ({elapsed / 60:.1f} min)"
+            )
     return summarise(targets, entries, done, config, time.perf_counter() - start)
-
-
-def wall_clock_view(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done: dict,
-                    config: E2EConfig) -> dict[str, Any]:
-    """Regret against seconds since the study was asked (preparation, warm start and surrogate
-    included; the process's imports not: every method pays them alike), at :data:`CLOCK_AT`: the best
-    value among the trials ended by then, 1 (the top of the range) before the first ends. Per method:
-    mean regret, the share of runs with a result, the paired Wilcoxon p against cold, the median time
-    to the first trial's start and to the last trial's end. Runs journalled before the clock was
-    recorded are left out."""
-    from scipy.stats import wilcoxon
-
-    at: dict[str, list[list[float]]] = {m: [] for m in config.methods}
-    started: dict[str, list[float]] = {m: [] for m in config.methods}
-    total: dict[str, list[float]] = {m: [] for m in config.methods}
-    for t in targets:
-        table = [v for v in t["values"] if v is not None and np.isfinite(v)]
-        for seed in range(config.seeds):
-            runs = {m: done[(t["name"], seed, m)] for m in config.methods}
-            if any("ended_s" not in r for r in runs.values()):
-                continue
-            found = [v for r in runs.values() for v in r["values"] if np.isfinite(v)]
-            low, high = min(table + found), max(table + found)
-            for m, r in runs.items():
-                pairs = [(e, v) for e, v in zip(r["ended_s"], r["values"]) if e is not None]
-                row = []
-                for limit in CLOCK_AT:
-                    seen = [v if np.isfinite(v) else high for e, v in pairs if e <= limit]
-                    row.append(float(np.clip((min(seen) - low) / max(high - low, 1e-12), 0, 1)) if seen else 1.0)
-                at[m].append(row)
-                started[m].append(float(r["first_trial_s"]))
-                total[m].append(float(r["seconds"]))
-    if not at["cold"]:
-        return {}
-    out: dict[str, Any] = {"seconds": list(CLOCK_AT), "runs": len(at["cold"]), "methods": {}}
-    C = np.array(at["cold"])
-    for m, rows in at.items():
-        A = np.array(rows)
-        row: dict[str, Any] = {"regret": A.mean(0).round(4).tolist(),
-                               "median_first_trial_s": round(float(np.median(started[m])), 2),
-                               "median_run_s": round(float(np.median(total[m])), 1)}
-        if m != "cold":
-            row["p_vs_cold"] = [float(f"{wilcoxon(A[:, j] - C[:, j]).pvalue:.3g}") if np.any(A[:, j] != C[:, j])
-                                else 1.0 for j in range(len(CLOCK_AT))]
-        out["methods"][m] = row
-    return out
-
-
-def summarise(targets: list[dict[str, Any]], entries: list[dict[str, Any]], done: dict, config: E2EConfig,
-              seconds: float) -> dict[str, Any]:
-    from scipy.stats import wilcoxon
-
-    curves: dict[str, list[np.ndarray]] = {m: [] for m in config.methods}
-    for t in targets:
-        table = [v for v in t["values"] if v is not None and np.isfinite(v)]
-        for seed in range(config.seeds):
-            runs = {m: np.array(done[(t["name"], seed, m)]["values"], dtype=float) for m in config.methods}
-            found = [v for r in runs.values() for v in r if np.isfinite(v)]
-            low, high = min(table + found), max(table + found)
-            for m, r in runs.items():
-                best = np.minimum.accumulate(np.where(np.isfinite(r), r, high))
-                curves[m].append(np.clip((best - low) / max(high - low, 1e-12), 0.0, 1.0))
-    methods: dict[str, Any] = {}
-    clock = wall_clock_view(targets, entries, done, config)
-    for m, rows in curves.items():
-        A = np.array(rows)
-        methods[m] = {f"regret@{k}": round(float(A[:, k - 1].mean()), 4) for k in REPORT_AT if k <= A.shape[1]}
-        if m != "cold":
-            C = np.array(curves["cold"])
-            for k in REPORT_AT:
-                if k <= A.shape[1]:
-                    diff = A[:, k - 1] - C[:, k - 1]
-                    p = float(wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
-                    methods[m][f"p_vs_cold@{k}"] = float(f"{p:.3g}")
-    return {
-        "protocol": ("leave-one-source-out end to end: real tune-agent studies (product sampler, Lightning "
-                     f"training, {config.epochs} epochs) of job {config.job} on {len(targets)} held-out R-package "
-                     f"tables, {config.seeds} seeds, {config.trials} trials; every dataset of the target's R package "
-                     "removed from the history; methods without a meta-model run as before `dvc repro` (auto = handcrafted + "
-                     "rgpe), the learned ones and tnp with the extractor / TNP trained on the history without the "
-                     "target's source; "
-                     "regret over "
-                     "the target's 64-configuration bootstrap table joined with all values found; paired Wilcoxon "
-                     "signed-rank test against cold over (target, seed)"),
-        "history_datasets": len(entries), "history_sources": len({e["summary"].get("source") for e in entries}),
-        "targets": [t["name"] for t in targets], "seeds": config.seeds, "methods": methods,
-        "wall_clock": clock,
-        "wall_seconds": round(seconds, 1), "mean_curves": {m: np.array(r).mean(0).round(4).tolist() for m, r in curves.items()},
-    }

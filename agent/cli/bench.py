@@ -1,5 +1,5 @@
-"""Benchmarks of the product itself: engine fingerprint, latency, lcbench, parallel, server, sources,
-startup, faults, pruning."""
+"""Benchmarks of the product itself: engine fingerprint, latency, lcbench, parallel, server, sources
+(:mod:`.bench_product` has start-up, reading, faults and pruning; :mod:`.bench_papers` the papers' own)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,15 @@ from pathlib import Path
 
 import click
 
-from agent.cli.options import (
-    STARTER_FILE,
-    check_workers,
-    checked_resources,
-    fidelity_values,
-    write_json,
-)
+from agent.cli.options import STARTER_FILE, fidelity_values, write_json
 from agent.config import PENDING
 from agent.errors import TuneAgentError
+from agent.execution.options import check_execution, checked_resources
 
 
 @click.group()
 def bench() -> None:
-    """Benchmarks (figures for the issues' closing notes)."""
+    """Benchmarks: each writes its figures to a file under metrics/."""
 
 
 @bench.command("fingerprint")
@@ -49,39 +44,107 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
 
 @bench.command("lcbench")
 @click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of every task x 5.")
-@click.option("--methods", default="random,tpe,gp,portfolio_gp,rgpe,tnp", show_default=True,
-              help="Comma-separated samplers (random, tpe) and registry surrogates (gp, portfolio_gp, neighbour_gp, rgpe, tnp).")
+@click.option(
+    "--methods",
+    default="random,tpe,gp,portfolio_gp,rgpe,tnp",
+    show_default=True,
+    help="Comma-separated samplers (random, tpe) and registry surrogates (gp, portfolio_gp, neighbour_gp, rgpe, tnp).",
+)
 @click.option("--seeds", type=int, default=5, show_default=True)
 @click.option("--tasks", type=int, default=None, help="Only the first N tasks.")
 @click.option("--budget", type=int, default=30, show_default=True, help="Trials per study.")
 @click.option("--workers", type=int, default=2, show_default=True)
-@click.option("--control", type=click.Choice(["none", "shuffled"]), default="none", show_default=True,
-              help="shuffled: every source's responses permuted (negative-transfer control).")
-@click.option("--scenario", "folder", default=None, help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench].")
+@click.option(
+    "--control",
+    type=click.Choice(["none", "shuffled"]),
+    default="none",
+    show_default=True,
+    help="shuffled: every source's responses permuted (negative-transfer control).",
+)
+@click.option(
+    "--scenario",
+    "folder",
+    default=None,
+    help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench].",
+)
 @click.option("--target", default=None, help="Output to optimise [default: the scenario's, lcbench: val_accuracy].")
-@click.option("--maximize/--minimize", "maximize", default=None, help="Direction of --target [default: the scenario's].")
-@click.option("--fidelity", multiple=True, help="NAME=VALUE: evaluate at this fidelity instead of the full one (repeatable).")
+@click.option(
+    "--maximize/--minimize", "maximize", default=None, help="Direction of --target [default: the scenario's]."
+)
+@click.option(
+    "--fidelity", multiple=True, help="NAME=VALUE: evaluate at this fidelity instead of the full one (repeatable)."
+)
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/<scenario>*.json and OUT/plots/.")
-@click.option("--fresh", is_flag=True, help="Forget the journal of finished runs (OUT/data/bench-runs/) and recompute all.")
-@click.option("--batch", type=int, default=1, show_default=True,
-              help="Trials in flight per study, as `start --workers N` runs them (simulated equal-speed workers); "
-                   "writes OUT/metrics/<scenario>_batchN.json.")
-@click.option("--pending", type=click.Choice(PENDING), default="auto", show_default=True,
-              help="With --batch: how running trials enter a BO step (start --pending); "
-                   "a choice other than auto writes OUT/metrics/<scenario>_batchN_<pending>.json.")
-@click.option("--ask-ahead", "ask_ahead", type=int, default=0, show_default=True,
-              help="With --batch: trials asked beyond the batch, each started when one ends (start --ask-ahead); "
-                   "writes OUT/metrics/<scenario>_batchN[...]_aheadK.json.")
-@click.option("--tag", default=None,
-              help="Name a side run: writes OUT/metrics/<scenario>[...]_TAG.json and plots/.../TAG/ instead of the main files.")
-@click.option("--history", "history_size", type=int, default=100, show_default=True,
-              help="Configurations per source task in the history; another value writes ..._historyN.json.")
-@click.option("--sources", type=int, default=None,
-              help="Source tasks in each run's history, drawn once per task [default: every other task]; writes ..._sourcesK.json.")
-def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budget: int, workers: int, control: str,
-                  folder: str | None, target: str | None, maximize: bool | None, fidelity: tuple[str, ...], out: str,
-                  fresh: bool, batch: int, pending: str, tag: str | None, ask_ahead: int, history_size: int,
-                  sources: int | None) -> None:
+@click.option(
+    "--fresh", is_flag=True, help="Forget the journal of finished runs (OUT/data/bench-runs/) and recompute all."
+)
+@click.option(
+    "--batch",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Trials in flight per study, as `start --workers N` runs them (simulated equal-speed workers); "
+    "writes OUT/metrics/<scenario>_batchN.json.",
+)
+@click.option(
+    "--pending",
+    type=click.Choice(PENDING),
+    default="auto",
+    show_default=True,
+    help="With --batch: how running trials enter a BO step (start --pending); "
+    "a choice other than auto writes OUT/metrics/<scenario>_batchN_<pending>.json.",
+)
+@click.option(
+    "--ask-ahead",
+    "ask_ahead",
+    type=int,
+    default=0,
+    show_default=True,
+    help="With --batch: trials asked beyond the batch, each started when one ends (start --ask-ahead); "
+    "writes OUT/metrics/<scenario>_batchN[...]_aheadK.json.",
+)
+@click.option(
+    "--tag",
+    default=None,
+    help="Name a side run: writes OUT/metrics/<scenario>[...]_TAG.json and plots/.../TAG/ instead of the main files.",
+)
+@click.option(
+    "--history",
+    "history_size",
+    type=int,
+    default=100,
+    show_default=True,
+    help="Configurations per source task in the history; another value writes ..._historyN.json.",
+)
+@click.option(
+    "--sources",
+    type=int,
+    default=None,
+    help=(
+        "Source tasks in each run's history, drawn once per task [default: every other task]; writes ..._sourcesK.json."
+    ),
+)
+def bench_lcbench(
+    quick: bool,
+    methods: str,
+    seeds: int,
+    tasks: int | None,
+    budget: int,
+    workers: int,
+    control: str,
+    folder: str | None,
+    target: str | None,
+    maximize: bool | None,
+    fidelity: tuple[str, ...],
+    out: str,
+    fresh: bool,
+    batch: int,
+    pending: str,
+    tag: str | None,
+    ask_ahead: int,
+    history_size: int,
+    sources: int | None,
+) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from agent.bench.run import run_transfer_benchmark
     from agent.config import check_positive
@@ -91,12 +154,29 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
     for option, given in (("--tasks", tasks), ("--history", history_size), ("--sources", sources)):
         if given is not None:
             check_positive(option, given)
-    check_workers(workers, ask_ahead=ask_ahead)
-    report = run_transfer_benchmark([m.strip() for m in methods.split(",") if m.strip()], Path(out), folder=folder,
-                                    target=target, maximize=maximize, fidelity=fidelity_values(fidelity), quick=quick,
-                                    seeds=seeds, tasks=tasks, budget=budget, workers=workers, control=control,
-                                    progress=lambda line: click.echo(line, err=True), fresh=fresh, batch=batch, pending=pending,
-                                    tag=tag, ask_ahead=ask_ahead, history_size=history_size, sources=sources)
+    check_execution(workers, ask_ahead=ask_ahead)
+    report = run_transfer_benchmark(
+        [m.strip() for m in methods.split(",") if m.strip()],
+        Path(out),
+        folder=folder,
+        target=target,
+        maximize=maximize,
+        fidelity=fidelity_values(fidelity),
+        quick=quick,
+        seeds=seeds,
+        tasks=tasks,
+        budget=budget,
+        workers=workers,
+        control=control,
+        progress=lambda line: click.echo(line, err=True),
+        fresh=fresh,
+        batch=batch,
+        pending=pending,
+        tag=tag,
+        ask_ahead=ask_ahead,
+        history_size=history_size,
+        sources=sources,
+    )
     click.echo(json.dumps(report, indent=2))
 
 
@@ -105,19 +185,45 @@ def bench_lcbench(quick: bool, methods: str, seeds: int, tasks: int | None, budg
 @click.option("--dataset", default="digits", show_default=True)
 @click.option("--trials", type=int, default=24, show_default=True)
 @click.option("--epochs", type=int, default=20, show_default=True)
-@click.option("--workers", default="1,2", show_default=True, help="Worker counts to compare; the first is the baseline.")
-@click.option("--ask-ahead", "ask_ahead", default="1", show_default=True,
-              help="--ask-ahead values to run each worker count above 1 with (e.g. 0,1).")
-@click.option("--wait", type=float, default=0.0, show_default=True,
-              help="Seconds every training epoch also waits without using a core (a GPU-bound trial's "
-                   "share): the ratio then measures the orchestration, not the competition for cores.")
-@click.option("--process", is_flag=True,
-              help="Run each count as its own `tune-agent start` process, timed from launch to exit (imports included).")
+@click.option(
+    "--workers", default="1,2", show_default=True, help="Worker counts to compare; the first is the baseline."
+)
+@click.option(
+    "--ask-ahead",
+    "ask_ahead",
+    default="1",
+    show_default=True,
+    help="--ask-ahead values to run each worker count above 1 with (e.g. 0,1).",
+)
+@click.option(
+    "--wait",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds every training epoch also waits without using a core (a GPU-bound trial's "
+    "share): the ratio then measures the orchestration, not the competition for cores.",
+)
+@click.option(
+    "--process",
+    is_flag=True,
+    help="Run each count as its own `tune-agent start` process, timed from launch to exit (imports included).",
+)
 @click.option("--cpus-per-trial", type=int, default=1, show_default=True, help="As `start`'s, for the counts above 1.")
 @click.option("--gpus-per-trial", type=float, default=0.0, show_default=True, help="As `start`'s, for every count.")
 @click.option("--out", default="metrics/parallel.json", show_default=True)
-def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: str, ask_ahead: str, wait: float,
-                   process: bool, cpus_per_trial: int, gpus_per_trial: float, out: str) -> None:
+def bench_parallel(
+    job: str,
+    dataset: str,
+    trials: int,
+    epochs: int,
+    workers: str,
+    ask_ahead: str,
+    wait: float,
+    process: bool,
+    cpus_per_trial: int,
+    gpus_per_trial: float,
+    out: str,
+) -> None:
     """Wall time of one study with 1, 2, ... workers (start --workers N), as ratios to the first."""
     from agent.bench.parallel import ParallelConfig, parse_workers, run_parallel_bench
     from agent.config import check_positive
@@ -127,15 +233,29 @@ def bench_parallel(job: str, dataset: str, trials: int, epochs: int, workers: st
     if not wait >= 0 or wait == float("inf"):
         raise TuneAgentError(f"--wait takes seconds, 0 or more, got {wait}")
     checked_resources(cpus_per_trial, gpus_per_trial, here=True)
-    config = ParallelConfig(job, dataset, trials, epochs, workers=parse_workers(workers),
-                            ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0), wait=wait, process=process,
-                            cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial)
+    config = ParallelConfig(
+        job,
+        dataset,
+        trials,
+        epochs,
+        workers=parse_workers(workers),
+        ask_ahead=parse_workers(ask_ahead, "--ask-ahead", 0),
+        wait=wait,
+        process=process,
+        cpus_per_trial=cpus_per_trial,
+        gpus_per_trial=gpus_per_trial,
+    )
     report = run_parallel_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(report, indent=2))
 
 
 @bench.command("server")
-@click.option("--starter", default=STARTER_FILE, show_default=True, help="Studies to log (a starter history file, or a packaged one by name).")
+@click.option(
+    "--starter",
+    default=STARTER_FILE,
+    show_default=True,
+    help="Studies to log (a starter history file, or a packaged one by name).",
+)
 @click.option("--agents", type=int, default=4, show_default=True, help="Concurrent writers, one MLflow client each.")
 @click.option("--runs", type=int, default=10_000, show_default=True, help="Trial runs to log before the lookup.")
 @click.option("--dataset", default="wine", show_default=True, help="The new dataset whose warm start is timed.")
@@ -150,8 +270,9 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
         check_positive(option, value)
     if not Path(starter).is_file():
         raise TuneAgentError(f"starter history not found: {starter}")
-    report = run_server_bench(Path(starter), agents, runs, dataset, models_dir=Path(models_dir),
-                              say=lambda line: click.echo(line, err=True))
+    report = run_server_bench(
+        Path(starter), agents, runs, dataset, models_dir=Path(models_dir), say=lambda line: click.echo(line, err=True)
+    )
     write_json(Path(out), report)
     click.echo(json.dumps(report, indent=2))
 
@@ -161,13 +282,24 @@ def bench_server(starter: str, agents: int, runs: int, dataset: str, models_dir:
 @click.option("--methods", default="gp,rgpe", show_default=True)
 @click.option("--target", default="3945", show_default=True, help="The lcbench task studied (held out of the history).")
 @click.option("--budget", type=int, default=12, show_default=True)
-@click.option("--fit-up-to", type=int, default=240, show_default=True,
-              help="Above this many sources, each task's first fitted GP is reused for its other sources (fitting "
-                   "10,000 GPs takes about an hour on 2 cores).")
-@click.option("--scenario", default="lcbench", show_default=True,
-              help="A YAHPO scenario: a name under the YAHPO root or a folder (`bench mixed-scenario` writes a "
-                   "mixed, conditional one).")
-@click.option("--out", default="metrics/sources.json", show_default=True, help="Also writes a plot beside it in plots/.")
+@click.option(
+    "--fit-up-to",
+    type=int,
+    default=240,
+    show_default=True,
+    help="Above this many sources, each task's first fitted GP is reused for its other sources (fitting "
+    "10,000 GPs takes about an hour on 2 cores).",
+)
+@click.option(
+    "--scenario",
+    default="lcbench",
+    show_default=True,
+    help="A YAHPO scenario: a name under the YAHPO root or a folder (`bench mixed-scenario` writes a "
+    "mixed, conditional one).",
+)
+@click.option(
+    "--out", default="metrics/sources.json", show_default=True, help="Also writes a plot beside it in plots/."
+)
 def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to: int, scenario: str, out: str) -> None:
     """Preparation and suggestion seconds of a study as the history grows to thousands of datasets."""
     from agent.bench.sources import measure_sources, plot_sources
@@ -180,8 +312,15 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
         raise TuneAgentError(f"--sizes must be whole numbers separated by commas, got {sizes!r}") from None
     for n in counts:
         check_positive("--sizes", n)
-    report = measure_sources(counts, [m.strip() for m in methods.split(",") if m.strip()], target, budget=budget,
-                             fit_up_to=fit_up_to, scenario=scenario, progress=lambda line: click.echo(line, err=True))
+    report = measure_sources(
+        counts,
+        [m.strip() for m in methods.split(",") if m.strip()],
+        target,
+        budget=budget,
+        fit_up_to=fit_up_to,
+        scenario=scenario,
+        progress=lambda line: click.echo(line, err=True),
+    )
     write_json(Path(out), report)
     plot = plot_sources(report, Path(out).resolve().parent.parent / "plots" / f"{Path(out).stem}.png")
     click.echo(json.dumps(report["runs"], indent=2))
@@ -195,8 +334,8 @@ def bench_sources(sizes: str, methods: str, target: str, budget: int, fit_up_to:
 def bench_mixed_scenario(out: str, tasks: int, seed: int) -> None:
     """Write a YAHPO-format scenario of an XGBoost-shaped space (14 mixed, partly conditional
     hyperparameters) derived from lcbench: a stand-in for measuring cost on mixed spaces."""
-    from agent.bench.mixed_scenario import write_mixed_scenario
     from agent.config import check_positive
+    from agent.data.yahpo_mixed import write_mixed_scenario
     from agent.jobs.yahpo import yahpo_root
 
     check_positive("--tasks", tasks)
@@ -204,107 +343,4 @@ def bench_mixed_scenario(out: str, tasks: int, seed: int) -> None:
     click.echo(f"wrote {folder}: {tasks} tasks; use it as --scenario {folder} or --job yahpo:{folder.resolve()}")
 
 
-@bench.command("startup")
-@click.option("--repeats", type=int, default=5, show_default=True)
-@click.option("--dataset", default="iris", show_default=True)
-@click.option("--job", default="mlp", show_default=True)
-@click.option("--out", default=None, help="[default: metrics/startup.json, with --warm metrics/startup_warm.json]")
-@click.option("--warm", "starter", is_flag=False, flag_value=STARTER_FILE, default=None,
-              help=f"Warm against cold on a starter history (default {STARTER_FILE}): time to first trial of the "
-                   "default warm-started study, a cold one, and one with an empty meta-model cache, each from a folder that is not the bootstrap's.")
-@click.option("--no-refit", is_flag=True, help="With --warm: skip the runs with an empty meta-model cache (a teammate's first start).")
-@click.option("--no-in-process", is_flag=True, help="With --warm: skip the arms that train in the study's process "
-                                                   "(TUNE_AGENT_TRIAL_PROCESS=0) beside the default trial process.")
-@click.option("--no-warm-process", is_flag=True, help="Skip the arms run by a warm process (`tune-agent daemon`); "
-                                                     "every other arm is a fresh process.")
-def bench_startup(repeats: int, dataset: str, job: str, out: str | None, starter: str | None, no_refit: bool,
-                  no_in_process: bool, no_warm_process: bool) -> None:
-    """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
-    from agent.bench.startup import run_startup_bench, run_warm_startup_bench
-    from agent.config import check_positive
-
-    check_positive("--repeats", repeats)
-    if starter is not None:
-        from agent.knowledge.starter import starter_path
-
-        report = run_warm_startup_bench(starter_path(starter), repeats, job, refit=not no_refit, in_process=not no_in_process,
-                                        warm=not no_warm_process, say=lambda line: click.echo(line, err=True))
-    else:
-        report = run_startup_bench(repeats, dataset, job, warm=not no_warm_process,
-                                   say=lambda line: click.echo(line, err=True))
-    out = out or ("metrics/startup_warm.json" if starter is not None else "metrics/startup.json")
-    write_json(Path(out), report)
-    click.echo(json.dumps(report["summary"], indent=2))
-
-
-@bench.command("faults")
-@click.option("--studies", type=int, default=20, show_default=True)
-@click.option("--trials", type=int, default=4, show_default=True)
-@click.option("--epochs", type=int, default=2, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", default="metrics/faults.json", show_default=True)
-def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) -> None:
-    """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
-    from agent.bench.faults import run_fault_campaign
-    from agent.config import check_positive
-
-    for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
-        check_positive(option, value)
-    report = run_fault_campaign(studies, trials, epochs, seed=seed, say=lambda line: click.echo(line, err=True))
-    write_json(Path(out), report)
-    click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
-
-
-@bench.command("pruning")
-@click.option("--job", default="cnn", show_default=True)
-@click.option("--dataset", default="mnist-5k", show_default=True)
-@click.option("--trials", type=int, default=20, show_default=True)
-@click.option("--epochs", type=int, default=9, show_default=True)
-@click.option("--pruners", default="none,asha,median", show_default=True, help="Compared in this order; the first sets the target.")
-@click.option("--seeds", type=int, default=3, show_default=True)
-@click.option("--same-time/--same-trials", default=True, show_default=True,
-              help="The other pruners get the first's wall time as --timeout (and 3x its trials), or its trial count.")
-@click.option("--out", default="metrics/pruning.json", show_default=True)
-def bench_pruning(job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, same_time: bool,
-                  out: str) -> None:
-    """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
-    from agent.bench.pruning import PruningBenchConfig, run_pruning_bench
-    from agent.config import PRUNERS, check_positive
-
-    for option, value in (("--trials", trials), ("--epochs", epochs), ("--seeds", seeds)):
-        check_positive(option, value)
-    chosen = tuple(p.strip() for p in pruners.split(",") if p.strip())
-    unknown = [p for p in chosen if p not in PRUNERS]
-    if not chosen or unknown:
-        raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS)}, got {pruners!r}")
-    config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen, same_time=same_time)
-    report = run_pruning_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
-    click.echo(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=2))
-
-
 COMMANDS = [bench]
-
-
-@bench.command("reading")
-@click.option("--tracking-uri", required=True, help="A store to read, e.g. one `bootstrap --starter` filled.")
-@click.option("--study", required=True, help="The study `best` and `report` read.")
-@click.option("--dataset", default="wine", show_default=True, help="The dataset `neighbors` looks up.")
-@click.option("--job", default="mlp", show_default=True, help="The job `neighbors` looks up.")
-@click.option("--repeats", type=int, default=3, show_default=True)
-@click.option("--baseline", default=None, metavar="DIR",
-              help="A folder with another version's agent package (git archive REV | tar -x -C DIR), timed alternately.")
-@click.option("--out", default="metrics/reading_commands.json", show_default=True)
-@click.option("--warm-process", "warm", is_flag=True, help="This code's commands again, run by a warm process.")
-def bench_reading(tracking_uri: str, study: str, dataset: str, job: str, repeats: int, baseline: str | None,
-                  out: str, warm: bool) -> None:
-    """Seconds of `best`, `history`, `report` and `neighbors` in fresh processes, imports included."""
-    from agent.bench.startup import run_reading_bench
-    from agent.config import check_positive
-
-    check_positive("--repeats", repeats)
-    if baseline is not None and not (Path(baseline) / "agent" / "__init__.py").is_file():
-        raise TuneAgentError(f"--baseline {baseline}: no agent package there")
-    report = run_reading_bench(tracking_uri, study, repeats, Path(baseline) if baseline else None, dataset=dataset,
-                               job=job, warm=warm, say=lambda line: click.echo(line, err=True))
-    write_json(Path(out), report)
-    click.echo(json.dumps(report["median_s"], indent=2))

@@ -15,28 +15,56 @@ from agent.errors import TuneAgentError
 @click.command("arc")
 @click.option("--dataset", default="mnist-5k", show_default=True)
 @click.option("--job", "job_name", default="mlp-arch", show_default=True, help="A job whose space has conditions.")
-@click.option("--studies", type=int, default=10, show_default=True, help="BO studies that make the data (seeds 0..N-1).")
+@click.option(
+    "--studies", type=int, default=10, show_default=True, help="BO studies that make the data (seeds 0..N-1)."
+)
 @click.option("--trials", type=int, default=30, show_default=True)
 @click.option("--epochs", type=int, default=1, show_default=True)
 @click.option("--prefix", default="arc-data-", show_default=True, help="Study names: PREFIX<seed>.")
 @click.option("--folds", type=int, default=10, show_default=True)
-@click.option("--bo-seeds", type=int, default=0, show_default=True,
-              help="Also run BO with the arc and the plain kernel, this many seeds each (studies arc-bo-<kernel>-<seed>).")
-@click.option("--table/--no-table", default=True, show_default=True,
-              help="--no-table keeps the table already in OUT/metrics/arc.json and only adds the BO comparison.")
+@click.option(
+    "--bo-seeds",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Also run BO with the arc and the plain kernel, this many seeds each (studies arc-bo-<kernel>-<seed>).",
+)
+@click.option(
+    "--table/--no-table",
+    default=True,
+    show_default=True,
+    help="--no-table keeps the table already in OUT/metrics/arc.json and only adds the BO comparison.",
+)
 @click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/arc.json.")
 @tracking_option
 @artifact_option
-def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: int, prefix: str, folds: int, bo_seeds: int,
-              table: bool, out: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+def bench_arc(
+    dataset: str,
+    job_name: str,
+    studies: int,
+    trials: int,
+    epochs: int,
+    prefix: str,
+    folds: int,
+    bo_seeds: int,
+    table: bool,
+    out: str,
+    tracking_uri: str | None,
+    artifact_root: str | None,
+) -> None:
     """Paper 002's Table 1: NMSE of six regression models on BO data of a conditional job."""
     from agent.bench.arc import ArcBench, run_arc_bench
     from agent.config import check_positive
 
     for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs), ("--folds", folds)):
         check_positive(option, value)
-    path = run_arc_bench(ArcBench(dataset, job_name, studies, trials, epochs, prefix, folds, bo_seeds, table, out),
-                         lambda: kb_for(tracking_uri, artifact_root), tracking_uri, artifact_root, echo=click.echo)
+    path = run_arc_bench(
+        ArcBench(dataset, job_name, studies, trials, epochs, prefix, folds, bo_seeds, table, out),
+        lambda: kb_for(tracking_uri, artifact_root),
+        tracking_uri,
+        artifact_root,
+        echo=click.echo,
+    )
     click.echo(f"wrote {path}")
 
 
@@ -47,22 +75,50 @@ def bench_arc(dataset: str, job_name: str, studies: int, trials: int, epochs: in
 @click.option("--trials", type=int, default=10, show_default=True)
 @click.option("--epochs", type=int, default=2, show_default=True)
 @click.option("--workers", type=int, default=2, show_default=True)
-@click.option("--methods", default=",".join(["cold", "handcrafted", "handcrafted+prior_mean", "portfolio", "rgpe", "default"]),
-              show_default=True)
-@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/warmstart_e2e.json; journal in OUT/data/bench-runs/.")
-@click.option("--params", "params_file", default="params.yaml", show_default=True,
-              help="Pipeline settings for the per-fold meta-models (meta_features, transfer, distances); "
-                   "the defaults when the default file is absent.")
+@click.option(
+    "--methods",
+    default=",".join(["cold", "handcrafted", "handcrafted+prior_mean", "portfolio", "rgpe", "default"]),
+    show_default=True,
+)
+@click.option(
+    "--out",
+    default=".",
+    show_default=True,
+    help="Writes OUT/metrics/warmstart_e2e.json; journal in OUT/data/bench-runs/.",
+)
+@click.option(
+    "--params",
+    "params_file",
+    default="params.yaml",
+    show_default=True,
+    help="Pipeline settings for the per-fold meta-models (meta_features, transfer, distances); "
+    "the defaults when the default file is absent.",
+)
 @tracking_option
-def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs: int, workers: int, methods: str, out: str,
-                    params_file: str, tracking_uri: str | None) -> None:
+def bench_warmstart(
+    job_name: str,
+    targets: int,
+    seeds: int,
+    trials: int,
+    epochs: int,
+    workers: int,
+    methods: str,
+    out: str,
+    params_file: str,
+    tracking_uri: str | None,
+) -> None:
     """End to end, leave-one-source-out: real studies on held-out tables with the bootstrap as history."""
     from agent.bench.warmstart_e2e import METHODS, E2EConfig, run_e2e
     from agent.config import check_positive
     from agent.pipeline.stages import load_params
 
-    for option, value in (("--targets", targets), ("--seeds", seeds), ("--trials", trials), ("--epochs", epochs),
-                          ("--workers", workers)):
+    for option, value in (
+        ("--targets", targets),
+        ("--seeds", seeds),
+        ("--trials", trials),
+        ("--epochs", epochs),
+        ("--workers", workers),
+    ):
         check_positive(option, value)
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     unknown = [m for m in chosen if m not in METHODS]
@@ -80,8 +136,15 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
     # methods' per-source extractors in fold-* folders under it, kept for a resumed run.
     models = journal.parent / f"warmstart_e2e-{job_name}-models"
     models.mkdir(parents=True, exist_ok=True)
-    report = run_e2e(kb_for(tracking_uri), config, journal, models, progress=click.echo, params=params,
-                     normalisation=params.get("distances", {}).get("normalisation", "rank"))
+    report = run_e2e(
+        kb_for(tracking_uri),
+        config,
+        journal,
+        models,
+        progress=click.echo,
+        params=params,
+        normalisation=params.get("distances", {}).get("normalisation", "rank"),
+    )
     path = write_json(Path(out) / "metrics" / "warmstart_e2e.json", report)
     for m, row in report["methods"].items():
         click.echo(f"{m:24s} " + "  ".join(f"{k} {v}" for k, v in row.items()))
@@ -90,20 +153,46 @@ def bench_warmstart(job_name: str, targets: int, seeds: int, trials: int, epochs
 
 @click.command("hts")
 @click.option("--job", "job_name", default="mlp", show_default=True)
-@click.option("--pair", "pairs", nargs=2, multiple=True, metavar="SOURCE TARGET",
-              help="Dataset specs of a source and a target, each bootstrapped in the store (repeat) "
-                   "[default: digits mnist-5k, mnist-5k mnist1d and two tabular pairs of the starter].")
+@click.option(
+    "--pair",
+    "pairs",
+    nargs=2,
+    multiple=True,
+    metavar="SOURCE TARGET",
+    help="Dataset specs of a source and a target, each bootstrapped in the store (repeat) "
+    "[default: digits mnist-5k, mnist-5k mnist1d and two tabular pairs of the starter].",
+)
 @click.option("--seeds", type=int, default=3, show_default=True)
 @click.option("--trials", type=int, default=20, show_default=True)
 @click.option("--epochs", type=int, default=2, show_default=True)
 @click.option("--workers", type=int, default=2, show_default=True)
-@click.option("--n-init", type=int, default=None, help="m of paper 001's Algorithm 1 (LHS points before the first map), "
-              "and cold BO's initial design [default: the product's].")
-@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/hts_pairs[_mM].json; journal in OUT/data/bench-runs/.")
+@click.option(
+    "--n-init",
+    type=int,
+    default=None,
+    help="m of paper 001's Algorithm 1 (LHS points before the first map), "
+    "and cold BO's initial design [default: the product's].",
+)
+@click.option(
+    "--out",
+    default=".",
+    show_default=True,
+    help="Writes OUT/metrics/hts_pairs[_mM].json; journal in OUT/data/bench-runs/.",
+)
 @tracking_option
-def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, trials: int, epochs: int, workers: int,
-              n_init: int | None, out: str, tracking_uri: str | None) -> None:
-    """HTS (paper 001) and hts-anchored against cold BO on real job pairs: the evaluation ratio to reach cold's result."""
+def bench_hts(
+    job_name: str,
+    pairs: tuple[tuple[str, str], ...],
+    seeds: int,
+    trials: int,
+    epochs: int,
+    workers: int,
+    n_init: int | None,
+    out: str,
+    tracking_uri: str | None,
+) -> None:
+    """HTS (paper 001) and hts-anchored against cold BO on real job pairs: the evaluation ratio to reach
+    cold's result."""
     from agent.bench.hts_pairs import PAIRS, HtsPairsConfig, run_hts_pairs
     from agent.config import check_positive
 
@@ -120,9 +209,11 @@ def bench_hts(job_name: str, pairs: tuple[tuple[str, str], ...], seeds: int, tri
         shown = "not reached" if row["ratio"] is None else f"{row['ratio']}x"
         a = row["anchored"]
         anchored = "not reached" if a["ratio"] is None else f"{a['ratio']}x"
-        click.echo(f"{key}: cold {row['cold_final']} at trial {row['cold_trials']}, hts reaches it at "
-                   f"{row['hts_trials'] or '-'} ({shown}; {row['seeds_reached']}/{seeds} seeds), hts-anchored at "
-                   f"{a['hts_trials'] or '-'} ({anchored}; {a['seeds_reached']}/{seeds} seeds)")
+        click.echo(
+            f"{key}: cold {row['cold_final']} at trial {row['cold_trials']}, hts reaches it at "
+            f"{row['hts_trials'] or '-'} ({shown}; {row['seeds_reached']}/{seeds} seeds), hts-anchored at "
+            f"{a['hts_trials'] or '-'} ({anchored}; {a['seeds_reached']}/{seeds} seeds)"
+        )
     click.echo(f"wrote {path}")
 
 
@@ -145,8 +236,14 @@ def bench_scale(folder: str | None, task: str, sizes: str, methods: str, budget:
         counts = [int(x) for x in sizes.split(",") if x.strip()]
     except ValueError:
         raise TuneAgentError(f"--sizes takes comma-separated integers, got {sizes!r}") from None
-    report = measure_scale(str(Path(folder) if folder else yahpo_root() / "lcbench"), task, counts, names, budget,
-                           progress=lambda line: click.echo(line, err=True))
+    report = measure_scale(
+        str(Path(folder) if folder else yahpo_root() / "lcbench"),
+        task,
+        counts,
+        names,
+        budget,
+        progress=lambda line: click.echo(line, err=True),
+    )
     if out:
         write_json(Path(out), report)
     click.echo(json.dumps(report, indent=2))
@@ -159,8 +256,14 @@ def bench_scale(folder: str | None, task: str, sizes: str, methods: str, budget:
 @click.option("--seed", type=int, default=0, show_default=True)
 @tracking_option
 @artifact_option
-def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: int, tracking_uri: str | None,
-                  artifact_root: str | None) -> None:
+def bench_history(
+    job_spec: str,
+    configs: int,
+    exclude: tuple[str, ...],
+    seed: int,
+    tracking_uri: str | None,
+    artifact_root: str | None,
+) -> None:
     """Import the benchmark's source histories (random configurations of every task) into the store."""
     from agent.bench.transfer import BenchConfig, history_store, make_histories
     from agent.config import check_positive
@@ -181,18 +284,44 @@ def bench_history(job_spec: str, configs: int, exclude: tuple[str, ...], seed: i
 
 @click.command("neighbours")
 @click.option("--dataset", default="mnist-5k", show_default=True)
-@click.option("--history", "n_history", type=int, default=1000, show_default=True,
-              help="Random historical meta-feature vectors to search (without --tracking-uri).")
+@click.option(
+    "--history",
+    "n_history",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Random historical meta-feature vectors to search (without --tracking-uri).",
+)
 @click.option("--models-dir", default="models", show_default=True)
-@click.option("--job", "job_name", default="mlp", show_default=True, help="With --tracking-uri: the job whose history is searched.")
-@click.option("--tracking-uri", default=None,
-              help="Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real history instead.")
-@click.option("--sanity", "sanity", default=None, metavar="STARTER", is_flag=False, flag_value="mlp",
-              help="Instead: do the meta-features place the datasets of a starter history sensibly (images near "
-                   "images, families together, units irrelevant, no table far from all)? Writes OUT/metrics/neighbour_sanity.json.")
+@click.option(
+    "--job",
+    "job_name",
+    default="mlp",
+    show_default=True,
+    help="With --tracking-uri: the job whose history is searched.",
+)
+@click.option(
+    "--tracking-uri",
+    default=None,
+    help=(
+        "Time the product's warm start (load, sample, meta-features, neighbour search) over this store's real "
+        "history instead."
+    ),
+)
+@click.option(
+    "--sanity",
+    "sanity",
+    default=None,
+    metavar="STARTER",
+    is_flag=False,
+    flag_value="mlp",
+    help="Instead: do the meta-features place the datasets of a starter history sensibly (images near "
+    "images, families together, units irrelevant, no table far from all)? Writes OUT/metrics/neighbour_sanity.json.",
+)
 @click.option("--out", default=".", show_default=True, help="With --sanity: where metrics/ is written.")
-def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None,
-                     sanity: str | None, out: str) -> None:
+def bench_neighbours(
+    dataset: str, n_history: int, models_dir: str, job_name: str, tracking_uri: str | None, sanity: str | None, out: str
+) -> None:
     """Time meta-features of a new dataset plus the neighbour search over N historical datasets."""
     from agent.bench.neighbours import measure_neighbour_search, measure_warm_start
 
@@ -211,14 +340,40 @@ def bench_neighbours(dataset: str, n_history: int, models_dir: str, job_name: st
 
 
 @click.command("metafeature-data")
-@click.option("--export", "export_dir", default="data/export", show_default=True,
-              help="The history's export (`tune-agent meta export`): the targets and their neighbours.")
-@click.option("--extra", "extra_dir", required=True,
-              help="Another export whose datasets only train the extractors (e.g. tables the per-package cap left out, "
-                   "bootstrapped on the same shared configurations).")
-@click.option("--factor", type=int, default=4, show_default=True, help="Training steps of the two longer arms, as a multiple of meta_features.steps.")
-@click.option("--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings (evaluate, meta_features, distances).")
-@click.option("--out", default=".", show_default=True, help="Writes OUT/metrics/metafeature_data.json; extractors cached in OUT/data/.")
+@click.option(
+    "--export",
+    "export_dir",
+    default="data/export",
+    show_default=True,
+    help="The history's export (`tune-agent meta export`): the targets and their neighbours.",
+)
+@click.option(
+    "--extra",
+    "extra_dir",
+    required=True,
+    help="Another export whose datasets only train the extractors (e.g. tables the per-package cap left out, "
+    "bootstrapped on the same shared configurations).",
+)
+@click.option(
+    "--factor",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Training steps of the two longer arms, as a multiple of meta_features.steps.",
+)
+@click.option(
+    "--params",
+    "params_file",
+    default="params.yaml",
+    show_default=True,
+    help="Pipeline settings (evaluate, meta_features, distances).",
+)
+@click.option(
+    "--out",
+    default=".",
+    show_default=True,
+    help="Writes OUT/metrics/metafeature_data.json; extractors cached in OUT/data/.",
+)
 def bench_metafeature_data(export_dir: str, extra_dir: str, factor: int, params_file: str, out: str) -> None:
     """Do learned meta-features improve with more training tasks? The evaluate replay's learned
     neighbours from extractors trained on the history, on it for longer, and on it plus EXTRA datasets."""
@@ -227,12 +382,22 @@ def bench_metafeature_data(export_dir: str, extra_dir: str, factor: int, params_
 
     for option, folder in (("--export", export_dir), ("--extra", extra_dir)):
         if not Path(folder).is_dir():
-            raise TuneAgentError(f"{option} {folder}: no such export folder (write one with `tune-agent meta export --out DIR`)")
+            raise TuneAgentError(
+                f"{option} {folder}: no such export folder (write one with `tune-agent meta export --out DIR`)"
+            )
     if factor < 1:
         raise TuneAgentError(f"--factor must be at least 1, got {factor}")
-    report = run_metafeature_data(Path(export_dir), Path(extra_dir), load_params(Path(params_file)), Path(out), factor,
-                                  say=lambda line: click.echo(line, err=True))
-    click.echo(json.dumps({m: {k: v for k, v in r.items() if k.startswith("regret")} for m, r in report["methods"].items()}))
+    report = run_metafeature_data(
+        Path(export_dir),
+        Path(extra_dir),
+        load_params(Path(params_file)),
+        Path(out),
+        factor,
+        say=lambda line: click.echo(line, err=True),
+    )
+    click.echo(
+        json.dumps({m: {k: v for k, v in r.items() if k.startswith("regret")} for m, r in report["methods"].items()})
+    )
     click.echo(json.dumps(report["rank_correlation"]))
 
 

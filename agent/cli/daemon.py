@@ -10,14 +10,16 @@ import click
 from agent.errors import TuneAgentError
 
 
-def _folder():  # noqa: ANN202 - a Path, imported lazily
+def _folder():
     from agent.ops import warm_process
 
     try:
         return warm_process.folder()
     except warm_process.Unusable as exc:
-        raise TuneAgentError(f"the warm process's folder cannot be used: {exc}",
-                            hint=f"set {warm_process.DIR_ENV} to a folder only you can open") from None
+        raise TuneAgentError(
+            f"the warm process's folder cannot be used: {exc}",
+            hint=f"set {warm_process.DIR_ENV} to a folder only you can open",
+        ) from None
 
 
 @click.group()
@@ -49,19 +51,32 @@ def status(as_json: bool) -> None:
         return
     if not rows:
         gap = warm_process.platform_gap()
-        why = (f"; this platform lacks {gap}: none is started" if gap is not None
-               else "" if warm_process.enabled() else "; TUNE_AGENT_DAEMON=0: none is started")
+        why = (
+            f"; this platform lacks {gap}: none is started"
+            if gap is not None
+            else ""
+            if warm_process.enabled()
+            else "; TUNE_AGENT_DAEMON=0: none is started"
+        )
         click.echo(f"no warm process runs (folder {where}){why}")
         return
     for row in rows:
         which = "this environment's" if row["this_environment"] else "another environment's"
-        click.echo(f"pid {row['pid']}: {which}, up {time.time() - row['since']:.0f} s, {row['served']} command(s) "
-                   f"run, {row['running']} running now, {row['rss_mb']:.0f} MB resident")
+        click.echo(
+            f"pid {row['pid']}: {which}, up {time.time() - row['since']:.0f} s, {row['served']} command(s) "
+            f"run, {row['running']} running now, {row['rss_mb']:.0f} MB resident"
+        )
 
 
 @daemon.command("start")
-@click.option("--wait", "wait_s", type=float, default=60.0, show_default=True,
-              help="Seconds to wait until it serves (0: do not wait).")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait until it serves (0: do not wait).",
+)
 def start(wait_s: float) -> None:
     """Start this environment's warm process now (it starts by itself after a first command)."""
     from agent.ops import warm_process
@@ -73,8 +88,11 @@ def start(wait_s: float) -> None:
         return
     pid = warm_process.start_in_background()  # None: one is starting already (its imports)
     if wait_s > 0:
-        click.echo(f"starting this environment's warm process: its imports take about 10 s on two cores "
-                   f"(waiting up to {wait_s:g} s)", err=True)
+        click.echo(
+            f"starting this environment's warm process: its imports take about 10 s on two cores "
+            f"(waiting up to {wait_s:g} s)",
+            err=True,
+        )
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         answer = warm_process.ask(path, {"control": "status"}, timeout=2.0)
@@ -83,10 +101,13 @@ def start(wait_s: float) -> None:
             return
         time.sleep(0.2)
     if wait_s > 0:
-        raise TuneAgentError(f"the warm process did not serve within {wait_s:g} s",
-                            hint=f"its log: {where / (warm_process.key() + '.log')}")
-    click.echo(f"warm process {pid if pid is not None else '(started earlier)'} started; it serves once its "
-               "imports are done")
+        raise TuneAgentError(
+            f"the warm process did not serve within {wait_s:g} s",
+            hint=f"its log: {where / (warm_process.key() + '.log')}",
+        )
+    click.echo(
+        f"warm process {pid if pid is not None else '(started earlier)'} started; it serves once its imports are done"
+    )
 
 
 @daemon.command("stop")
@@ -95,10 +116,12 @@ def stop() -> None:
     from agent.ops import warm_process
 
     where = _folder()
-    stopped = [path for path in warm_process.all_sockets(where)
-               if warm_process.ask(path, {"control": "stop"}, timeout=2.0) is not None]
+    stopped = [
+        path
+        for path in warm_process.all_sockets(where)
+        if warm_process.ask(path, {"control": "stop"}, timeout=2.0) is not None
+    ]
     click.echo(f"stopped {len(stopped)} warm process(es)")
 
 
 COMMANDS = [daemon]
-

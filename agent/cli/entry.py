@@ -9,8 +9,24 @@ import sys
 
 # Commands that gain from the warm process's imports; ``daemon`` manages it, ``bench`` measures
 # fresh processes, ``server`` and ``ui`` run for hours, ``--help`` and ``--version`` are light.
-FORWARDED = frozenset({"start", "resume", "create", "ask", "tell", "best", "report", "history", "doctor",
-                       "neighbors", "evaluate", "import", "bootstrap", "meta"})
+FORWARDED = frozenset(
+    {
+        "start",
+        "resume",
+        "create",
+        "ask",
+        "tell",
+        "best",
+        "report",
+        "history",
+        "doctor",
+        "neighbors",
+        "evaluate",
+        "import",
+        "bootstrap",
+        "meta",
+    }
+)
 
 
 def _command(argv: list[str]) -> str | None:
@@ -41,12 +57,14 @@ def main() -> None:
             _start_for_next_time(warm, launched_with, which)
 
 
-def _start_for_next_time(warm, env: dict[str, str], which: str) -> None:  # noqa: ANN001
+def _start_for_next_time(warm, env: dict[str, str], which: str) -> None:
     pid = warm.start_in_background(env, which)
     if pid is not None:
-        sys.stderr.write(f"tune-agent: started a warm process (pid {pid}) that keeps the libraries imported, so the "
-                         f"next commands start at once; it ends after {warm.idle_seconds() / 60:g} min without one "
-                         "(`tune-agent daemon stop`; TUNE_AGENT_DAEMON=0 never starts one)\n")
+        sys.stderr.write(
+            f"tune-agent: started a warm process (pid {pid}) that keeps the libraries imported, so the "
+            f"next commands start at once; it ends after {warm.idle_seconds() / 60:g} min without one "
+            "(`tune-agent daemon stop`; TUNE_AGENT_DAEMON=0 never starts one)\n"
+        )
         sys.stderr.flush()
 
 

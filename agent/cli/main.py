@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from agent.cli import bench, bench_papers, daemon, pipeline, store, study
+from agent.cli import bench, bench_papers, bench_product, daemon, pipeline, store, study
 from agent.cli.options import Stores
 from agent.errors import StudyInterrupted, TuneAgentError
 
@@ -31,7 +31,7 @@ def cli(ctx: click.Context) -> None:
 for _module in (study, store, pipeline, bench, daemon):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
-for _command in bench_papers.COMMANDS:
+for _command in bench_papers.COMMANDS + bench_product.COMMANDS:
     bench.bench.add_command(_command)
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 
@@ -25,7 +26,9 @@ from agent.config import (
 from agent.errors import TuneAgentError
 
 tracking_option = click.option(
-    "--tracking-uri", default=None, help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI or sqlite:///mlflow/mlflow.db]"
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI or sqlite:///mlflow/mlflow.db]",
 )
 
 
@@ -33,7 +36,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 
 artifact_option = click.option(
-    "--artifact-root", default=None, help="Where new experiments store artifacts [default: mlflow/artifacts for the embedded store]"
+    "--artifact-root",
+    default=None,
+    help="Where new experiments store artifacts [default: mlflow/artifacts for the embedded store]",
 )
 
 
@@ -63,9 +68,7 @@ STARTER_FILE = "mlp"  # the packaged starter history of job mlp (agent/knowledge
 
 
 def surrogate_choices() -> tuple[str, ...]:
-    from agent.surrogates.names import (
-        CHOICES,  # the names only: --help imports neither numpy nor torch
-    )
+    from agent.surrogates.names import CHOICES  # the names only: --help imports neither numpy nor torch
 
     return CHOICES
 
@@ -94,38 +97,181 @@ def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | N
 
 def study_options(fn: Any) -> Any:
     options = [
-        click.option("--config", "config", default=None, is_eager=True, expose_value=False, callback=_load_config_file,
-                     help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it."),
-        click.option("--dataset", required=True, help="Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like 'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."),
+        click.option(
+            "--config",
+            "config",
+            default=None,
+            is_eager=True,
+            expose_value=False,
+            callback=_load_config_file,
+            help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it.",
+        ),
+        click.option(
+            "--dataset",
+            required=True,
+            help=(
+                "Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like "
+                "'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."
+            ),
+        ),
         click.option("--job", required=True, help="Built-in job (cnn, mlp) or a user job 'package.module:attr'."),
         click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
         click.option("--drop", multiple=True, help="A .csv/.parquet column to leave out, e.g. an ID (repeatable)."),
-        click.option("--trials", type=int, default=StudyRequest.default("trials"), show_default=True, help="Trials in the study's budget."),
-        click.option("--epochs", type=int, default=StudyRequest.default("epochs"), show_default=True, help="Epochs per trial."),
-        click.option("--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."),
+        click.option(
+            "--trials",
+            type=int,
+            default=StudyRequest.default("trials"),
+            show_default=True,
+            help="Trials in the study's budget.",
+        ),
+        click.option(
+            "--epochs", type=int, default=StudyRequest.default("epochs"), show_default=True, help="Epochs per trial."
+        ),
+        click.option(
+            "--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."
+        ),
         click.option("--metric", default=None, help="Objective metric [default: the job's, e.g. val_loss]."),
-        click.option("--mode", type=click.Choice(["min", "max"]), default=None, help="Minimise or maximise the metric [default: the job's]."),
-        click.option("--init", "init", type=click.Choice(INIT_METHODS), default=StudyRequest.default("init"), show_default=True, help="Initial design."),
+        click.option(
+            "--mode",
+            type=click.Choice(["min", "max"]),
+            default=None,
+            help="Minimise or maximise the metric [default: the job's].",
+        ),
+        click.option(
+            "--init",
+            "init",
+            type=click.Choice(INIT_METHODS),
+            default=StudyRequest.default("init"),
+            show_default=True,
+            help="Initial design.",
+        ),
         click.option("--n-init", type=int, default=None, help="Initial design size [default: min(5, trials)]."),
-        click.option("--acq", type=click.Choice(ACQUISITIONS), default=StudyRequest.default("acq"), show_default=True, help="Acquisition function."),
-        click.option("--random-every", type=int, default=StudyRequest.default("random_every"), show_default=True, help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never)."),
+        click.option(
+            "--acq",
+            type=click.Choice(ACQUISITIONS),
+            default=StudyRequest.default("acq"),
+            show_default=True,
+            help="Acquisition function.",
+        ),
+        click.option(
+            "--random-every",
+            type=int,
+            default=StudyRequest.default("random_every"),
+            show_default=True,
+            help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never).",
+        ),
         click.option("--seed", type=int, default=StudyRequest.default("seed"), show_default=True),
-        click.option("--val-fraction", type=float, default=StudyRequest.default("val_fraction"), show_default=True, help="Share of data held out for validation (stratified, seeded)."),
-        click.option("--study-name", default=None, help="Name of the study [default: <dataset>-<job>-<4 random characters>, e.g. digits-cnn-k3f9]."),
-        click.option("--warm-start", type=click.Choice(WARM_METHODS), default=StudyRequest.default("warm_start"), show_default=True, help="Meta-features used to find similar historical datasets (auto: the ones the last `dvc repro` evaluation found better; hand-crafted before)."),
-        click.option("--k", type=int, default=StudyRequest.default("k"), show_default=True, help="Nearest historical datasets whose best configurations are tried first."),
-        click.option("--prior-mean", type=click.Choice(PRIOR_MEANS), default=None, help="GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own observations (re-chosen every trial) [default: neighbours when warm-started, observations when the history has no dataset samples]."),
-        click.option("--models-dir", default=StudyRequest.default("models_dir"), show_default=True, help="Where `dvc repro` put the meta-models."),
-        click.option("--surrogate", type=click.Choice(surrogate_choices()), default=StudyRequest.default("surrogate"), show_default=True, help="Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of history."),
-        click.option("--kernel", type=click.Choice(KERNELS), default=StudyRequest.default("kernel"), show_default=True,
-                     help="GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; auto picks it for spaces with conditions."),
-        click.option("--pruner", type=click.Choice(PRUNERS), default=StudyRequest.default("pruner"), show_default=True,
-                     help="Stop trials early on the per-epoch metric: median (below the median of earlier trials at that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top third goes on)."),
-        click.option("--pending", type=click.Choice(PENDING), default=StudyRequest.default("pending"), show_default=True,
-                     help="With --workers > 1, how running trials enter a BO step: joint (qLogEI over them as pending points; auto for the GP family), believer (the model assumes its own mean there), liar (the worst score there; auto for the TNP, whose posterior is independent per point and always uses it; with --sampler tpe, Optuna's constant liar, which TPE otherwise goes without). `bench lcbench --batch 4 --pending P` measures them."),
-        click.option("--sampler", type=click.Choice(SAMPLERS), default=StudyRequest.default("sampler"), show_default=True, help="bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the identity until the target's trials can be predicted, then BO once a round of mapped points stops improving)."),
-        click.option("--source", default=None, metavar="STUDY",
-                     help="With --sampler hts or hts-anchored: the historical study whose dataset is the source [default: the warm start's nearest neighbour]."),
+        click.option(
+            "--val-fraction",
+            type=float,
+            default=StudyRequest.default("val_fraction"),
+            show_default=True,
+            help="Share of data held out for validation (stratified, seeded).",
+        ),
+        click.option(
+            "--study-name",
+            default=None,
+            help="Name of the study [default: <dataset>-<job>-<4 random characters>, e.g. digits-cnn-k3f9].",
+        ),
+        click.option(
+            "--warm-start",
+            type=click.Choice(WARM_METHODS),
+            default=StudyRequest.default("warm_start"),
+            show_default=True,
+            help=(
+                "Meta-features used to find similar historical datasets (auto: the ones the last `dvc repro` "
+                "evaluation found better; hand-crafted before)."
+            ),
+        ),
+        click.option(
+            "--k",
+            type=int,
+            default=StudyRequest.default("k"),
+            show_default=True,
+            help="Nearest historical datasets whose best configurations are tried first.",
+        ),
+        click.option(
+            "--prior-mean",
+            type=click.Choice(PRIOR_MEANS),
+            default=None,
+            help=(
+                "GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own "
+                "observations (re-chosen every trial) [default: neighbours when warm-started, observations "
+                "when the history has no dataset samples]."
+            ),
+        ),
+        click.option(
+            "--models-dir",
+            default=StudyRequest.default("models_dir"),
+            show_default=True,
+            help="Where `dvc repro` put the meta-models.",
+        ),
+        click.option(
+            "--surrogate",
+            type=click.Choice(surrogate_choices()),
+            default=StudyRequest.default("surrogate"),
+            show_default=True,
+            help=(
+                "Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, "
+                "the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of "
+                "history."
+            ),
+        ),
+        click.option(
+            "--kernel",
+            type=click.Choice(KERNELS),
+            default=StudyRequest.default("kernel"),
+            show_default=True,
+            help=(
+                "GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; "
+                "auto picks it for spaces with conditions."
+            ),
+        ),
+        click.option(
+            "--pruner",
+            type=click.Choice(PRUNERS),
+            default=StudyRequest.default("pruner"),
+            show_default=True,
+            help=(
+                "Stop trials early on the per-epoch metric: median (below the median of earlier trials at "
+                "that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top "
+                "third goes on)."
+            ),
+        ),
+        click.option(
+            "--pending",
+            type=click.Choice(PENDING),
+            default=StudyRequest.default("pending"),
+            show_default=True,
+            help=(
+                "With --workers > 1, how running trials enter a BO step: joint (qLogEI over them as pending "
+                "points; auto for the GP family), believer (the model assumes its own mean there), liar (the "
+                "worst score there; auto for the TNP, whose posterior is independent per point and always "
+                "uses it; with --sampler tpe, Optuna's constant liar, which TPE otherwise goes without). "
+                "`bench lcbench --batch 4 --pending P` measures them."
+            ),
+        ),
+        click.option(
+            "--sampler",
+            type=click.Choice(SAMPLERS),
+            default=StudyRequest.default("sampler"),
+            show_default=True,
+            help=(
+                "bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of "
+                "a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the "
+                "identity until the target's trials can be predicted, then BO once a round of mapped points "
+                "stops improving)."
+            ),
+        ),
+        click.option(
+            "--source",
+            default=None,
+            metavar="STUDY",
+            help=(
+                "With --sampler hts or hts-anchored: the historical study whose dataset is the source "
+                "[default: the warm start's nearest neighbour]."
+            ),
+        ),
         tracking_option,
         artifact_option,
     ]
@@ -143,25 +289,67 @@ def lazy_kb(req: Any) -> Any:
 
 def execution_options(fn: Any) -> Any:
     """Where trials run and for how long: not part of a study, so a resume may choose differently."""
-    fn = click.option("--timeout", type=float, default=None,
-                      help="Seconds: start no trial after this long (running ones finish); the study stays resumable.")(fn)
-    fn = click.option("--gpus-per-trial", type=float, default=0.0, show_default=True,
-                      help="A trial trains on a GPU when above 0: in this process, or on Ray with this share of a GPU "
-                           "reserved per trial (0.5: two trials share one; Ray Tune's resources_per_trial). At most 1.")(fn)
-    fn = click.option("--cpus-per-trial", type=int, default=1, show_default=True,
-                      help="With Ray workers, CPUs each trial's task reserves and the torch threads it trains on.")(fn)
-    fn = click.option("--torch-threads", type=int, default=None,
-                      help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
-                           "one per core]; fewer leave cores to other work. Ray workers take --cpus-per-trial.")(fn)
-    fn = click.option("--ask-ahead", type=int, default=1, show_default=True,
-                      help="With --workers > 1, trials proposed beyond the workers and held here, each started the moment a trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free worker, knowing every finished result.")(fn)
-    fn = click.option("--ray-working-dir", default=None, metavar="DIR",
-                      help="With Ray workers, a folder shipped to every worker and put first on its import path "
-                           "(Ray's runtime_env working_dir): where your --job module lives, when the nodes do not have it.")(fn)
-    fn = click.option("--ray-address", default=None,
-                      help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).")(fn)
-    return click.option("--workers", type=int, default=1, show_default=True,
-                        help="Trials run at once (Ray tasks of --cpus-per-trial CPUs and --gpus-per-trial GPUs each); each new trial is proposed knowing the running ones.")(fn)
+    fn = click.option(
+        "--timeout",
+        type=float,
+        default=None,
+        help="Seconds: start no trial after this long (running ones finish); the study stays resumable.",
+    )(fn)
+    fn = click.option(
+        "--gpus-per-trial",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="A trial trains on a GPU when above 0: in this process, or on Ray with this share of a GPU "
+        "reserved per trial (0.5: two trials share one; Ray Tune's resources_per_trial). At most 1.",
+    )(fn)
+    fn = click.option(
+        "--cpus-per-trial",
+        type=int,
+        default=1,
+        show_default=True,
+        help="With Ray workers, CPUs each trial's task reserves and the torch threads it trains on.",
+    )(fn)
+    fn = click.option(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
+        "one per core]; fewer leave cores to other work. Ray workers take --cpus-per-trial.",
+    )(fn)
+    fn = click.option(
+        "--ask-ahead",
+        type=int,
+        default=1,
+        show_default=True,
+        help=(
+            "With --workers > 1, trials proposed beyond the workers and held here, each started the moment a "
+            "trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free "
+            "worker, knowing every finished result."
+        ),
+    )(fn)
+    fn = click.option(
+        "--ray-working-dir",
+        default=None,
+        metavar="DIR",
+        help="With Ray workers, a folder shipped to every worker and put first on its import path "
+        "(Ray's runtime_env working_dir): where your --job module lives, when the nodes do not have it.",
+    )(fn)
+    fn = click.option(
+        "--ray-address",
+        default=None,
+        help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).",
+    )(fn)
+    return click.option(
+        "--workers",
+        type=int,
+        default=1,
+        show_default=True,
+        help=(
+            "Trials run at once (Ray tasks of --cpus-per-trial CPUs and --gpus-per-trial GPUs each); each new "
+            "trial is proposed knowing the running ones."
+        ),
+    )(fn)
 
 
 @contextlib.contextmanager
@@ -194,68 +382,9 @@ def talks(what: str) -> Any:
     return wrap
 
 
-def checked_resources(cpus_per_trial: int, gpus_per_trial: float, torch_threads: int | None = None,
-                       on_ray: bool = True, here: bool = False) -> Any:
-    """The per-trial options as :class:`~agent.execution.resources.TrialResources`, or one line, exit 2;
-    ``here``: the trials run on this machine, which then needs a GPU for ``--gpus-per-trial``."""
-    from agent.execution.resources import TrialResources, local_gpu_problem, problem
-
-    resources = TrialResources(cpus_per_trial, gpus_per_trial, torch_threads)
-    wrong = problem(resources, on_ray)
-    if wrong is None and here:
-        missing = local_gpu_problem(gpus_per_trial)
-        wrong = None if missing is None else ("--gpus-per-trial", missing)
-    if wrong is not None:
-        raise click.BadParameter(wrong[1], param_hint=wrong[0])
-    return resources
-
-
-def checked_folder(path: str, option: str) -> str:
-    if not Path(path).is_dir():
-        raise click.BadParameter(f"{path} is not a folder", param_hint=option)
-    return str(Path(path).resolve())
-
-
-def check_workers(workers: int, timeout: float | None = None, ask_ahead: int = 0, torch_threads: int | None = None,
-                   ray_address: str | None = None, cpus_per_trial: int = 1, gpus_per_trial: float = 0.0,
-                   ray_working_dir: str | None = None) -> Any:
-    """The execution options checked (one line, exit 2, before anything loads or is written), as
-    one :class:`~agent.execution.resources.ExecutionSettings`; an absolute ``--ray-working-dir``
-    also goes first on this process's import path, so that ``--job`` finds its module there too."""
-    if workers < 1:
-        raise click.BadParameter(f"must be at least 1, got {workers}", param_hint="--workers")
-    on_ray = workers > 1 or ray_address is not None
-    if ray_working_dir is not None:
-        if not on_ray:
-            raise click.BadParameter("ships a folder to Ray workers (--workers above 1 or --ray-address); a trial in "
-                                     "this process imports from this machine", param_hint="--ray-working-dir")
-        ray_working_dir = checked_folder(ray_working_dir, "--ray-working-dir")
-    if ask_ahead < 0:
-        raise click.BadParameter(f"must be 0 or more, got {ask_ahead}", param_hint="--ask-ahead")
-    if timeout is not None and not timeout > 0:
-        raise click.BadParameter(f"must be positive seconds, got {timeout}", param_hint="--timeout")
-    if ray_address is not None:  # refused in seconds, where ray.init would retry for minutes
-        from agent.ops.doctor import ray_address_problem
-
-        unreachable = ray_address_problem(ray_address)
-        if unreachable is not None:
-            raise click.BadParameter(unreachable, param_hint="--ray-address")
-    # last: a GPU wanted on this machine is looked for with torch, seconds to import
-    resources = checked_resources(cpus_per_trial, gpus_per_trial, torch_threads, on_ray, here=ray_address is None)
-    if ray_working_dir is not None:
-        sys.path.insert(0, ray_working_dir)
-    return execution_settings(workers, ray_address, timeout, ask_ahead, resources, ray_working_dir)
-
-
-def execution_settings(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, resources: Any,
-               working_dir: str | None) -> Any:
-    """The checked execution options as one :class:`~agent.execution.resources.ExecutionSettings`."""
-    from agent.execution.resources import ExecutionSettings
-
-    return ExecutionSettings(workers, ray_address, timeout, ask_ahead, resources, working_dir)
-
-
-params_option = click.option("--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings.")
+params_option = click.option(
+    "--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings."
+)
 
 
 def fidelity_values(values: tuple[str, ...]) -> dict[str, float]:

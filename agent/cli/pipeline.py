@@ -40,7 +40,9 @@ def meta_source_models(models_dir: str, job: str | None, params_file: str, track
     from agent.tuning.source_models import update_for_job
 
     job = job or load_params(Path(params_file)).get("export", {}).get("job", "mlp")
-    click.echo(json.dumps(update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo, publish=False)))
+    click.echo(
+        json.dumps(update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo, publish=False))
+    )
 
 
 @meta.command("publish")
@@ -80,8 +82,13 @@ def meta_train(models_dir: str, params_file: str, tracking_uri: str | None) -> N
     from agent.pipeline.stages import load_params, stage_train
 
     params = load_params(Path(params_file)).get("meta_features", {})
-    summary = stage_train(kb_for(tracking_uri), params, Path(models_dir),
-                          Path("metrics/train_metafeatures.json"), Path("plots/metafeature_learning.csv"))
+    summary = stage_train(
+        kb_for(tracking_uri),
+        params,
+        Path(models_dir),
+        Path("metrics/train_metafeatures.json"),
+        Path("plots/metafeature_learning.csv"),
+    )
     click.echo(json.dumps(summary))
 
 
@@ -94,8 +101,16 @@ def meta_train_transfer(models_dir: str, params_file: str) -> None:
     from agent.pipeline.stages import load_params
 
     params = load_params(Path(params_file)).get("transfer", {})
-    click.echo(json.dumps(stage_train_transfer(params, Path(models_dir), Path("metrics/train_transfer.json"),
-                                               progress=lambda line: click.echo(line, err=True))))
+    click.echo(
+        json.dumps(
+            stage_train_transfer(
+                params,
+                Path(models_dir),
+                Path("metrics/train_transfer.json"),
+                progress=lambda line: click.echo(line, err=True),
+            )
+        )
+    )
 
 
 @click.command("evaluate")
@@ -106,12 +121,24 @@ def evaluate_cmd(params_file: str) -> None:
     from agent.pipeline.stages import load_params
 
     params = load_params(Path(params_file))
-    report = stage_evaluate(params.get("evaluate", {}), params.get("meta_features", {}),
-                            Path("metrics/warmstart.json"), Path("plots"), choice_dir=Path("models"))
-    click.echo(json.dumps({"datasets": report["datasets"], "sources": report["sources"],
-                           "rank_correlation": {m: report["rank_correlation"][m]["mean"] for m in ("handcrafted", "learned")},
-                           "regret@5": {m: v.get("regret@5") for m, v in report["methods"].items()},
-                           "auto": report["auto_choice"]["method"]}))
+    report = stage_evaluate(
+        params.get("evaluate", {}),
+        params.get("meta_features", {}),
+        Path("metrics/warmstart.json"),
+        Path("plots"),
+        choice_dir=Path("models"),
+    )
+    click.echo(
+        json.dumps(
+            {
+                "datasets": report["datasets"],
+                "sources": report["sources"],
+                "rank_correlation": {m: report["rank_correlation"][m]["mean"] for m in ("handcrafted", "learned")},
+                "regret@5": {m: v.get("regret@5") for m, v in report["methods"].items()},
+                "auto": report["auto_choice"]["method"],
+            }
+        )
+    )
 
 
 meta.add_command(evaluate_cmd, "evaluate")
@@ -129,21 +156,58 @@ meta.add_command(evaluate_cmd, "evaluate")
 @tracking_option
 @json_option
 @talks("loading the dataset and the history")
-def neighbors(dataset: str, job: str, label: str | None, drop: tuple[str, ...], warm_start: str, k: int, models_dir: str, seed: int, tracking_uri: str | None,
-              as_json: bool) -> None:
+def neighbors(
+    dataset: str,
+    job: str,
+    label: str | None,
+    drop: tuple[str, ...],
+    warm_start: str,
+    k: int,
+    models_dir: str,
+    seed: int,
+    tracking_uri: str | None,
+    as_json: bool,
+) -> None:
     """Print the nearest historical datasets, their distances and best configurations: those a
     `start` with the same options would seed from, with the distances it records."""
     from agent.config import StudyRequest
     from agent.tuning.service import preview_warm_start
 
-    req = StudyRequest(dataset=dataset, job=job, label=label, drop=drop, warm_start=warm_start, k=k,
-                       models_dir=models_dir, seed=seed, tracking_uri=tracking_uri)
+    req = StudyRequest(
+        dataset=dataset,
+        job=job,
+        label=label,
+        drop=drop,
+        warm_start=warm_start,
+        k=k,
+        models_dir=models_dir,
+        seed=seed,
+        tracking_uri=tracking_uri,
+    )
     warm, job_obj, ds = preview_warm_start(req, kb_for(tracking_uri, reads=True))
     if as_json:
-        click.echo(json.dumps({"dataset": ds.name, "job": job_obj.name, "method": warm.method, "message": warm.message,
-                               "far_from_history": warm.far, "distance_ratio": warm.distance_ratio,
-                               "neighbours": [{"dataset": n.name, "distance": n.distance, "best_value": n.best_value,
-                                               "best_config": dict(n.best_config)} for n in warm.neighbours]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "dataset": ds.name,
+                    "job": job_obj.name,
+                    "method": warm.method,
+                    "message": warm.message,
+                    "far_from_history": warm.far,
+                    "distance_ratio": warm.distance_ratio,
+                    "neighbours": [
+                        {
+                            "dataset": n.name,
+                            "distance": n.distance,
+                            "best_value": n.best_value,
+                            "best_config": dict(n.best_config),
+                        }
+                        for n in warm.neighbours
+                    ],
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(warm.message.replace("; starting cold", "; a study would start cold"))  # a query starts nothing
     for n in warm.neighbours:

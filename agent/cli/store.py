@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import click
 
-from agent.cli.options import (
-    STARTER_FILE,
-    artifact_option,
-    checked_folder,
-    checked_resources,
-    json_option,
-    kb_for,
-    talks,
-    tracking_option,
-)
+from agent.cli.options import STARTER_FILE, artifact_option, json_option, kb_for, talks, tracking_option
 from agent.errors import TuneAgentError
+from agent.execution.options import checked_folder, checked_resources
 
 
 @click.command()
@@ -38,17 +30,46 @@ def history(tracking_uri: str | None, as_json: bool) -> None:
 @tracking_option
 @artifact_option
 @click.option("--models-dir", default="models", show_default=True)
-@click.option("--ray-address", default=None,
-              help="Also check the Ray cluster at this address: its nodes, CPUs and GPUs, and that each node can "
-                   "find tune-agent, torch and Lightning installed.")
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Also check the Ray cluster at this address: its nodes, CPUs and GPUs, and that each node can "
+    "find tune-agent, torch and Lightning installed.",
+)
 @click.option("--job", default=None, help="With --ray-address: check that each node finds this job's module.")
-@click.option("--ray-working-dir", default=None, metavar="DIR", help="With --ray-address: ship DIR as `start` would, and look there.")
-@click.option("--cpus-per-trial", type=int, default=1, show_default=True, help="With --ray-address: count the trials that fit at once.")
-@click.option("--gpus-per-trial", type=float, default=0.0, show_default=True, help="With --ray-address: count the trials that fit at once.")
+@click.option(
+    "--ray-working-dir",
+    default=None,
+    metavar="DIR",
+    help="With --ray-address: ship DIR as `start` would, and look there.",
+)
+@click.option(
+    "--cpus-per-trial",
+    type=int,
+    default=1,
+    show_default=True,
+    help="With --ray-address: count the trials that fit at once.",
+)
+@click.option(
+    "--gpus-per-trial",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="With --ray-address: count the trials that fit at once.",
+)
 @json_option
 @talks("checking the installation")
-def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str, ray_address: str | None,
-           job: str | None, ray_working_dir: str | None, cpus_per_trial: int, gpus_per_trial: float, as_json: bool) -> None:
+def doctor(
+    tracking_uri: str | None,
+    artifact_root: str | None,
+    models_dir: str,
+    ray_address: str | None,
+    job: str | None,
+    ray_working_dir: str | None,
+    cpus_per_trial: int,
+    gpus_per_trial: float,
+    as_json: bool,
+) -> None:
     """Check the store, the history, the meta-models, versions and threads (and a Ray cluster); exit 1
     if something is broken."""
     from agent.ops.doctor import healthy, render, run_doctor
@@ -66,13 +87,26 @@ def doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: str,
 
 
 @click.command()
-@click.option("--data-dir", required=True, help="Where the server keeps PostgreSQL's cluster, the artifacts and logs (made on first start).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address MLflow listens on (0.0.0.0 to serve the team's network).")
+@click.option(
+    "--data-dir",
+    required=True,
+    help="Where the server keeps PostgreSQL's cluster, the artifacts and logs (made on first start).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address MLflow listens on (0.0.0.0 to serve the team's network).",
+)
 @click.option("--port", type=int, default=5000, show_default=True)
 @click.option("--pg-port", type=int, default=5433, show_default=True, help="PostgreSQL's port (127.0.0.1 only).")
 @click.option("--auth", is_flag=True, help="MLflow's basic-auth app: users and per-experiment permissions.")
-@click.option("--stop", is_flag=True, help="Stop the PostgreSQL and MLflow of --data-dir that are still running (a server "
-                                          "left by a killed process) and exit.")
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Stop the PostgreSQL and MLflow of --data-dir that are still running (a server "
+    "left by a killed process) and exit.",
+)
 def server(data_dir: str, host: str, port: int, pg_port: int, auth: bool, stop: bool) -> None:
     """Run a team tracking server: mlflow server on PostgreSQL, artifacts proxied; Ctrl-C stops both."""
     from agent.ops.team_server import TeamServer
@@ -108,18 +142,16 @@ def _job_links(kb: Any, base: str) -> None:
 
 @click.command()
 @click.option("--port", type=int, default=5000, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on (0.0.0.0: the whole network).")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to serve on (0.0.0.0: the whole network)."
+)
 @tracking_option
 @artifact_option
 def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None) -> None:
     """Serve the MLflow UI for the store (127.0.0.1 unless --host says otherwise)."""
     import os
 
-    from agent.knowledge import (
-        DEFAULT_ARTIFACT_ROOT,
-        check_reachable,
-        resolve_tracking_uri,
-    )
+    from agent.knowledge import DEFAULT_ARTIFACT_ROOT, check_reachable, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     check_reachable(uri)
@@ -128,7 +160,20 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
         _job_links(kb_for(tracking_uri, artifact_root), uri)
         return
     root = artifact_root or DEFAULT_ARTIFACT_ROOT
-    args = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--default-artifact-root", root, "--host", host, "--port", str(port)]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--default-artifact-root",
+        root,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     click.echo(f"MLflow UI on http://{shown}:{port} (Ctrl-C stops it)")
     from agent.knowledge import store_exists
@@ -142,34 +187,93 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
 
 @click.command()
 @click.option("--job", default="mlp", show_default=True, help="Job run on every dataset.")
-@click.option("--sources", default="digits,mnist-5k,mnist1d,breast-cancer,wine,iris,rtables", show_default=True,
-              help="Comma-separated: built-in sources (five derived datasets each) and 'rtables' (the R-package tables of agent/data/rtables.csv).")
+@click.option(
+    "--sources",
+    default="digits,mnist-5k,mnist1d,breast-cancer,wine,iris,rtables",
+    show_default=True,
+    help=(
+        "Comma-separated: built-in sources (five derived datasets each) and 'rtables' (the R-package tables "
+        "of agent/data/rtables.csv)."
+    ),
+)
 @click.option("--dataset", "datasets", multiple=True, help="Explicit dataset specs (repeatable) instead of --sources.")
-@click.option("--configs", type=int, default=64, show_default=True, help="Size of the shared Sobol set of configurations.")
+@click.option(
+    "--configs", type=int, default=64, show_default=True, help="Size of the shared Sobol set of configurations."
+)
 @click.option("--epochs", type=int, default=2, show_default=True)
-@click.option("--max-rows", type=int, default=1000, show_default=True, help="R tables larger than this are a stratified sample of this many rows.")
-@click.option("--workers", type=int, default=2, show_default=True, help="Studies run side by side (processes, one torch thread each).")
+@click.option(
+    "--max-rows",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="R tables larger than this are a stratified sample of this many rows.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Studies run side by side (processes, one torch thread each).",
+)
 @click.option("--limit", type=int, default=None, help="Only the first N datasets.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
-@click.option("--starter", is_flag=False, flag_value=STARTER_FILE, default=None,
-              help=f"Import a starter history (a file, or a packaged one by name; default {STARTER_FILE}) into the store instead of training anything.")
-@click.option("--export", "export_to", default=None, help="Write the store's finished bootstrap studies of --job to this starter file.")
-@click.option("--models-dir", default="models", show_default=True,
-              help="With --starter: where the history's source models are stored (models/source_models.jsonl).")
-@click.option("--clean", "clean", default=None, metavar="FILE",
-              help="Rewrite the starter file FILE without the studies the content rules leave out (a held-out "
-                   "table's content, a second copy of a dataset, an R table no longer selected), saying each.")
+@click.option(
+    "--starter",
+    is_flag=False,
+    flag_value=STARTER_FILE,
+    default=None,
+    help=(
+        f"Import a starter history (a file, or a packaged one by name; default {STARTER_FILE}) into the store "
+        "instead of training anything."
+    ),
+)
+@click.option(
+    "--export",
+    "export_to",
+    default=None,
+    help="Write the store's finished bootstrap studies of --job to this starter file.",
+)
+@click.option(
+    "--models-dir",
+    default="models",
+    show_default=True,
+    help="With --starter: where the history's source models are stored (models/source_models.jsonl).",
+)
+@click.option(
+    "--clean",
+    "clean",
+    default=None,
+    metavar="FILE",
+    help="Rewrite the starter file FILE without the studies the content rules leave out (a held-out "
+    "table's content, a second copy of a dataset, an R table no longer selected), saying each.",
+)
 @tracking_option
 @artifact_option
-def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, epochs: int, max_rows: int, workers: int,
-              limit: int | None, seed: int, starter: str | None, export_to: str | None, models_dir: str,
-              clean: str | None, tracking_uri: str | None, artifact_root: str | None) -> None:
+def bootstrap(
+    job: str,
+    sources: str,
+    datasets: tuple[str, ...],
+    configs: int,
+    epochs: int,
+    max_rows: int,
+    workers: int,
+    limit: int | None,
+    seed: int,
+    starter: str | None,
+    export_to: str | None,
+    models_dir: str,
+    clean: str | None,
+    tracking_uri: str | None,
+    artifact_root: str | None,
+) -> None:
     """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
     if clean is not None:
         from agent.pipeline.bootstrap import clean_starter
 
         result = clean_starter(Path(clean), Path(clean), echo=click.echo)
-        click.echo(json.dumps({"studies": result["studies"], "left_out": len(result["dropped"]), "bytes": result["bytes"]}))
+        click.echo(
+            json.dumps({"studies": result["studies"], "left_out": len(result["dropped"]), "bytes": result["bytes"]})
+        )
         return
     from agent.config import check_positive
     from agent.knowledge import make_store_folder
@@ -195,13 +299,21 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
 
             imported = import_starter(kb, starter, progress=click.echo)
             built = update_for_job(kb, models_dir, job, progress=click.echo)
-            click.echo(f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
-                       f"-> {built['file']}" + (f" (not written: {built['not_written']})" if "not_written" in built else "")
-                       + (f"; published as version {built['published']}" if "published" in built else ""))
+            click.echo(
+                f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
+                f"-> {built['file']}"
+                + (f" (not written: {built['not_written']})" if "not_written" in built else "")
+                + (f"; published as version {built['published']}" if "published" in built else "")
+            )
             click.echo(json.dumps(imported))
         return
 
-    for option, value in (("--configs", configs), ("--epochs", epochs), ("--workers", workers), ("--max-rows", max_rows)):
+    for option, value in (
+        ("--configs", configs),
+        ("--epochs", epochs),
+        ("--workers", workers),
+        ("--max-rows", max_rows),
+    ):
         check_positive(option, value)
     specs = list(datasets) or source_specs([s.strip() for s in sources.split(",") if s.strip()], max_rows)
     if limit is not None:
@@ -209,9 +321,18 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
         specs = specs[:limit]
     kb_for(tracking_uri, artifact_root).open()  # the store exists, whole, before the workers open it
     click.echo(f"bootstrap: {len(specs)} datasets x {configs} configurations of {job}, {workers} worker(s)")
-    summary = run_bootstrap(job, specs, configs, epochs, seed, tracking_uri, artifact_root, echo=click.echo,
-                            check_content=bool(datasets),  # --dataset specs; the default sources are clean
-                            workers=workers)
+    summary = run_bootstrap(
+        job,
+        specs,
+        configs,
+        epochs,
+        seed,
+        tracking_uri,
+        artifact_root,
+        echo=click.echo,
+        check_content=bool(datasets),  # --dataset specs; the default sources are clean
+        workers=workers,
+    )
     click.echo(json.dumps(summary))
 
 
@@ -223,7 +344,15 @@ def bootstrap(job: str, sources: str, datasets: tuple[str, ...], configs: int, e
 @click.option("--mode", type=click.Choice(["min", "max"]), default="max", show_default=True)
 @tracking_option
 @artifact_option
-def import_cmd(table: str, space_file: str, job_name: str, metric: str, mode: str, tracking_uri: str | None, artifact_root: str | None) -> None:
+def import_cmd(
+    table: str,
+    space_file: str,
+    job_name: str,
+    metric: str,
+    mode: str,
+    tracking_uri: str | None,
+    artifact_root: str | None,
+) -> None:
     """Import a table of external evaluations (task, hyperparameters, value) as finished studies."""
     from agent.knowledge.importer import import_table, load_space, read_table
 

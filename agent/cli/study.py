@@ -10,7 +10,6 @@ import click
 
 from agent.cli.options import (
     artifact_option,
-    check_workers,
     execution_options,
     kb_for,
     lazy_kb,
@@ -21,21 +20,35 @@ from agent.cli.options import (
 )
 from agent.config import StudyRequest
 from agent.errors import TuneAgentError
+from agent.execution.options import check_execution
 
 
 @click.command()
 @study_options
 @execution_options
-def start(workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
-          cpus_per_trial: int, gpus_per_trial: float, ray_working_dir: str | None, **kwargs: Any) -> None:
+def start(
+    workers: int,
+    ray_address: str | None,
+    timeout: float | None,
+    ask_ahead: int,
+    torch_threads: int | None,
+    cpus_per_trial: int,
+    gpus_per_trial: float,
+    ray_working_dir: str | None,
+    **kwargs: Any,
+) -> None:
     """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
-    execution = check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial,
-                              ray_working_dir)
+    execution = check_execution(
+        workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial, ray_working_dir
+    )
     req = StudyRequest(**kwargs)
     from agent.execution.launch import abandoning, run_prepared, start_workers_early
 
     early = start_workers_early(execution, req.job)
-    with abandoning(early), preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"):
+    with (
+        abandoning(early),
+        preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"),
+    ):
         from agent.execution.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
@@ -66,18 +79,26 @@ def create(**kwargs: Any) -> None:
 @tracking_option
 @artifact_option
 @execution_options
-def resume(study_name: str, job: str | None, dataset: str | None, tracking_uri: str | None, artifact_root: str | None,
-           workers: int, ray_address: str | None, timeout: float | None, ask_ahead: int, torch_threads: int | None,
-           cpus_per_trial: int, gpus_per_trial: float, ray_working_dir: str | None) -> None:
+def resume(
+    study_name: str,
+    job: str | None,
+    dataset: str | None,
+    tracking_uri: str | None,
+    artifact_root: str | None,
+    workers: int,
+    ray_address: str | None,
+    timeout: float | None,
+    ask_ahead: int,
+    torch_threads: int | None,
+    cpus_per_trial: int,
+    gpus_per_trial: float,
+    ray_working_dir: str | None,
+) -> None:
     """Continue an interrupted study from what MLflow holds."""
-    execution = check_workers(workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial,
-                              ray_working_dir)
-    from agent.execution.launch import (
-        abandoning,
-        reopen,
-        run_prepared,
-        start_workers_early,
+    execution = check_execution(
+        workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial, ray_working_dir
     )
+    from agent.execution.launch import abandoning, reopen, run_prepared, start_workers_early
 
     early = start_workers_early(execution, job)
     with abandoning(early):
@@ -139,8 +160,13 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 @click.argument("study_name")
 @tracking_option
 @click.option("--json", "as_json", is_flag=True, help="Accepted for symmetry: best always prints JSON.")
-@click.option("--register", "register_as", default=None, metavar="NAME",
-              help="Retrain the best configuration once and register it in MLflow's model registry as NAME.")
+@click.option(
+    "--register",
+    "register_as",
+    default=None,
+    metavar="NAME",
+    help="Retrain the best configuration once and register it in MLflow's model registry as NAME.",
+)
 @talks("reading the study")
 def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None) -> None:
     """Print the best configuration of a study as JSON (and register its model with --register)."""
@@ -149,11 +175,19 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
     if register_as is not None and not register_as.strip():
         raise TuneAgentError("--register needs a model name")
     kb = kb_for(tracking_uri, reads=register_as is None)
-    study, job = open_study(study_name, kb=kb, with_sampler=False) if register_as else (read_study(study_name, kb), None)
+    study, job = (
+        open_study(study_name, kb=kb, with_sampler=False) if register_as else (read_study(study_name, kb), None)
+    )
     trial = study.best()
     if trial is None:
         raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
-    out = {"study": study_name, "trial": trial.number + 1, "metric": study.settings.metric, "value": trial.value, "config": dict(trial.config)}
+    out = {
+        "study": study_name,
+        "trial": trial.number + 1,
+        "metric": study.settings.metric,
+        "value": trial.value,
+        "config": dict(trial.config),
+    }
     if register_as is not None:
         from agent.ops.models import register_best
 
@@ -175,10 +209,17 @@ def report(study_name: str, out: str | None, rebuild: bool, tracking_uri: str | 
     from agent.tuning.service import read_study
 
     study = read_study(study_name, kb_for(tracking_uri, reads=True))
-    page, stored = report_files(study.kb, study.record, study.space, Path(out or f"report-{study_name}"),
-                                rebuild=rebuild)
-    click.echo(f"report of {study_name}: {page} " + ("(the one on the study run: nothing it shows has changed since)"
-                                                     if stored else "(and report/report.html on the study run)"))
+    page, stored = report_files(
+        study.kb, study.record, study.space, Path(out or f"report-{study_name}"), rebuild=rebuild
+    )
+    click.echo(
+        f"report of {study_name}: {page} "
+        + (
+            "(the one on the study run: nothing it shows has changed since)"
+            if stored
+            else "(and report/report.html on the study run)"
+        )
+    )
 
 
 COMMANDS = [start, create, resume, ask, tell, best, report]

@@ -11,11 +11,4 @@ from agent.data.dataset import Dataset
 from agent.data.load import load_dataset
 from agent.data.ops import describe_dataset, sample_dataset, split_dataset
 
-__all__ = [
-    "BUILTIN_DATASETS",
-    "Dataset",
-    "describe_dataset",
-    "load_dataset",
-    "sample_dataset",
-    "split_dataset",
-]
+__all__ = ["BUILTIN_DATASETS", "Dataset", "describe_dataset", "load_dataset", "sample_dataset", "split_dataset"]

@@ -8,9 +8,9 @@ packages' own names where they have them (e.g. iris species).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable
+from functools import cache
 
 import numpy as np
 
@@ -27,15 +27,18 @@ class RawSource:
     scale: float = 1.0  # X = raw values / scale
 
 
-def _freeze(kind: str, X: np.ndarray, y: np.ndarray, names: tuple[str, ...], columns: tuple[str, ...] = (),
-            scale: float = 1.0) -> RawSource:
+def _freeze(
+    kind: str, X: np.ndarray, y: np.ndarray, names: tuple[str, ...], columns: tuple[str, ...] = (), scale: float = 1.0
+) -> RawSource:
     from agent.data.inputs import pixel_columns
 
     X = np.ascontiguousarray(X, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.int64)
     X.setflags(write=False)
     y.setflags(write=False)
-    columns = tuple(str(c) for c in columns) or pixel_columns(int(np.prod(X.shape[1:])), "x" if kind == "sequence" else "pixel")
+    columns = tuple(str(c) for c in columns) or pixel_columns(
+        int(np.prod(X.shape[1:])), "x" if kind == "sequence" else "pixel"
+    )
     return RawSource(kind=kind, X=X, y=y, class_names=tuple(str(n) for n in names), columns=columns, scale=scale)
 
 
@@ -69,8 +72,13 @@ def _sklearn_table(loader_name: str) -> Callable[[], RawSource]:
         import sklearn.datasets
 
         bunch = getattr(sklearn.datasets, loader_name)()
-        return _freeze("tabular", bunch.data, bunch.target, tuple(str(t) for t in bunch.target_names),
-                       columns=tuple(bunch.feature_names))
+        return _freeze(
+            "tabular",
+            bunch.data,
+            bunch.target,
+            tuple(str(t) for t in bunch.target_names),
+            columns=tuple(bunch.feature_names),
+        )
 
     return load
 
@@ -87,7 +95,7 @@ _LOADERS: dict[str, Callable[[], RawSource]] = {
 BUILTIN_DATASETS: tuple[str, ...] = tuple(_LOADERS)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_source(name: str) -> RawSource:
     """The cached raw arrays of built-in source ``name`` (must be in BUILTIN_DATASETS)."""
     return _LOADERS[name]()

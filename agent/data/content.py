@@ -133,8 +133,11 @@ def same_content(a: ContentPrint, b: ContentPrint) -> bool:
     rows, _ = twins(small, large)
     matched = np.zeros(len(small.columns), dtype=bool)
     matched[rows] = True
-    return bool(matched.mean() >= MATCH_SHARE and matched[continuous].mean() >= MATCH_SHARE
-                and matched[continuous].sum() >= MIN_CONTINUOUS)
+    return bool(
+        matched.mean() >= MATCH_SHARE
+        and matched[continuous].mean() >= MATCH_SHARE
+        and matched[continuous].sum() >= MIN_CONTINUOUS
+    )
 
 
 def table_matrix(frame: Any) -> np.ndarray:

@@ -86,8 +86,10 @@ class Dataset:
         return h.hexdigest()[:16]
 
     def __repr__(self) -> str:
-        return (f"Dataset(name={self.name!r}, kind={self.kind!r}, n={self.n}, "
-                f"feature_shape={self.feature_shape}, num_classes={self.num_classes})")
+        return (
+            f"Dataset(name={self.name!r}, kind={self.kind!r}, n={self.n}, "
+            f"feature_shape={self.feature_shape}, num_classes={self.num_classes})"
+        )
 
 
 def _label_name(value: object) -> str:
@@ -116,8 +118,16 @@ def encode_labels(labels: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarra
     return codes.astype(np.int64).ravel(), uniques
 
 
-def build_dataset(name: str, source: str, kind: str, X: np.ndarray, labels: np.ndarray,
-                  class_names: tuple[str, ...] | None = None, preparation: str = "", inputs: Any = None) -> Dataset:
+def build_dataset(
+    name: str,
+    source: str,
+    kind: str,
+    X: np.ndarray,
+    labels: np.ndarray,
+    class_names: tuple[str, ...] | None = None,
+    preparation: str = "",
+    inputs: Any = None,
+) -> Dataset:
     """Validate raw arrays and build a :class:`Dataset`.
 
     ``labels`` are original labels of any sortable type; when ``class_names`` is given
@@ -143,5 +153,6 @@ def build_dataset(name: str, source: str, kind: str, X: np.ndarray, labels: np.n
         raise DatasetError(f"dataset {name} has only {len(X)} instances; at least {MIN_INSTANCES} are needed")
     if len(names) < 2:
         raise DatasetError(f"dataset {name} has a single class ({names[0]}); at least 2 are needed")
-    return Dataset(name=name, source=source, kind=kind, X=X, y=y, class_names=names, preparation=preparation,
-                   inputs=inputs)
+    return Dataset(
+        name=name, source=source, kind=kind, X=X, y=y, class_names=names, preparation=preparation, inputs=inputs
+    )

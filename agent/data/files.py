@@ -53,8 +53,10 @@ def load_file(spec: str, options: TableOptions = TableOptions()) -> Dataset:
         return _load_npz(path)
     if suffix in TABLE_SUFFIXES:
         return _load_table(path, options)
-    raise DatasetError(f"unsupported dataset file type {suffix or '(none)'!r}: {path}; "
-                       f"expected {', '.join(FILE_SUFFIXES)} or an image folder")
+    raise DatasetError(
+        f"unsupported dataset file type {suffix or '(none)'!r}: {path}; "
+        f"expected {', '.join(FILE_SUFFIXES)} or an image folder"
+    )
 
 
 def _load_npz(path: Path) -> Dataset:
@@ -65,8 +67,10 @@ def _load_npz(path: Path) -> Dataset:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in ("X", "y") if k not in archive.files]
             if missing:
-                raise DatasetError(f"{path} lacks array(s) {', '.join(missing)}; "
-                                   f"an .npz dataset needs X and y (has: {', '.join(archive.files) or 'none'})")
+                raise DatasetError(
+                    f"{path} lacks array(s) {', '.join(missing)}; "
+                    f"an .npz dataset needs X and y (has: {', '.join(archive.files) or 'none'})"
+                )
             X, y = archive["X"], archive["y"]
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise DatasetError(f"cannot read dataset file {path}: {_one_line(exc)}") from exc

@@ -25,8 +25,9 @@ def _scan(root: Path) -> list[tuple[Path, str]]:
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DatasetError(f"image folder {root} has no class sub-folders (expected root/<class>/<image>)")
-    found = [(f, c.name) for c in classes for f in sorted(c.rglob("*"))
-             if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES]
+    found = [
+        (f, c.name) for c in classes for f in sorted(c.rglob("*")) if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES
+    ]
     if not found:
         raise DatasetError(f"image folder {root} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     return found

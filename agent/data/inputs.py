@@ -15,8 +15,9 @@ first the way loading did, so the registered model (``tune-agent best --register
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +72,10 @@ class RawInputs:
             frame.columns = list(self.columns)
         missing = [c for c in self.columns if c not in frame.columns]
         if missing:
-            raise DatasetError(f"missing input column(s) {', '.join(map(repr, missing[:5]))}; the model takes "
-                               f"{len(self.columns)} columns: {', '.join(self.columns[:8])}{', ...' if len(self.columns) > 8 else ''}")
+            raise DatasetError(
+                f"missing input column(s) {', '.join(map(repr, missing[:5]))}; the model takes "
+                f"{len(self.columns)} columns: {', '.join(self.columns[:8])}{', ...' if len(self.columns) > 8 else ''}"
+            )
         if self.encoding is not None:
             return self.encoding.transform(frame)
         values = frame[list(self.columns)].to_numpy(dtype=np.float64) / self.scale
@@ -88,8 +91,13 @@ def numeric_inputs(columns: Sequence[str], X: np.ndarray, scale: float = 1.0, na
     flat = (np.asarray(X[:EXAMPLE_ROWS], dtype=np.float64) * scale).reshape(min(len(X), EXAMPLE_ROWS), -1)
     if scale != 1.0:
         flat = np.round(flat, 6)
-    return RawInputs(tuple(columns), tuple(int(d) for d in X.shape[1:]), float(scale), None,
-                     pd.DataFrame(flat, columns=list(columns)) if named else flat)
+    return RawInputs(
+        tuple(columns),
+        tuple(int(d) for d in X.shape[1:]),
+        float(scale),
+        None,
+        pd.DataFrame(flat, columns=list(columns)) if named else flat,
+    )
 
 
 def pixel_columns(n: int, prefix: str = "pixel") -> tuple[str, ...]:

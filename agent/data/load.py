@@ -8,8 +8,8 @@ name with an optional variant query.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from agent.data.builtin import BUILTIN_DATASETS
 from agent.data.dataset import Dataset
@@ -33,8 +33,7 @@ def load_dataset(spec: str, label: str | None = None, drop: Sequence[str] = ()) 
     carry the same options, plus ``rows=N``, in a fragment (see :class:`TableOptions`).
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise DatasetError("empty dataset spec; give a built-in name "
-                           f"({', '.join(BUILTIN_DATASETS)}) or a file path")
+        raise DatasetError(f"empty dataset spec; give a built-in name ({', '.join(BUILTIN_DATASETS)}) or a file path")
     spec = spec.strip()
     if spec.startswith(("r:", "file:")):
         from agent.data.tabular import TableOptions
@@ -47,7 +46,7 @@ def load_dataset(spec: str, label: str | None = None, drop: Sequence[str] = ()) 
             return load_rtable(base, options)
         from agent.data.files import load_file
 
-        return load_file(base[len("file:"):], options)
+        return load_file(base[len("file:") :], options)
     if _is_file_spec(spec):
         from agent.data.files import load_file
         from agent.data.tabular import TableOptions

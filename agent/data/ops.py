@@ -62,8 +62,9 @@ def sample_dataset(ds: Dataset, n: int = 256, seed: int = 0) -> tuple[np.ndarray
     else:
         counts = np.bincount(ds.y, minlength=ds.num_classes)
         alloc = _allocate(counts, n)
-        idx = np.concatenate([rng.choice(np.flatnonzero(ds.y == c), size=int(k), replace=False)
-                              for c, k in enumerate(alloc)])
+        idx = np.concatenate(
+            [rng.choice(np.flatnonzero(ds.y == c), size=int(k), replace=False) for c, k in enumerate(alloc)]
+        )
         idx = rng.permutation(idx)
     return ds.X[idx], ds.y[idx]
 

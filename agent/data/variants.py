@@ -87,15 +87,19 @@ def parse_spec(spec: str) -> VariantSpec:
     """Parse ``NAME[?key=value&...]`` into a :class:`VariantSpec` or raise DatasetError."""
     base, _, query = spec.strip().partition("?")
     if base not in BUILTIN_DATASETS:
-        raise DatasetError(f"unknown dataset {base!r}; built-in datasets: {', '.join(BUILTIN_DATASETS)}"
-                           " (or give a path to a .npz, .csv, .parquet file or an image folder)")
+        raise DatasetError(
+            f"unknown dataset {base!r}; built-in datasets: {', '.join(BUILTIN_DATASETS)}"
+            " (or give a path to a .npz, .csv, .parquet file or an image folder)"
+        )
     options: dict[str, str] = {}
     for item in filter(None, query.split("&")):
         key, eq, value = item.partition("=")
         key = key.strip()
         if key not in VARIANT_KEYS or not eq:
-            raise DatasetError(f"bad option {item!r} in dataset spec {spec!r}; "
-                               f"valid options: {', '.join(k + '=...' for k in VARIANT_KEYS)}")
+            raise DatasetError(
+                f"bad option {item!r} in dataset spec {spec!r}; "
+                f"valid options: {', '.join(k + '=...' for k in VARIANT_KEYS)}"
+            )
         if key in options:
             raise DatasetError(f"option {key!r} given twice in dataset spec {spec!r}")
         options[key] = value.strip()
@@ -124,8 +128,10 @@ def load_variant(spec: str) -> Dataset:
         present = np.unique(y)
         missing = sorted(set(parsed.classes) - set(present.tolist()))
         if missing:
-            raise DatasetError(f"dataset {parsed.source} has no class {format_classes(tuple(missing))}; "
-                               f"its classes are {format_classes(tuple(present.tolist()))}")
+            raise DatasetError(
+                f"dataset {parsed.source} has no class {format_classes(tuple(missing))}; "
+                f"its classes are {format_classes(tuple(present.tolist()))}"
+            )
         mask = np.isin(y, parsed.classes)
         X, y = X[mask], y[mask]
     if parsed.fraction < 1.0:
@@ -133,5 +139,12 @@ def load_variant(spec: str) -> Dataset:
         X, y = X[idx], y[idx]
     from agent.data.inputs import numeric_inputs
 
-    return build_dataset(parsed.name, parsed.source, raw.kind, X, y, class_names=raw.class_names,
-                         inputs=numeric_inputs(raw.columns, X, raw.scale, named=raw.kind == "tabular"))
+    return build_dataset(
+        parsed.name,
+        parsed.source,
+        raw.kind,
+        X,
+        y,
+        class_names=raw.class_names,
+        inputs=numeric_inputs(raw.columns, X, raw.scale, named=raw.kind == "tabular"),
+    )

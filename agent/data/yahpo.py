@@ -24,9 +24,10 @@ their full value, and left out of the tunable space.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,9 @@ def _code_key(value: Any) -> str:
 
 def _resolve_descriptor(folder: Path, given: ScenarioDescriptor | Mapping[str, Any] | None) -> ScenarioDescriptor:
     if given is not None:
-        return _same_order(folder, given if isinstance(given, ScenarioDescriptor) else ScenarioDescriptor.from_mapping(given))
+        return _same_order(
+            folder, given if isinstance(given, ScenarioDescriptor) else ScenarioDescriptor.from_mapping(given)
+        )
     path = folder / DESCRIPTOR_FILE
     if path.is_file():
         return _same_order(folder, ScenarioDescriptor.from_json(path))
@@ -66,7 +69,8 @@ def _resolve_descriptor(folder: Path, given: ScenarioDescriptor | Mapping[str, A
         return BUILTIN[folder.name]
     raise TuneAgentError(
         f"YAHPO scenario {folder.name!r} has no descriptor: add {path} (cont_names, cat_names, targets, "
-        f"fidelities, instance_name, maximize, default_target) or pass descriptor=; built in: {', '.join(BUILTIN)}")
+        f"fidelities, instance_name, maximize, default_target) or pass descriptor=; built in: {', '.join(BUILTIN)}"
+    )
 
 
 def _same_order(folder: Path, d: ScenarioDescriptor) -> ScenarioDescriptor:
@@ -79,17 +83,25 @@ def _same_order(folder: Path, d: ScenarioDescriptor) -> ScenarioDescriptor:
     for field in ("cont_names", "cat_names", "targets"):
         mine, theirs = tuple(getattr(d, field)), tuple(getattr(known, field))
         if mine != theirs and sorted(mine) == sorted(theirs):
-            raise TuneAgentError(f"descriptor of YAHPO scenario {folder.name!r} lists its {field} in another order than "
-                                 f"yahpo-gym's ({', '.join(theirs)}); the ONNX model takes them in that order: fix it, or "
-                                 f"remove {DESCRIPTOR_FILE} to use the built-in one")
+            raise TuneAgentError(
+                f"descriptor of YAHPO scenario {folder.name!r} lists its {field} in another order than "
+                f"yahpo-gym's ({', '.join(theirs)}); the ONNX model takes them in that order: fix it, or "
+                f"remove {DESCRIPTOR_FILE} to use the built-in one"
+            )
     return d
 
 
 class YahpoScenario:
     """A YAHPO scenario: instances, fixed fidelities, the tunable space and a batched surrogate."""
 
-    def __init__(self, folder: Path, session: Any, params: dict[str, Param], encoding: dict[str, dict],
-                 descriptor: ScenarioDescriptor) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        session: Any,
+        params: dict[str, Param],
+        encoding: dict[str, dict],
+        descriptor: ScenarioDescriptor,
+    ) -> None:
         d = descriptor
         self.folder = folder
         self.descriptor = d
@@ -114,9 +126,13 @@ class YahpoScenario:
 
     # -- loading --------------------------------------------------------------------------------
     @classmethod
-    def load(cls, folder: Path | str, targets: Sequence[str] | ScenarioDescriptor | None = None,
-             cont_names: Sequence[str] | None = None,
-             descriptor: ScenarioDescriptor | Mapping[str, Any] | None = None) -> YahpoScenario:
+    def load(
+        cls,
+        folder: Path | str,
+        targets: Sequence[str] | ScenarioDescriptor | None = None,
+        cont_names: Sequence[str] | None = None,
+        descriptor: ScenarioDescriptor | Mapping[str, Any] | None = None,
+    ) -> YahpoScenario:
         """Reads a scenario folder; raises :class:`TuneAgentError` on missing, corrupt or undescribed files.
 
         The descriptor is ``descriptor`` (also accepted as the second positional argument), else
@@ -160,8 +176,10 @@ class YahpoScenario:
                     placed.append(order.pop(i))
                     break
                 if cond.parent not in order:
-                    raise TuneAgentError(f"{name!r} is conditional on {cond.parent!r}, which is not tunable "
-                                         f"in scenario {self.folder.name!r}")
+                    raise TuneAgentError(
+                        f"{name!r} is conditional on {cond.parent!r}, which is not tunable "
+                        f"in scenario {self.folder.name!r}"
+                    )
             else:
                 raise TuneAgentError(f"conditions of scenario {self.folder.name!r} form a cycle among {order}")
         return SearchSpace([params[n] for n in placed])
@@ -174,15 +192,18 @@ class YahpoScenario:
             raise TuneAgentError(f"fidelity must map fidelity names to values, got {fidelity!r}")
         for name, value in (fidelity or {}).items():
             if name not in values:
-                raise TuneAgentError(f"{name!r} is not a fidelity of scenario {self.folder.name!r}; "
-                                     f"fidelities: {', '.join(values) or 'none'}")
+                raise TuneAgentError(
+                    f"{name!r} is not a fidelity of scenario {self.folder.name!r}; "
+                    f"fidelities: {', '.join(values) or 'none'}"
+                )
             if not self._params[name].contains(value):
                 raise TuneAgentError(f"fidelity {name}={value!r} is outside config_space.json's range")
             values[name] = value
         return values
 
-    def features(self, instance: str, configs: Sequence[Mapping[str, Any]],
-                 fidelity: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def features(
+        self, instance: str, configs: Sequence[Mapping[str, Any]], fidelity: Mapping[str, float] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The model's inputs: ``x_cont`` float32 `n x c` (raw values) and ``x_cat`` int32 `n x k`.
 
         ``configs`` hold values of the tunable parameters (validated against :attr:`space`); a config
@@ -212,8 +233,10 @@ class YahpoScenario:
         config_space.json bound such as 0.00010000000000000009 for 1e-4 should not refuse 1e-4)."""
         unknown = set(config) - set(self.space.names)
         if unknown:
-            raise TuneAgentError(f"unknown parameters {sorted(unknown)} for scenario {self.folder.name!r}; "
-                                 f"tunable: {', '.join(self.space.names)}")
+            raise TuneAgentError(
+                f"unknown parameters {sorted(unknown)} for scenario {self.folder.name!r}; "
+                f"tunable: {', '.join(self.space.names)}"
+            )
         for p in self.space.params:
             active = self.space.is_active(p, config)
             if active != (p.name in config):
@@ -232,8 +255,12 @@ class YahpoScenario:
             raise TuneAgentError(f"value {value!r} of {name!r} has no code in {self.folder / 'encoding.json'}")
         return int(code)
 
-    def predict(self, instance: str, configs: Sequence[Mapping[str, Any]] | np.ndarray,
-                fidelity: Mapping[str, float] | None = None) -> np.ndarray:
+    def predict(
+        self,
+        instance: str,
+        configs: Sequence[Mapping[str, Any]] | np.ndarray,
+        fidelity: Mapping[str, float] | None = None,
+    ) -> np.ndarray:
         """All surrogate outputs (`n x len(targets)`, columns in :attr:`targets` order)."""
         if isinstance(configs, np.ndarray):
             configs = [self.space.decode(u) for u in np.atleast_2d(configs)] if configs.size else []
@@ -245,9 +272,15 @@ class YahpoScenario:
         out = self._session.run(None, {"x_cont": x_cont, "x_cat": x_cat})[0]
         return np.asarray(out, dtype=float)
 
-    def evaluate(self, instance: str, configs: Sequence[Mapping[str, Any]] | np.ndarray,
-                 target: str | None = None, fidelity: Mapping[str, float] | None = None, *,
-                 fidelity_value: float | None = None) -> np.ndarray:
+    def evaluate(
+        self,
+        instance: str,
+        configs: Sequence[Mapping[str, Any]] | np.ndarray,
+        target: str | None = None,
+        fidelity: Mapping[str, float] | None = None,
+        *,
+        fidelity_value: float | None = None,
+    ) -> np.ndarray:
         """Surrogate ``target`` (`n`; default :attr:`default_target`) of configurations (dicts, or
         `n x d` points of the unit cube), at full fidelity unless ``fidelity`` overrides some values.
         ``fidelity_value`` is shorthand for ``fidelity={primary fidelity: value}``."""
@@ -267,7 +300,9 @@ class YahpoScenario:
         return f"YahpoScenario({self.folder.name}, {len(self.instances)} instances, {self.space})"
 
 
-def _override(d: ScenarioDescriptor, targets: Sequence[str] | None, cont_names: Sequence[str] | None) -> ScenarioDescriptor:
+def _override(
+    d: ScenarioDescriptor, targets: Sequence[str] | None, cont_names: Sequence[str] | None
+) -> ScenarioDescriptor:
     changes: dict[str, Any] = {}
     if cont_names is not None:
         changes["cont_names"] = tuple(cont_names)
@@ -275,8 +310,11 @@ def _override(d: ScenarioDescriptor, targets: Sequence[str] | None, cont_names: 
         targets = tuple(targets)
         if d.default_target not in targets:
             raise TuneAgentError(f"targets {list(targets)} leave out the default target {d.default_target!r}")
-        changes.update(targets=targets, maximize=tuple(t for t in d.maximize if t in targets),
-                       runtime_name=d.runtime_name if d.runtime_name in targets else None)
+        changes.update(
+            targets=targets,
+            maximize=tuple(t for t in d.maximize if t in targets),
+            runtime_name=d.runtime_name if d.runtime_name in targets else None,
+        )
     return replace(d, **changes)
 
 
@@ -289,13 +327,17 @@ def _validate(folder: Path, d: ScenarioDescriptor, params: Mapping[str, Param], 
         raise TuneAgentError(f"{where}: {absent} are not in config_space.json")
     uncovered = [n for n in params if n not in columns and n not in d.drop_predict]
     if uncovered:
-        raise TuneAgentError(f"{where}: config_space.json parameters {uncovered} are in neither cont_names nor cat_names")
+        raise TuneAgentError(
+            f"{where}: config_space.json parameters {uncovered} are in neither cont_names nor cat_names"
+        )
     not_numeric = [n for n in d.cont_names if isinstance(params[n], Categorical)]
     if not_numeric:
         raise TuneAgentError(f"{where}: cont_names {not_numeric} are categorical in config_space.json")
     clash = [n for n in d.cont_names if n in encoding]
     if clash:
-        raise TuneAgentError(f"{where}: cont_names {clash} have codes in encoding.json, so the model takes them in x_cat")
+        raise TuneAgentError(
+            f"{where}: cont_names {clash} have codes in encoding.json, so the model takes them in x_cat"
+        )
     for name in d.cat_names:
         p = params[name]
         if name not in encoding:
@@ -315,7 +357,9 @@ def _validate(folder: Path, d: ScenarioDescriptor, params: Mapping[str, Param], 
         raise TuneAgentError(f"{where}: instance {d.instance_name!r} is not categorical in config_space.json")
     for name, value in d.fidelities.items():
         if not params[name].contains(value):
-            raise TuneAgentError(f"{where}: full value {value!r} of fidelity {name!r} is outside config_space.json's range")
+            raise TuneAgentError(
+                f"{where}: full value {value!r} of fidelity {name!r} is outside config_space.json's range"
+            )
 
 
 def _open_session(path: Path, d: ScenarioDescriptor) -> Any:
@@ -329,18 +373,18 @@ def _open_session(path: Path, d: ScenarioDescriptor) -> Any:
     options.inter_op_num_threads = 1
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+    except Exception as exc:
         raise TuneAgentError(f"cannot load ONNX model {path}: {str(exc).splitlines()[0]}") from None
     inputs = {i.name: i.shape for i in session.get_inputs()}
     if set(inputs) != {"x_cont", "x_cat"}:
         raise TuneAgentError(f"ONNX model {path} has inputs {sorted(inputs)}, expected x_cont and x_cat")
-    widths = {"x_cont": len(d.cont_names), "x_cat": len(d.cat_names),
-              session.get_outputs()[0].name: len(d.targets)}
+    widths = {"x_cont": len(d.cont_names), "x_cat": len(d.cat_names), session.get_outputs()[0].name: len(d.targets)}
     shapes = {**inputs, session.get_outputs()[0].name: session.get_outputs()[0].shape}
     for name, width in widths.items():
         shape = shapes[name]
         if len(shape) == 2 and isinstance(shape[1], int) and shape[1] != width:
             what = "targets" if name not in inputs else "cont_names" if name == "x_cont" else "cat_names"
-            raise TuneAgentError(f"ONNX model {path}: {name} has {shape[1]} columns but the descriptor's "
-                                 f"{what} name {width}")
+            raise TuneAgentError(
+                f"ONNX model {path}: {name} has {shape[1]} columns but the descriptor's {what} name {width}"
+            )
     return session

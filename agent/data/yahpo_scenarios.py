@@ -27,10 +27,11 @@ f1 and memory dropped) for newer surrogates; such a folder fails validation agai
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from agent.errors import TuneAgentError
 
@@ -68,7 +69,9 @@ class ScenarioDescriptor:
                 raise TuneAgentError(f"descriptor field {attr!r} must be a list of names, got {value!r}")
             object.__setattr__(self, attr, tuple(value))
         if not isinstance(self.fidelities, Mapping):
-            raise TuneAgentError(f"descriptor field 'fidelities' must map names to full values, got {self.fidelities!r}")
+            raise TuneAgentError(
+                f"descriptor field 'fidelities' must map names to full values, got {self.fidelities!r}"
+            )
         fids = {str(k): v for k, v in self.fidelities.items()}
         for k, v in fids.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -84,7 +87,9 @@ class ScenarioDescriptor:
         if not self.targets or len(set(self.targets)) != len(self.targets):
             raise TuneAgentError(f"descriptor targets must be distinct and non-empty, got {list(self.targets)}")
         if self.default_target not in self.targets:
-            raise TuneAgentError(f"default_target {self.default_target!r} is not among the targets {list(self.targets)}")
+            raise TuneAgentError(
+                f"default_target {self.default_target!r} is not among the targets {list(self.targets)}"
+            )
         if not set(self.maximize) <= set(self.targets):
             raise TuneAgentError(f"maximize names unknown targets {sorted(set(self.maximize) - set(self.targets))}")
         if self.runtime_name is not None and self.runtime_name not in self.targets:
@@ -101,9 +106,21 @@ class ScenarioDescriptor:
             raise TuneAgentError(f"drop_predict names model columns: {sorted(set(self.drop_predict) & set(columns))}")
 
     def __hash__(self) -> int:  # fidelities is a mapping; hash its items
-        return hash((self.cont_names, self.cat_names, self.targets, tuple(self.fidelities.items()),
-                     self.instance_name, self.maximize, self.default_target, self.runtime_name,
-                     self.instances, self.drop_predict, self.name))
+        return hash(
+            (
+                self.cont_names,
+                self.cat_names,
+                self.targets,
+                tuple(self.fidelities.items()),
+                self.instance_name,
+                self.maximize,
+                self.default_target,
+                self.runtime_name,
+                self.instances,
+                self.drop_predict,
+                self.name,
+            )
+        )
 
     def is_maximized(self, target: str) -> bool:
         return target in self.maximize
@@ -150,77 +167,162 @@ class ScenarioDescriptor:
 
 # -- the facts of yahpo-gym 1.0.2 ---------------------------------------------------------------
 
+
 def _rbv2(name: str, cont: tuple[str, ...], cat: tuple[str, ...]) -> ScenarioDescriptor:
     return ScenarioDescriptor(
-        name=name, cont_names=cont + ("trainsize", "repl"), cat_names=("task_id",) + cat,
+        name=name,
+        cont_names=cont + ("trainsize", "repl"),
+        cat_names=("task_id",) + cat,
         targets=("acc", "bac", "auc", "brier", "f1", "logloss", "timetrain", "timepredict", "memory"),
-        maximize=("acc", "bac", "auc", "f1"), default_target="acc", runtime_name="timetrain",
-        fidelities={"trainsize": 1.0, "repl": 10}, instance_name="task_id",
+        maximize=("acc", "bac", "auc", "f1"),
+        default_target="acc",
+        runtime_name="timetrain",
+        fidelities={"trainsize": 1.0, "repl": 10},
+        instance_name="task_id",
     )
 
 
 def _iaml(name: str, cont: tuple[str, ...], cat: tuple[str, ...]) -> ScenarioDescriptor:
     return ScenarioDescriptor(
-        name=name, cont_names=cont + ("trainsize",), cat_names=("task_id",) + cat,
-        targets=("mmce", "f1", "auc", "logloss", "ramtrain", "rammodel", "rampredict", "timetrain",
-                 "timepredict", "mec", "ias", "nf"),
-        maximize=("f1", "auc"), default_target="mmce", runtime_name="timetrain",
-        fidelities={"trainsize": 1.0}, instance_name="task_id",
+        name=name,
+        cont_names=cont + ("trainsize",),
+        cat_names=("task_id",) + cat,
+        targets=(
+            "mmce",
+            "f1",
+            "auc",
+            "logloss",
+            "ramtrain",
+            "rammodel",
+            "rampredict",
+            "timetrain",
+            "timepredict",
+            "mec",
+            "ias",
+            "nf",
+        ),
+        maximize=("f1", "auc"),
+        default_target="mmce",
+        runtime_name="timetrain",
+        fidelities={"trainsize": 1.0},
+        instance_name="task_id",
     )
 
 
-_XGB = ("nrounds", "eta", "gamma", "lambda", "alpha", "subsample", "max_depth", "min_child_weight",
-        "colsample_bytree", "colsample_bylevel", "rate_drop", "skip_drop")
-_NB301_EDGES = tuple(f"NetworkSelectorDatasetInfo_COLON_darts_COLON_edge_{cell}_{i}"
-                     for cell in ("normal", "reduce") for i in range(14))
-_NB301_INPUTS = tuple(f"NetworkSelectorDatasetInfo_COLON_darts_COLON_inputs_node_{cell}_{i}"
-                      for cell in ("normal", "reduce") for i in (3, 4, 5))
+_XGB = (
+    "nrounds",
+    "eta",
+    "gamma",
+    "lambda",
+    "alpha",
+    "subsample",
+    "max_depth",
+    "min_child_weight",
+    "colsample_bytree",
+    "colsample_bylevel",
+    "rate_drop",
+    "skip_drop",
+)
+_NB301_EDGES = tuple(
+    f"NetworkSelectorDatasetInfo_COLON_darts_COLON_edge_{cell}_{i}" for cell in ("normal", "reduce") for i in range(14)
+)
+_NB301_INPUTS = tuple(
+    f"NetworkSelectorDatasetInfo_COLON_darts_COLON_inputs_node_{cell}_{i}"
+    for cell in ("normal", "reduce")
+    for i in (3, 4, 5)
+)
 
 
 def _prefixed(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"{prefix}.{n}" for n in names)
 
 
-BUILTIN: dict[str, ScenarioDescriptor] = {d.name: d for d in (
-    ScenarioDescriptor(
-        name="lcbench",
-        cont_names=("epoch", "batch_size", "learning_rate", "momentum", "weight_decay", "num_layers",
-                    "max_units", "max_dropout"),
-        cat_names=("OpenML_task_id",),
-        targets=("time", "val_accuracy", "val_cross_entropy", "val_balanced_accuracy",
-                 "test_cross_entropy", "test_balanced_accuracy"),
-        maximize=("val_accuracy", "val_balanced_accuracy", "test_balanced_accuracy"),
-        default_target="val_accuracy", runtime_name="time",
-        fidelities={"epoch": 52}, instance_name="OpenML_task_id",
-    ),
-    ScenarioDescriptor(
-        name="nb301", cont_names=("epoch",), cat_names=_NB301_EDGES + _NB301_INPUTS,
-        targets=("val_accuracy", "runtime"), maximize=("val_accuracy",), default_target="val_accuracy",
-        runtime_name="runtime", fidelities={"epoch": 98}, instance_name=None, instances=("CIFAR10",),
-        drop_predict=("dataset",),
-    ),
-    _rbv2("rbv2_svm", ("cost", "gamma", "tolerance", "degree"), ("kernel", "num.impute.selected.cpo")),
-    _rbv2("rbv2_ranger", ("num.trees", "sample.fraction", "mtry.power", "min.node.size", "num.random.splits"),
-          ("respect.unordered.factors", "splitrule", "num.impute.selected.cpo")),
-    _rbv2("rbv2_rpart", ("cp", "maxdepth", "minbucket", "minsplit"), ("num.impute.selected.cpo",)),
-    _rbv2("rbv2_glmnet", ("alpha", "s"), ("num.impute.selected.cpo",)),
-    _rbv2("rbv2_xgboost", _XGB, ("booster", "num.impute.selected.cpo")),
-    _rbv2("rbv2_aknn", ("k", "M", "ef", "ef_construction"), ("distance", "num.impute.selected.cpo")),
-    _rbv2("rbv2_super",
-          _prefixed("svm", ("cost", "gamma", "tolerance", "degree")) + _prefixed("glmnet", ("alpha", "s"))
-          + _prefixed("rpart", ("cp", "maxdepth", "minbucket", "minsplit"))
-          + _prefixed("ranger", ("num.trees", "sample.fraction", "mtry.power", "min.node.size", "num.random.splits"))
-          + _prefixed("aknn", ("k", "M", "ef", "ef_construction")) + _prefixed("xgboost", _XGB),
-          ("learner_id", "svm.kernel", "ranger.respect.unordered.factors", "ranger.splitrule", "aknn.distance",
-           "xgboost.booster", "num.impute.selected.cpo")),
-    _iaml("iaml_ranger", ("num.trees", "sample.fraction", "mtry.ratio", "min.node.size", "num.random.splits"),
-          ("replace", "respect.unordered.factors", "splitrule")),
-    _iaml("iaml_rpart", ("cp", "maxdepth", "minbucket", "minsplit"), ()),
-    _iaml("iaml_glmnet", ("alpha", "s"), ()),
-    _iaml("iaml_xgboost", _XGB, ("booster",)),
-    _iaml("iaml_super",
-          _prefixed("ranger", ("num.trees", "sample.fraction", "mtry.ratio", "min.node.size", "num.random.splits"))
-          + _prefixed("rpart", ("cp", "maxdepth", "minbucket", "minsplit")) + _prefixed("glmnet", ("alpha", "s"))
-          + _prefixed("xgboost", _XGB),
-          ("learner", "ranger.replace", "ranger.respect.unordered.factors", "ranger.splitrule", "xgboost.booster")),
-)}
+BUILTIN: dict[str, ScenarioDescriptor] = {
+    d.name: d
+    for d in (
+        ScenarioDescriptor(
+            name="lcbench",
+            cont_names=(
+                "epoch",
+                "batch_size",
+                "learning_rate",
+                "momentum",
+                "weight_decay",
+                "num_layers",
+                "max_units",
+                "max_dropout",
+            ),
+            cat_names=("OpenML_task_id",),
+            targets=(
+                "time",
+                "val_accuracy",
+                "val_cross_entropy",
+                "val_balanced_accuracy",
+                "test_cross_entropy",
+                "test_balanced_accuracy",
+            ),
+            maximize=("val_accuracy", "val_balanced_accuracy", "test_balanced_accuracy"),
+            default_target="val_accuracy",
+            runtime_name="time",
+            fidelities={"epoch": 52},
+            instance_name="OpenML_task_id",
+        ),
+        ScenarioDescriptor(
+            name="nb301",
+            cont_names=("epoch",),
+            cat_names=_NB301_EDGES + _NB301_INPUTS,
+            targets=("val_accuracy", "runtime"),
+            maximize=("val_accuracy",),
+            default_target="val_accuracy",
+            runtime_name="runtime",
+            fidelities={"epoch": 98},
+            instance_name=None,
+            instances=("CIFAR10",),
+            drop_predict=("dataset",),
+        ),
+        _rbv2("rbv2_svm", ("cost", "gamma", "tolerance", "degree"), ("kernel", "num.impute.selected.cpo")),
+        _rbv2(
+            "rbv2_ranger",
+            ("num.trees", "sample.fraction", "mtry.power", "min.node.size", "num.random.splits"),
+            ("respect.unordered.factors", "splitrule", "num.impute.selected.cpo"),
+        ),
+        _rbv2("rbv2_rpart", ("cp", "maxdepth", "minbucket", "minsplit"), ("num.impute.selected.cpo",)),
+        _rbv2("rbv2_glmnet", ("alpha", "s"), ("num.impute.selected.cpo",)),
+        _rbv2("rbv2_xgboost", _XGB, ("booster", "num.impute.selected.cpo")),
+        _rbv2("rbv2_aknn", ("k", "M", "ef", "ef_construction"), ("distance", "num.impute.selected.cpo")),
+        _rbv2(
+            "rbv2_super",
+            _prefixed("svm", ("cost", "gamma", "tolerance", "degree"))
+            + _prefixed("glmnet", ("alpha", "s"))
+            + _prefixed("rpart", ("cp", "maxdepth", "minbucket", "minsplit"))
+            + _prefixed("ranger", ("num.trees", "sample.fraction", "mtry.power", "min.node.size", "num.random.splits"))
+            + _prefixed("aknn", ("k", "M", "ef", "ef_construction"))
+            + _prefixed("xgboost", _XGB),
+            (
+                "learner_id",
+                "svm.kernel",
+                "ranger.respect.unordered.factors",
+                "ranger.splitrule",
+                "aknn.distance",
+                "xgboost.booster",
+                "num.impute.selected.cpo",
+            ),
+        ),
+        _iaml(
+            "iaml_ranger",
+            ("num.trees", "sample.fraction", "mtry.ratio", "min.node.size", "num.random.splits"),
+            ("replace", "respect.unordered.factors", "splitrule"),
+        ),
+        _iaml("iaml_rpart", ("cp", "maxdepth", "minbucket", "minsplit"), ()),
+        _iaml("iaml_glmnet", ("alpha", "s"), ()),
+        _iaml("iaml_xgboost", _XGB, ("booster",)),
+        _iaml(
+            "iaml_super",
+            _prefixed("ranger", ("num.trees", "sample.fraction", "mtry.ratio", "min.node.size", "num.random.splits"))
+            + _prefixed("rpart", ("cp", "maxdepth", "minbucket", "minsplit"))
+            + _prefixed("glmnet", ("alpha", "s"))
+            + _prefixed("xgboost", _XGB),
+            ("learner", "ranger.replace", "ranger.respect.unordered.factors", "ranger.splitrule", "xgboost.booster"),
+        ),
+    )
+}

@@ -3,7 +3,8 @@ parameters, log scales, and the conditions between them (simple, and the conjunc
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def parse_conditions(raw: Sequence[Mapping[str, Any]]) -> dict[str, Condition]:
         progress = False
         for child, parts in list(pending.items()):
             for i, part in enumerate(parts):
-                rest = parts[:i] + parts[i + 1:]
+                rest = parts[:i] + parts[i + 1 :]
                 if all(_implied(out, part.parent, r.parent, r.values) for r in rest):
                     out[child] = part
                     del pending[child]
@@ -87,8 +88,9 @@ def parse_conditions(raw: Sequence[Mapping[str, Any]]) -> dict[str, Condition]:
                     break
         if not progress:
             child = next(iter(pending))
-            raise TuneAgentError(f"unsupported AND condition on {child!r} in config_space.json "
-                                 "(no conjunct implies the others)")
+            raise TuneAgentError(
+                f"unsupported AND condition on {child!r} in config_space.json (no conjunct implies the others)"
+            )
     return out
 
 

@@ -64,18 +64,34 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     quiet_lightning()  # Lightning's banners and hints off; the lines below say what happens
     # a study of that name goes on where it stopped (after a crash), else a new one is made
-    study = create_study(args.study_name, dataset="wine", job="agent.jobs.examples:logistic", trials=args.trials,
-                         tracking_uri=args.tracking_uri, epochs=args.epochs, pruner=args.pruner, warm_start="none",
-                         load_if_exists=True)
+    study = create_study(
+        args.study_name,
+        dataset="wine",
+        job="agent.jobs.examples:logistic",
+        trials=args.trials,
+        tracking_uri=args.tracking_uri,
+        epochs=args.epochs,
+        pruner=args.pruner,
+        warm_start="none",
+        load_if_exists=True,
+    )
     train, val = loaders()
     while study.remaining() > 0:
         with study.trial() as trial:
             model = WineNet(**trial.config)
-            trainer = pl.Trainer(max_epochs=args.epochs, callbacks=[TuneAgentCallback(trial)], logger=trial.logger(),
-                                 enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+            trainer = pl.Trainer(
+                max_epochs=args.epochs,
+                callbacks=[TuneAgentCallback(trial)],
+                logger=trial.logger(),
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                enable_checkpointing=False,
+            )
             trainer.fit(model, train, val)
-        print(f"trial {trial.number}: {trial.record.origin} {trial.config} -> "
-              f"{'pruned: ' + trial.pruned if trial.pruned else f'val_loss={trial.value:.4f}'}")
+        print(
+            f"trial {trial.number}: {trial.record.origin} {trial.config} -> "
+            f"{'pruned: ' + trial.pruned if trial.pruned else f'val_loss={trial.value:.4f}'}"
+        )
     best = study.best_trial
     print(f"best val_loss={best.value:.4f} at trial {best.number}: {best.params}")
 

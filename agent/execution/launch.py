@@ -11,8 +11,9 @@ what follows fails.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from agent.errors import StoreError, StoreUnwritableError, StudyInterrupted, TuneAgentError, WorkersLostError
 from agent.execution.resources import ExecutionSettings
@@ -47,8 +48,16 @@ def abandoning(early: Any) -> Iterator[None]:
         raise
 
 
-def run_prepared(study: Any, job: Any, dataset: Any, split: Any, reporter: Any, execution: ExecutionSettings,
-                 early: Any = None, warn: Callable[[str], None] = print) -> None:
+def run_prepared(
+    study: Any,
+    job: Any,
+    dataset: Any,
+    split: Any,
+    reporter: Any,
+    execution: ExecutionSettings,
+    early: Any = None,
+    warn: Callable[[str], None] = print,
+) -> None:
     """Runs ``study`` to its end on the executor ``execution`` asks for; ``warn`` gets the line a
     ``--timeout`` leaves. Errors come out with their hint set; Ctrl-C as :class:`StudyInterrupted`."""
     from agent.execution.runner import run_study
@@ -85,8 +94,10 @@ def _announce(study: Any, executor: Any, execution: ExecutionSettings, reporter:
 
         ahead = f", {executor.ask_ahead} more asked ahead" if executor.ask_ahead else ""
         each = f", {executor.per_trial} each" if executor.per_trial else ""
-        reporter.line(f"running {executor.capacity} trial(s) at once on {executor.where}{each}{ahead}; "
-                      f"{pending_note(study.sampler)}")
+        reporter.line(
+            f"running {executor.capacity} trial(s) at once on {executor.where}{each}{ahead}; "
+            f"{pending_note(study.sampler)}"
+        )
     elif resources is not None and resources.gpus > 0:
         reporter.line("trials train on the GPU (Lightning accelerator 'gpu', one device)")
     for note in executor.notes:

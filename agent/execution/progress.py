@@ -7,8 +7,9 @@ text, one line per event, so logs stay greppable.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
 
 from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 
@@ -45,11 +46,28 @@ class ProgressReporter:
         """Starts the terminal's live display (a rich Progress printing the lines above itself)."""
         import atexit
 
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        self._progress = Progress(SpinnerColumn(), TextColumn("trials"), BarColumn(bar_width=24), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                  TextColumn("{task.fields[best]}"), console=self._console, transient=True)
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("trials"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=self._console,
+            transient=True,
+        )
         self._study_task = self._progress.add_task("study", total=self.total, completed=done, best="")
         self._trial_task = self._progress.add_task("trial", total=None, visible=False, best="")
         self._progress.start()
@@ -66,8 +84,13 @@ class ProgressReporter:
             return
         value = metrics.get(self.metric)
         shown = f"{self.metric}={value:.4g}" if value is not None else ""
-        self._progress.update(self._trial_task, visible=True, total=epochs, completed=epoch,
-                              best=f"trial {number + 1}: epoch {epoch}/{epochs} {shown}")
+        self._progress.update(
+            self._trial_task,
+            visible=True,
+            total=epochs,
+            completed=epoch,
+            best=f"trial {number + 1}: epoch {epoch}/{epochs} {shown}",
+        )
 
     def begin(self, study: Any, trials: list[TrialRecord]) -> None:
         self.total = study.settings.trials
@@ -106,8 +129,11 @@ class ProgressReporter:
             result = f"{trial.state}: {trial.reason}"
         best_txt = f"best {self.metric}={best.value:.5g} (trial {best.number + 1})" if best else "no success yet"
         style = {TRIAL_OK: "green", TRIAL_PRUNED: "yellow"}.get(trial.state, "red")
-        self.line(f"  trial {trial.number + 1} done ({done}/{self.total}): {result} in {trial.duration or 0:.1f} s; "
-                  f"{best_txt}", style=style)
+        self.line(
+            f"  trial {trial.number + 1} done ({done}/{self.total}): {result} in {trial.duration or 0:.1f} s; "
+            f"{best_txt}",
+            style=style,
+        )
 
     def end(self, study: Any, best: TrialRecord | None, timing: Any) -> None:
         self._stop()
@@ -120,15 +146,20 @@ class ProgressReporter:
             style="bold green",
         )
         if timing.wall_seconds > 0 and timing.workers > 1:
-            self.line(f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s summed over "
-                      f"{timing.workers} workers ({100 * timing.utilisation:.0f}% of their time)")
+            self.line(
+                f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s summed over "
+                f"{timing.workers} workers ({100 * timing.utilisation:.0f}% of their time)"
+            )
         elif timing.wall_seconds > 0:
             age = process_seconds() if self.whole_process else None
             if age is not None and age > timing.wall_seconds:  # the overhead of the whole command, start-up included
                 wait = getattr(timing, "first_wait_seconds", 0.0)  # the trial process still importing Lightning
-                self.line(f"process {age:.1f} s since launch ({age - timing.wall_seconds + wait:.1f} s before the first "
-                          f"trial trained: imports, data, warm start, surrogate), trials {timing.wall_seconds - wait:.1f} s, "
-                          f"Trainer.fit {timing.fit_seconds:.1f} s: agent overhead {100 * (1 - timing.fit_seconds / age):.1f}%")
+                self.line(
+                    f"process {age:.1f} s since launch ({age - timing.wall_seconds + wait:.1f} s before the first "
+                    f"trial trained: imports, data, warm start, surrogate), trials {timing.wall_seconds - wait:.1f} s, "
+                    f"Trainer.fit {timing.fit_seconds:.1f} s: "
+                    f"agent overhead {100 * (1 - timing.fit_seconds / age):.1f}%"
+                )
             else:
                 self.line(
                     f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s, "

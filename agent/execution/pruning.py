@@ -18,12 +18,14 @@ samplers treat its value as a bound, not a result (:func:`agent.samplers.bo.enco
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from agent.knowledge.base import CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TrialRecord
+
 MEDIAN_WARMUP = 1  # epochs run before the median rule may stop a trial
 MIN_PEERS = 3  # trials that must have reported at an epoch before a trial is judged there
 ASHA_ETA = 3
@@ -42,8 +44,8 @@ def study_curves(trials: Iterable[TrialRecord]) -> dict[int, list[float]]:
         if t.state not in (TRIAL_OK, TRIAL_PRUNED):
             continue
         for key, value in t.extra.items():
-            if key.startswith(CURVE_PREFIX) and key[len(CURVE_PREFIX):].isdigit():
-                out.setdefault(int(key[len(CURVE_PREFIX):]), []).append(float(value))
+            if key.startswith(CURVE_PREFIX) and key[len(CURVE_PREFIX) :].isdigit():
+                out.setdefault(int(key[len(CURVE_PREFIX) :]), []).append(float(value))
     return out
 
 
@@ -79,8 +81,7 @@ class Pruner:
             pool = sorted([*peers, value], reverse=True)
             keep = max(1, len(pool) // self.eta)
             cutoff = pool[keep - 1]
-            return (f"not in the top 1/{self.eta} of {len(pool)} trials at rung epoch {epoch}"
-                    if value < cutoff else "")
+            return f"not in the top 1/{self.eta} of {len(pool)} trials at rung epoch {epoch}" if value < cutoff else ""
         return ""
 
 
@@ -114,8 +115,9 @@ def pruning_state(settings: Any, trials: Callable[[], Iterable[TrialRecord]]) ->
     ``trials`` reads the study's trials; it is called only when a pruner needs their curves."""
     if getattr(settings, "pruner", "none") == "none":
         return None
-    return PruningState(Pruner(settings.pruner), settings.metric, settings.sign, settings.epochs,
-                        study_curves(trials()))
+    return PruningState(
+        Pruner(settings.pruner), settings.metric, settings.sign, settings.epochs, study_curves(trials())
+    )
 
 
 def pruning_callback(state: PruningState) -> Any:

@@ -46,8 +46,16 @@ class TrialWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def run(self, job: Any, dataset: Any, split: Any, config: dict[str, Any], number: int, settings: Any,
-            pruning: Any = None) -> tuple[Any, list[Any], int]:
+    def run(
+        self,
+        job: Any,
+        dataset: Any,
+        split: Any,
+        config: dict[str, Any],
+        number: int,
+        settings: Any,
+        pruning: Any = None,
+    ) -> tuple[Any, list[Any], int]:
         """One training run of ``config`` and what it logged. ``job``, ``dataset`` and ``split``
         come with this worker's first trial (Ray resolves them from its object store once) and are
         None after: the worker keeps them."""
@@ -63,8 +71,9 @@ class TrialWorker:
         torch.set_num_threads(self.threads)
         logger = recording_logger()
         try:
-            outcome = train_config(job, config, number, settings, dataset, split, logger, pruning,
-                                   accelerator=self.accelerator)
+            outcome = train_config(
+                job, config, number, settings, dataset, split, logger, pruning, accelerator=self.accelerator
+            )
         finally:
             if self.accelerator != "cpu" and torch.cuda.is_available():
                 torch.cuda.empty_cache()  # what this trial cached goes back to the trials sharing the GPU
@@ -92,8 +101,13 @@ class RayStart:
     would take the instance with it. :meth:`wait` blocks until Ray is up; :meth:`stop` ends an
     instance this process started; :meth:`abandon` does so without waiting, when no study follows."""
 
-    def __init__(self, capacity: int, address: str | None = None, resources: TrialResources | None = None,
-                 working_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        address: str | None = None,
+        resources: TrialResources | None = None,
+        working_dir: str | None = None,
+    ) -> None:
         self.capacity, self.address = capacity, address
         self.resources = resources or TrialResources()
         self.working_dir = working_dir  # shipped to every worker (Ray's runtime_env working_dir)
@@ -123,14 +137,19 @@ class RayStart:
                 env = {"runtime_env": {"working_dir": self.working_dir}} if self.working_dir else {}
                 if self.address is None:
                     # the trials' CPUs; the GPUs are those Ray finds on this machine
-                    ray.init(num_cpus=self.capacity * self.resources.cpus, include_dashboard=False,
-                             log_to_driver=False, configure_logging=False, **env)
+                    ray.init(
+                        num_cpus=self.capacity * self.resources.cpus,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        configure_logging=False,
+                        **env,
+                    )
                 else:
                     ray.init(address=self.address, log_to_driver=False, configure_logging=False, **env)
                 self.own = True
             if not self._abandoned:
                 self._workers = [self.new_worker() for _ in range(self.capacity)]
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
+        except BaseException as exc:
             self._error = exc
         finally:
             with self._lock:  # abandon() either sees this start up, or this start sees it abandoned
@@ -150,8 +169,10 @@ class RayStart:
             if isinstance(exc, TuneAgentError):
                 raise exc
             text = str(exc).strip()
-            raise TuneAgentError(f"cannot reach the Ray cluster at {self.address or 'a new local instance'}: "
-                                 f"{text.splitlines()[0] if text else type(exc).__name__}") from None
+            raise TuneAgentError(
+                f"cannot reach the Ray cluster at {self.address or 'a new local instance'}: "
+                f"{text.splitlines()[0] if text else type(exc).__name__}"
+            ) from None
         return self.own
 
     def new_worker(self) -> Any:
@@ -186,8 +207,13 @@ class RayStart:
             self.stop()
 
 
-def start_workers_early(workers: int, ray_address: str | None, job_spec: str | None = None,
-                        resources: TrialResources | None = None, working_dir: str | None = None) -> RayStart | None:
+def start_workers_early(
+    workers: int,
+    ray_address: str | None,
+    job_spec: str | None = None,
+    resources: TrialResources | None = None,
+    working_dir: str | None = None,
+) -> RayStart | None:
     """A :class:`RayStart` when the study will run on Ray (``--workers`` above 1 or a
     ``--ray-address``, and not a benchmark job, whose trials are lookups run in this process)."""
     from agent.jobs.registry import YAHPO_PREFIX

@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agent.errors import TuneAgentError, WorkersLostError
-from agent.knowledge.base import TrialRecord
-from agent.execution.pruning import pruning_state
 from agent.execution import ray_start
+from agent.execution.pruning import pruning_state
 from agent.execution.ray_start import RayStart
 from agent.execution.resources import TrialResources, fit_note, trial_slots
 from agent.execution.trial import TrialOutcome, replay_logged
+from agent.knowledge.base import TrialRecord
 from agent.tuning.study import Study
 
 WORKER_RETRIES = 1
@@ -52,9 +53,19 @@ class RayExecutor:
     finds) for this study and stops it at :meth:`close`. A worker that dies is replaced by a fresh
     one and its trial runs again, once."""
 
-    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, capacity: int,
-                 address: str | None = None, ask_ahead: int = 1, started: RayStart | None = None,  # workers.ASK_AHEAD
-                 resources: TrialResources | None = None, working_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        study: Study,
+        job: Any,
+        dataset: Any,
+        split: Any,
+        capacity: int,
+        address: str | None = None,
+        ask_ahead: int = 1,
+        started: RayStart | None = None,  # workers.ASK_AHEAD
+        resources: TrialResources | None = None,
+        working_dir: str | None = None,
+    ) -> None:
         ray = ray_start.import_ray()
         self.study, self.capacity, self.ask_ahead = study, capacity, ask_ahead
         self.resources = resources or TrialResources()
@@ -66,8 +77,10 @@ class RayExecutor:
         slots = trial_slots(ray.nodes(), self.resources)
         if slots == 0 and self._start.own and address is None:
             self._start.stop()
-            raise TuneAgentError(f"the local Ray instance has no room for a trial of {self.resources.describe()} "
-                                 f"(Ray found {ray.cluster_resources().get('GPU', 0):g} GPUs here)")
+            raise TuneAgentError(
+                f"the local Ray instance has no room for a trial of {self.resources.describe()} "
+                f"(Ray found {ray.cluster_resources().get('GPU', 0):g} GPUs here)"
+            )
         note = fit_note(slots, capacity, self.resources, self.where)
         self.notes = [note] if note else []
         self.say: Callable[[str], None] = lambda line: None  # the command line's: a node that fits joined, ...
@@ -116,20 +129,27 @@ class RayExecutor:
                 self._idle.append(worker)  # the worker itself lives on
                 missing = _missing_module(exc)
                 if missing is not None:  # every trial would fail the same way: the workers lack the code
-                    raise self._cannot_load(missing)
-                return trial, TrialOutcome(None, f"worker error: {str(exc).strip().splitlines()[-1][:400]}",
-                                           time.perf_counter() - start)
-            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-                    ray.exceptions.ObjectLostError, ray.exceptions.RaySystemError) as exc:
+                    raise self._cannot_load(missing) from exc
+                return trial, TrialOutcome(
+                    None, f"worker error: {str(exc).strip().splitlines()[-1][:400]}", time.perf_counter() - start
+                )
+            except (
+                ray.exceptions.RayActorError,
+                ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError,
+                ray.exceptions.ObjectLostError,
+                ray.exceptions.RaySystemError,
+            ) as exc:
                 missing = _missing_module(exc)  # a worker that could not even be made: tune-agent is missing
                 if missing is not None:
-                    raise self._cannot_load(missing)
+                    raise self._cannot_load(missing) from exc
                 self._discard(worker)
                 if attempts < WORKER_RETRIES:
                     self.submit(trial, attempts + 1)  # on a fresh worker
                     continue
-                return trial, TrialOutcome(None, f"{WORKER_DIED} {attempts + 1} times ({type(exc).__name__})",
-                                           retries=attempts)
+                return trial, TrialOutcome(
+                    None, f"{WORKER_DIED} {attempts + 1} times ({type(exc).__name__})", retries=attempts
+                )
             worker.given = True
             self._idle.append(worker)
             self.pids.append(pid)
@@ -142,14 +162,15 @@ class RayExecutor:
         return WorkersLostError(
             f"the Ray workers cannot load the job: no module named {missing!r} on {self.where}; install it "
             "on every node, or ship the folder that holds it with --ray-working-dir DIR",
-            remedy="with --ray-working-dir DIR, or once every node has the module")
+            remedy="with --ray-working-dir DIR, or once every node has the module",
+        )
 
     def _discard(self, worker: _Worker) -> None:
         """A worker that died, or whose trial is abandoned: ended, and forgotten."""
         if not self._lost:
             try:
                 ray_start.import_ray().kill(worker.handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone with its node
+            except Exception:
                 pass
 
     def _check_head(self) -> None:
@@ -158,7 +179,7 @@ class RayExecutor:
         import socket
 
         host, _, port = self._gcs.rpartition(":")
-        for attempt in range(HEAD_CHECK_TRIES):
+        for _attempt in range(HEAD_CHECK_TRIES):
             try:
                 with socket.create_connection((host, int(port)), timeout=2):
                     return
@@ -176,12 +197,16 @@ class RayExecutor:
         now = time.monotonic()
         if slots != self._slots:
             self._slots, self._said_at = slots, now
-            self.say(f"{self.where} now fits {slots} trial(s) of {self.per_trial} at once"
-                     + ("" if slots else ": the trials wait for a node that has"))
+            self.say(
+                f"{self.where} now fits {slots} trial(s) of {self.per_trial} at once"
+                + ("" if slots else ": the trials wait for a node that has")
+            )
         elif slots == 0 and now - self._said_at >= WAIT_REMINDER_SECONDS:
             self._said_at = now
-            self.say(f"still no node of {self.where} has {self.per_trial} for a trial; the trials wait "
-                     "(Ctrl-C stops the study and keeps it for `tune-agent resume`)")
+            self.say(
+                f"still no node of {self.where} has {self.per_trial} for a trial; the trials wait "
+                "(Ctrl-C stops the study and keeps it for `tune-agent resume`)"
+            )
 
     def cancel(self) -> None:
         if self._lost:  # nothing left to cancel on

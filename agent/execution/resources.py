@@ -15,8 +15,9 @@ This module imports nothing heavy: the command line checks its options before an
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 EPS = 1e-6  # Ray keeps resources in units of 1/10000: 1 / 0.1 must count as 10 trials, not 9
 
@@ -39,7 +40,7 @@ class ExecutionSettings:
     ray_address: str | None = None
     timeout: float | None = None
     ask_ahead: int = 1
-    resources: "TrialResources | None" = None
+    resources: TrialResources | None = None
     working_dir: str | None = None
 
     @property
@@ -72,16 +73,21 @@ def problem(resources: TrialResources, on_ray: bool) -> tuple[str, str] | None:
     if resources.cpus < 1:
         return "--cpus-per-trial", f"must be at least 1, got {resources.cpus}"
     if not 0 <= resources.gpus <= 1 or math.isnan(resources.gpus):
-        return "--gpus-per-trial", (f"must be between 0 and 1, got {resources.gpus:g}: a trial trains on one device "
-                                    "(a fraction shares a GPU between trials on Ray)")
+        return "--gpus-per-trial", (
+            f"must be between 0 and 1, got {resources.gpus:g}: a trial trains on one device "
+            "(a fraction shares a GPU between trials on Ray)"
+        )
     if resources.torch_threads is not None and resources.torch_threads < 1:
         return "--torch-threads", f"must be at least 1, got {resources.torch_threads}"
     if on_ray and resources.torch_threads is not None:
-        return "--torch-threads", ("applies to trials trained in this process (--workers 1); a Ray worker trains on "
-                                   "--cpus-per-trial threads")
+        return "--torch-threads", (
+            "applies to trials trained in this process (--workers 1); a Ray worker trains on --cpus-per-trial threads"
+        )
     if not on_ray and resources.cpus != 1:
-        return "--cpus-per-trial", ("applies to Ray workers (--workers above 1 or --ray-address); a trial trained in "
-                                    "this process takes --torch-threads")
+        return "--cpus-per-trial", (
+            "applies to Ray workers (--workers above 1 or --ray-address); a trial trained in "
+            "this process takes --torch-threads"
+        )
     return None
 
 
@@ -94,8 +100,10 @@ def local_gpu_problem(gpus: float) -> str | None:
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         return None
     build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-    return (f"this machine has no GPU torch can use (torch {torch.__version__}, {build}); "
-            "leave --gpus-per-trial out to train on the CPU, or run the trials on a cluster with --ray-address")
+    return (
+        f"this machine has no GPU torch can use (torch {torch.__version__}, {build}); "
+        "leave --gpus-per-trial out to train on the CPU, or run the trials on a cluster with --ray-address"
+    )
 
 
 def trial_slots(nodes: Iterable[Mapping[str, Any]], resources: TrialResources) -> int:
@@ -120,8 +128,10 @@ def fit_note(slots: int, capacity: int, resources: TrialResources, where: str) -
         return None
     need = f"{resources.describe()} a trial"
     if slots == 0:
-        return (f"no node of {where} has {need}: the trials wait until one joins (an autoscaling cluster adds one); "
-                "Ctrl-C stops the study and keeps it for `tune-agent resume`")
+        return (
+            f"no node of {where} has {need}: the trials wait until one joins (an autoscaling cluster adds one); "
+            "Ctrl-C stops the study and keeps it for `tune-agent resume`"
+        )
     return f"{where} fits {slots} trial(s) of {need} at once: {capacity - slots} of the {capacity} workers wait"
 
 

@@ -9,18 +9,21 @@ a failed trial with its reason and the study goes on; Ctrl-C closes the running 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from agent.errors import StudyFailedError, WorkersLostError
-from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.execution.pruning import curve_metrics
-from agent.tuning.study import Study
-from agent.execution.trial import (TrialOutcome, quiet_lightning, recording_logger, replay_logged, run_trial,  # noqa: F401 - re-exported
-                                train_config)
+from agent.execution.trial import (
+    quiet_lightning,
+    run_trial,  # noqa: F401 - re-exported
+)
 from agent.execution.workers import InlineExecutor
+from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.tuning.study import Study
 
 
 @dataclass
@@ -43,9 +46,18 @@ class StudyTiming:
         """Share of the workers' wall time spent in ``Trainer.fit``."""
         return self.fit_seconds / (self.wall_seconds * self.workers) if self.wall_seconds > 0 else 0.0
 
-def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | None, reporter: Any,
-              trace_plot: bool = True, executor: Any = None, timeout: float | None = None,
-              n_trials: int | None = None) -> StudyTiming:
+
+def run_study(
+    study: Study,
+    job: Any,
+    dataset: Any,
+    split: tuple[Any, Any] | None,
+    reporter: Any,
+    trace_plot: bool = True,
+    executor: Any = None,
+    timeout: float | None = None,
+    n_trials: int | None = None,
+) -> StudyTiming:
     """Asks, trains and tells until the budget is spent; returns where the time went.
 
     ``timeout`` (seconds of this call, as Optuna's ``optimize(timeout=...)``): no trial starts
@@ -93,9 +105,12 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             if ready and timed_out():  # asked ahead but not started: their slots stay free for resume
                 trials = _close_ready(study, ready, trials, f"not started before --timeout {timeout:g} s")
             start_ready()
-            while (len(running) + len(ready) < executor.capacity + ahead
-                   and study.remaining(trials) - len(running) - len(ready) > 0 and not timed_out()
-                   and (n_trials is None or asked < n_trials)):
+            while (
+                len(running) + len(ready) < executor.capacity + ahead
+                and study.remaining(trials) - len(running) - len(ready) > 0
+                and not timed_out()
+                and (n_trials is None or asked < n_trials)
+            ):
                 ask_start = time.perf_counter()
                 trial = study.ask(trials)
                 asked += 1
@@ -108,7 +123,9 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
             ended = deque([executor.wait()])
             if timing.first_result_seconds is None:
                 timing.first_result_seconds = time.perf_counter() - wall_start
-            while (also := executor.poll()) is not None:  # ended while the driver was busy: all told before the next ask
+            while (
+                also := executor.poll()
+            ) is not None:  # ended while the driver was busy: all told before the next ask
                 ended.append(also)
             for trial, _ in ended:
                 untold[trial.number] = running.pop(trial.number)
@@ -121,18 +138,21 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
                 extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
                 if outcome.retries:
                     extra["worker_retries"] = float(outcome.retries)
-                done = study.tell(trial, value=outcome.value, failed=outcome.reason or None,
-                                  duration=outcome.fit_seconds, metrics=extra,
-                                  state=TRIAL_PRUNED if outcome.pruned else None)
+                done = study.tell(
+                    trial,
+                    value=outcome.value,
+                    failed=outcome.reason or None,
+                    duration=outcome.fit_seconds,
+                    metrics=extra,
+                    state=TRIAL_PRUNED if outcome.pruned else None,
+                )
                 untold.pop(trial.number)
                 trials = _with(trials, done)
                 reporter.trial_finished(done, study.best(trials), trials)
             if study.failed_majority(trials):
                 _close(study, executor, running, "the study stopped: most trials failed", ready)
                 study.set_status("failed")
-                raise StudyFailedError(
-                    f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})"
-                )
+                raise StudyFailedError(f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})")
     except (KeyboardInterrupt, SystemExit):
         _close(study, executor, running | untold, "interrupted by the user", ready)
         study.set_status("interrupted")
@@ -141,8 +161,9 @@ def run_study(study: Study, job: Any, dataset: Any, split: tuple[Any, Any] | Non
         closed = running | untold
         _close(study, executor, closed, str(exc), ready)
         study.set_status("interrupted")
-        raise WorkersLostError(f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(closed))} closed as killed",
-                               exc.remedy) from None
+        raise WorkersLostError(
+            f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(closed))} closed as killed", exc.remedy
+        ) from None
     finally:
         executor.close()
     timing.first_wait_seconds = float(getattr(executor, "first_wait", 0.0))
@@ -176,16 +197,19 @@ def _add_source_model(study: Study, reporter: Any) -> None:
         done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel, store=store)
     except StoreError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         reporter.line(f"source models not updated: {type(exc).__name__}: {exc}")
         return
-    published = publish_added(study.kb, store, s.job_name, study.space,
-                              lambda: history_revision(study.kb, s.job_name, study.space))
+    published = publish_added(
+        study.kb, store, s.job_name, study.space, lambda: history_revision(study.kb, s.job_name, study.space)
+    )
     if "not_written" in done:
         reporter.line(f"source models not updated: cannot write {done['not_written']}")
     elif done["fitted"]:
-        reporter.line(f"source models: {done['fitted']} GP(s) fitted and stored in {done['file']} "
-                      f"({done['sources']} sources, {time.perf_counter() - start:.1f} s)")
+        reporter.line(
+            f"source models: {done['fitted']} GP(s) fitted and stored in {done['file']} "
+            f"({done['sources']} sources, {time.perf_counter() - start:.1f} s)"
+        )
     if published is not None:
         reporter.line(published)
 
@@ -203,8 +227,7 @@ def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:
     return sorted(kept + [record], key=lambda t: t.number)
 
 
-def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str,
-           ready: Any) -> None:
+def _close(study: Study, executor: Any, running: Mapping[int, TrialRecord], reason: str, ready: Any) -> None:
     """Cancels the running trials and closes them, and those asked ahead, as killed, freeing
     their slots for ``resume``."""
     executor.cancel()
@@ -229,7 +252,7 @@ def _log_report(study: Study, reporter: Any) -> None:
         write_report(study.kb, study.record, study.space)
     except StoreError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a report is a by-product: the study is done either way
+    except Exception as exc:
         reporter.line(f"report not written: {type(exc).__name__}: {exc}")
         return
     reporter.line(f"report: report/report.html on the study run (tune-agent report {study.name} writes it here too)")
@@ -252,8 +275,14 @@ def log_trace_plot(study: Study, trials: list[TrialRecord]) -> None:
         ax.scatter(xs, ys, s=18, label="trial", color="tab:blue")
         ax.step(xs, best, where="post", label="best so far", color="tab:orange")
     if pruned:
-        ax.scatter([t.number + 1 for t in pruned], [t.value for t in pruned], s=18, marker="x", color="tab:gray",
-                   label="pruned (last value)")
+        ax.scatter(
+            [t.number + 1 for t in pruned],
+            [t.value for t in pruned],
+            s=18,
+            marker="x",
+            color="tab:gray",
+            label="pruned (last value)",
+        )
     ax.set_xlabel("trial")
     ax.set_ylabel(study.settings.metric)
     ax.set_title(f"{study.name}: {study.settings.mode} {study.settings.metric}")

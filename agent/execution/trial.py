@@ -13,14 +13,16 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from agent.knowledge.base import TrialRecord
 from agent.execution.pruning import PruningState, pruning_callback, pruning_state
+from agent.knowledge.base import TrialRecord
 from agent.tuning.study import Study
+
 
 @dataclass
 class TrialOutcome:
@@ -70,7 +72,7 @@ def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -
         value = float(job.evaluate(dict(trial.config), task))
     except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure of the job is the trial's outcome
+    except Exception as exc:
         return TrialOutcome(None, f"{type(exc).__name__}: {str(exc).strip()[:400]}", time.perf_counter() - start)
     seconds = time.perf_counter() - start
     if not math.isfinite(value):
@@ -78,8 +80,15 @@ def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -
     return TrialOutcome(value, "", seconds, {study.settings.metric: value})
 
 
-def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: tuple[Any, Any] | None,
-              on_epoch: EpochListener | None = None, accelerator: str = "cpu") -> TrialOutcome:
+def run_trial(
+    study: Study,
+    trial: TrialRecord,
+    job: Any,
+    dataset: Any,
+    split: tuple[Any, Any] | None,
+    on_epoch: EpochListener | None = None,
+    accelerator: str = "cpu",
+) -> TrialOutcome:
     """Trains ``job`` once with ``trial.config`` in this process, logging live to the trial's run;
     never raises for a failure inside the trial. ``on_epoch(trial_number, epoch, epochs, metrics)``
     hears each finished epoch (the terminal's progress display); ``accelerator`` is Lightning's
@@ -88,9 +97,18 @@ def run_trial(study: Study, trial: TrialRecord, job: Any, dataset: Any, split: t
 
     if isinstance(job, BenchmarkJob):
         return run_benchmark_trial(study, trial, job, dataset)
-    return train_config(job, dict(trial.config), trial.number, study.settings, dataset, split,
-                        study.kb.trial_logger(study.record, trial), pruning_state(study.settings, study.trials),
-                        on_epoch=on_epoch, accelerator=accelerator)
+    return train_config(
+        job,
+        dict(trial.config),
+        trial.number,
+        study.settings,
+        dataset,
+        split,
+        study.kb.trial_logger(study.record, trial),
+        pruning_state(study.settings, study.trials),
+        on_epoch=on_epoch,
+        accelerator=accelerator,
+    )
 
 
 EpochListener = Callable[[int, int, int, Mapping[str, float]], None]
@@ -147,10 +165,19 @@ def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> No
     logger.finalize("success")
 
 
-def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, dataset: Any,
-                 split: tuple[Any, Any] | None, logger: Any, pruning: PruningState | None = None,
-                 on_epoch: EpochListener | None = None, keep: list[Any] | None = None,
-                 accelerator: str = "cpu") -> TrialOutcome:
+def train_config(
+    job: Any,
+    config: dict[str, Any],
+    number: int,
+    settings: Any,
+    dataset: Any,
+    split: tuple[Any, Any] | None,
+    logger: Any,
+    pruning: PruningState | None = None,
+    on_epoch: EpochListener | None = None,
+    keep: list[Any] | None = None,
+    accelerator: str = "cpu",
+) -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
     ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
     never raised. Runs in the study's process or in a parallel worker (:mod:`agent.execution.workers`).
@@ -184,7 +211,7 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
             keep.append((module, datamodule))
     except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure of the user's job is the trial's outcome
+    except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return TrialOutcome(None, f"{type(exc).__name__}: {message}"[:500], time.perf_counter() - start)
     fit_seconds = time.perf_counter() - start
@@ -193,9 +220,13 @@ def train_config(job: Any, config: dict[str, Any], number: int, settings: Any, d
         return TrialOutcome(None, guard.reason, fit_seconds, metrics)
     curve = dict(pruning.curve) if pruning is not None else {}
     if pruning is not None and pruning.reason:
-        return TrialOutcome(metrics.get(settings.metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve)
+        return TrialOutcome(
+            metrics.get(settings.metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve
+        )
     if settings.metric not in metrics:
-        return TrialOutcome(None, f"job logged no metric {settings.metric!r} (has {sorted(metrics)})", fit_seconds, metrics)
+        return TrialOutcome(
+            None, f"job logged no metric {settings.metric!r} (has {sorted(metrics)})", fit_seconds, metrics
+        )
     value = metrics[settings.metric]
     if not math.isfinite(value):
         return TrialOutcome(None, f"diverged: {settings.metric} is {value}", fit_seconds, metrics)

@@ -28,7 +28,8 @@ import signal
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 ENV = "TUNE_AGENT_TRIAL_PROCESS"
 
@@ -75,13 +76,16 @@ class TrialProcess:
                     for stream in (sys.stdout, sys.stderr):
                         try:
                             stream.flush()
-                        except Exception:  # noqa: BLE001, S110 - the study's streams may be gone
+                        except Exception:
                             pass
                     os._exit(0)  # none of the study's exit handlers: they are the study's
             self.proc: Any = _Forked(pid)
         else:
-            self.proc = subprocess.Popen([sys.executable, "-m", "agent.execution.trial_process", str(theirs.fileno())],
-                                         pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agent.execution.trial_process", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
         theirs.close()
         self.conn = Connection(mine.detach())
         self.given = False  # the job, data and split sent
@@ -164,8 +168,16 @@ class ProcessExecutor:
     where = "a trial process"
     per_trial = ""
 
-    def __init__(self, study: Any, job: Any, dataset: Any, split: Any, resources: Any, process: TrialProcess,
-                 inline: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        study: Any,
+        job: Any,
+        dataset: Any,
+        split: Any,
+        resources: Any,
+        process: TrialProcess,
+        inline: Callable[[], Any],
+    ) -> None:
         self.study, self.job, self.dataset, self.split = study, job, dataset, split
         self.resources, self.process, self._make_inline = resources, process, inline
         self.notes: list[str] = []
@@ -181,9 +193,17 @@ class ProcessExecutor:
         import pickle
 
         try:
-            payload = pickle.dumps((self.job, self.dataset, self.split, self.study.settings,
-                                    self.resources.accelerator, self.resources.torch_threads))
-        except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the trial can run here
+            payload = pickle.dumps(
+                (
+                    self.job,
+                    self.dataset,
+                    self.split,
+                    self.study.settings,
+                    self.resources.accelerator,
+                    self.resources.torch_threads,
+                )
+            )
+        except Exception as exc:
             return self._go_inline(f"the job cannot be sent to a trial process ({type(exc).__name__}: {exc})")
         self.process.conn.send(("path", list(sys.path)))  # first: where the job's module is found
         self.process.conn.send_bytes(payload)
@@ -246,7 +266,7 @@ class ProcessExecutor:
             code = self.process.proc.wait()
             try:
                 writer.finalize("failed")  # what it logged before it died is kept
-            except Exception:  # noqa: BLE001, S110 - the store's own errors surface on the next write
+            except Exception:
                 pass
             self.process.respawn()
             self._warmed()
@@ -268,8 +288,10 @@ class ProcessExecutor:
         warming = self.__dict__.pop("_warming", None)
         if warming is not None:
             if warming.is_alive():  # a short first trial: the rest of the import is waited for here, said
-                self.say("trial 1 ended; finishing what the BO steps need (BoTorch, the surrogate's source models), "
-                         "begun while it trained")
+                self.say(
+                    "trial 1 ended; finishing what the BO steps need (BoTorch, the surrogate's source models), "
+                    "begun while it trained"
+                )
             warming.join()
 
     def poll(self) -> tuple[Any, Any] | None:
@@ -284,6 +306,10 @@ class ProcessExecutor:
             self._inline.close()
         else:  # interrupted mid-trial, the trial is closed as killed by the study loop
             self.process.close()
+        # a warm-up still running outlives no study: it sets process-wide GPyTorch flags while it works
+        warming = self.__dict__.pop("_warming", None)
+        if warming is not None:
+            warming.join()
 
 
 def _quietly(warm: Callable[[], None]) -> None:
@@ -291,7 +317,7 @@ def _quietly(warm: Callable[[], None]) -> None:
     and fails, if it must, where the study says so in one line."""
     try:
         warm()
-    except Exception:  # noqa: BLE001, S110
+    except Exception:
         pass
 
 
@@ -366,7 +392,7 @@ def child_main(fd: int) -> None:
         return
     try:
         job, dataset, split, settings, accelerator, threads = pickle.loads(setup)
-    except Exception as exc:  # noqa: BLE001 - said to the study, which trains here instead
+    except Exception as exc:
         conn.send(("refused", f"{type(exc).__name__}: {exc}"))
         return
     if threads is not None:
@@ -383,9 +409,18 @@ def child_main(fd: int) -> None:
         _, number, config, pruning = message
         try:
             conn.send(("begun",))
-            outcome = train_config(job, config, number, settings, dataset, split,
-                                   _forwarding_logger(conn.send, set(config)), pruning,
-                                   on_epoch=lambda *epoch: conn.send(("epoch", *epoch)), accelerator=accelerator)
+            outcome = train_config(
+                job,
+                config,
+                number,
+                settings,
+                dataset,
+                split,
+                _forwarding_logger(conn.send, set(config)),
+                pruning,
+                on_epoch=lambda *epoch: conn.send(("epoch", *epoch)),
+                accelerator=accelerator,
+            )
             conn.send(("done", outcome))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             return

@@ -28,9 +28,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.errors import TuneAgentError
-from agent.knowledge.base import TrialRecord
 from agent.execution.resources import ExecutionSettings, TrialResources
 from agent.execution.trial import TrialOutcome, run_trial
+from agent.knowledge.base import TrialRecord
 from agent.tuning.study import Study
 
 if TYPE_CHECKING:
@@ -75,7 +75,9 @@ class InlineExecutor:
     where = "this process"
     per_trial = ""
 
-    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, resources: TrialResources | None = None) -> None:
+    def __init__(
+        self, study: Study, job: Any, dataset: Any, split: Any, resources: TrialResources | None = None
+    ) -> None:
         self.study, self.job, self.dataset, self.split = study, job, dataset, split
         self.resources = resources or TrialResources()
         self.notes: list[str] = []  # said once the study starts
@@ -131,8 +133,14 @@ class QueuedExecutor(InlineExecutor):
         self._done.clear()
 
 
-def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: ExecutionSettings | None = None,
-                  started: RayStart | None = None) -> TrialExecutor:
+def make_executor(
+    study: Study,
+    job: Any,
+    dataset: Any,
+    split: Any,
+    execution: ExecutionSettings | None = None,
+    started: RayStart | None = None,
+) -> TrialExecutor:
     """The executor for ``execution`` (:class:`~agent.execution.resources.ExecutionSettings`; default:
     one trial at a time here): inline for one local worker, queued for a benchmark job, Ray
     otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start begun by
@@ -152,18 +160,31 @@ def make_executor(study: Study, job: Any, dataset: Any, split: Any, execution: E
         from agent.execution.trial_process import TrialProcess
 
         process = started if isinstance(started, TrialProcess) else None
-    if started is not None and not on_ray and (process is None or isinstance(job, BenchmarkJob)
-                                               or not study.kb.trial_writers):
+    if (
+        started is not None
+        and not on_ray
+        and (process is None or isinstance(job, BenchmarkJob) or not study.kb.trial_writers)
+    ):
         started.abandon()
         process = None
     if isinstance(job, BenchmarkJob):
-        return (QueuedExecutor(study, job, dataset, split, workers, ask_ahead) if workers > 1
-                else InlineExecutor(study, job, dataset, split))
+        return (
+            QueuedExecutor(study, job, dataset, split, workers, ask_ahead)
+            if workers > 1
+            else InlineExecutor(study, job, dataset, split)
+        )
     if not on_ray and process is not None:
         from agent.execution.trial_process import ProcessExecutor
 
-        return ProcessExecutor(study, job, dataset, split, resources, process,
-                               lambda: InlineExecutor(study, job, dataset, split, resources))
+        return ProcessExecutor(
+            study,
+            job,
+            dataset,
+            split,
+            resources,
+            process,
+            lambda: InlineExecutor(study, job, dataset, split, resources),
+        )
     if not on_ray:
         return InlineExecutor(study, job, dataset, split, resources)
     from agent.execution.ray_workers import RayExecutor  # Ray only where a study runs on it

@@ -21,8 +21,13 @@ from agent.jobs.registry import BUILTIN_JOBS, load_job
 
 # Lightning takes seconds to import: the Lightning parts load on first use, so a refused job or
 # dataset, and a surrogate-benchmark job, never pay for it.
-_LAZY = {"ArrayDataModule": "agent.jobs.datamodule", "ClassifierModule": "agent.jobs.classifier",
-         "CNNJob": "agent.jobs.cnn", "MLPJob": "agent.jobs.mlp", "MLPArchJob": "agent.jobs.mlp_arch"}
+_LAZY = {
+    "ArrayDataModule": "agent.jobs.datamodule",
+    "ClassifierModule": "agent.jobs.classifier",
+    "CNNJob": "agent.jobs.cnn",
+    "MLPJob": "agent.jobs.mlp",
+    "MLPArchJob": "agent.jobs.mlp_arch",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -32,13 +37,5 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'agent.jobs' has no attribute {name!r}")
 
-__all__ = [
-    "ArrayDataModule",
-    "BUILTIN_JOBS",
-    "CNNJob",
-    "ClassifierModule",
-    "Job",
-    "MLPJob",
-    "load_job",
-    "validate_job",
-]
+
+__all__ = ["ArrayDataModule", "BUILTIN_JOBS", "CNNJob", "ClassifierModule", "Job", "MLPJob", "load_job", "validate_job"]

@@ -8,8 +8,9 @@ and small helpers shared by the built-in jobs (dataset sanity checks, config loo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -59,13 +60,8 @@ class Job(Protocol):
     def check_dataset(self, dataset: Any) -> None: ...
 
     def build(
-        self,
-        config: dict,
-        dataset: Any,
-        train_idx: np.ndarray,
-        val_idx: np.ndarray,
-        seed: int,
-    ) -> tuple["pl.LightningModule", "pl.LightningDataModule"]: ...
+        self, config: dict, dataset: Any, train_idx: np.ndarray, val_idx: np.ndarray, seed: int
+    ) -> tuple[pl.LightningModule, pl.LightningDataModule]: ...
 
 
 @dataclass(frozen=True)
@@ -133,8 +129,7 @@ def check_arrays(job_name: str, dataset: Any) -> None:
         raise JobError(f"job {job_name!r} needs numpy X and y; dataset {label} has neither")
     if X.ndim < 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or X.shape[0] < 2:
         raise JobError(
-            f"job {job_name!r} needs X (n x ...) and y (n) with n >= 2; "
-            f"dataset {label} has X {X.shape} and y {y.shape}"
+            f"job {job_name!r} needs X (n x ...) and y (n) with n >= 2; dataset {label} has X {X.shape} and y {y.shape}"
         )
     if int(dataset.num_classes) < 2:
         raise JobError(f"job {job_name!r} needs at least 2 classes; dataset {label} has fewer")

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-Batch = tuple[torch.Tensor, torch.Tensor]
-
 from agent.jobs.base import CLASSIFIER_METRICS  # noqa: F401 - what ClassifierModule logs per epoch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 class ClassifierModule(pl.LightningModule):

@@ -1,8 +1,8 @@
 """The built-in ``cnn`` job: the target CNN of paper 003 (section 5.1.2, Table 1).
 
 Owns the six-dimensional search space of Table 1, the backbone (:class:`ConvNet`), its
-LightningModule (:class:`CNNModule` in :mod:`agent.jobs.cnn_net`: Adam with exponential learning-rate decay per optimisation
-step, ``lr_t = 10**lr_log10 * exp(-10**decay_log10 * t)``) and the job object (:class:`CNNJob`).
+LightningModule (:class:`CNNModule` in :mod:`agent.jobs.cnn_net`: Adam with exponential learning-rate decay
+per optimisation step, ``lr_t = 10**lr_log10 * exp(-10**decay_log10 * t)``) and the job object (:class:`CNNJob`).
 
 Architecture: ``conv_layers`` blocks of 3x3 convolution (padding 1) + BatchNorm + ReLU, with
 filters rising then falling from 32 (five layers: 32, 64, 128, 64, 32); after each block a max-pool
@@ -24,6 +24,7 @@ from agent.space import Float, Int, SearchSpace
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+
 
 def as_images(X: np.ndarray) -> np.ndarray:
     """Images pass through; sequences ``n x C x L`` become ``n x C x 1 x L``."""
@@ -53,10 +54,7 @@ class CNNJob:
     def check_dataset(self, dataset: Any) -> None:
         kind = getattr(dataset, "kind", None)
         if kind not in ("image", "sequence"):
-            raise JobError(
-                f"job 'cnn' needs image or sequence data; dataset {dataset.name} is {kind} "
-                "(use --job mlp)"
-            )
+            raise JobError(f"job 'cnn' needs image or sequence data; dataset {dataset.name} is {kind} (use --job mlp)")
         check_arrays(self.name, dataset)
         expected = 4 if kind == "image" else 3
         if dataset.X.ndim != expected:

@@ -14,12 +14,7 @@ class ConvNet(nn.Module):
     """Plain backbone: conv blocks with adaptive pooling, global average pool, dropout FC head."""
 
     def __init__(
-        self,
-        in_shape: tuple[int, int, int],
-        num_classes: int,
-        conv_layers: int,
-        fc_layers: int,
-        dropout: float,
+        self, in_shape: tuple[int, int, int], num_classes: int, conv_layers: int, fc_layers: int, dropout: float
     ) -> None:
         super().__init__()
         channels, height, width = in_shape
@@ -67,6 +62,6 @@ class CNNModule(ClassifierModule):
 
     def configure_optimizers(self) -> dict:
         hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=10.0 ** hp.lr_log10)
-        scheduler = exponential_decay(optimizer, 10.0 ** hp.decay_log10)
+        optimizer = torch.optim.Adam(self.parameters(), lr=10.0**hp.lr_log10)
+        scheduler = exponential_decay(optimizer, 10.0**hp.decay_log10)
         return {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -7,8 +7,6 @@ statistics of the *training split only*, so no validation information leaks into
 
 from __future__ import annotations
 
-from typing import Optional
-
 import lightning.pytorch as pl
 import numpy as np
 import torch
@@ -42,10 +40,10 @@ class ArrayDataModule(pl.LightningDataModule):
         self.batch_size = max(1, min(int(batch_size), len(self.train_idx)))
         self.standardise = standardise
         self.seed = int(seed)
-        self.train_set: Optional[TensorDataset] = None
-        self.val_set: Optional[TensorDataset] = None
+        self.train_set: TensorDataset | None = None
+        self.val_set: TensorDataset | None = None
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         X_train = np.asarray(self.X[self.train_idx], dtype=np.float32)

@@ -8,7 +8,7 @@ no ``momentum`` key, so ``build`` reads it with ``config.get``.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -33,7 +33,7 @@ class LogisticModule(ClassifierModule):
         lr: float = 1e-2,
         weight_decay: float = 1e-4,
         optimizer: str = "sgd",
-        momentum: Optional[float] = None,
+        momentum: float | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -44,9 +44,7 @@ class LogisticModule(ClassifierModule):
         if hp.optimizer == "adam":
             return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
         momentum = 0.0 if hp.momentum is None else hp.momentum
-        return torch.optim.SGD(
-            self.parameters(), lr=hp.lr, momentum=momentum, weight_decay=hp.weight_decay
-        )
+        return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=momentum, weight_decay=hp.weight_decay)
 
 
 class LogisticJob:

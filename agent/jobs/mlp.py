@@ -76,7 +76,5 @@ class MLPJob:
             weight_decay=float(config["weight_decay"]),
         )
         standardise = getattr(dataset, "kind", "tabular") == "tabular"
-        data = ArrayDataModule(
-            X, dataset.y, train_idx, val_idx, int(config["batch_size"]), standardise, seed=seed
-        )
+        data = ArrayDataModule(X, dataset.y, train_idx, val_idx, int(config["batch_size"]), standardise, seed=seed)
         return model, data

@@ -74,11 +74,13 @@ class MLPArchJob:
         X = dataset.X.reshape(dataset.X.shape[0], -1)
         torch.manual_seed(int(seed))
         model = ArchMLPModule(
-            in_features=int(X.shape[1]), num_classes=int(dataset.num_classes),
+            in_features=int(X.shape[1]),
+            num_classes=int(dataset.num_classes),
             units=[int(config[f"units_{i}"]) for i in range(1, depth + 1)],
             dropouts=[float(config[f"dropout_{i}"]) for i in range(1, depth + 1)],
             l2=[float(config[f"l2_{i}"]) for i in range(1, depth + 1)],
-            learning_rate=float(config["learning_rate"]), momentum=float(config["momentum"]),
+            learning_rate=float(config["learning_rate"]),
+            momentum=float(config["momentum"]),
         )
         standardise = getattr(dataset, "kind", "tabular") == "tabular"
         data = ArrayDataModule(X, dataset.y, train_idx, val_idx, int(config["batch_size"]), standardise, seed=seed)

@@ -12,8 +12,16 @@ from agent.jobs.classifier import ClassifierModule
 class ArchMLPModule(ClassifierModule):
     """Hidden layers of chosen widths and dropouts; SGD with a per-layer L2 weight."""
 
-    def __init__(self, in_features: int, num_classes: int, units: list[int], dropouts: list[float], l2: list[float],
-                 learning_rate: float, momentum: float) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        units: list[int],
+        dropouts: list[float],
+        l2: list[float],
+        learning_rate: float,
+        momentum: float,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.hidden = nn.ModuleList()

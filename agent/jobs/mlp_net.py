@@ -13,9 +13,7 @@ from agent.jobs.shapes import funnel_shape
 class FunnelMLP(nn.Module):
     """Plain backbone: Linear + ReLU + Dropout per hidden layer, then a linear output layer."""
 
-    def __init__(
-        self, in_features: int, widths: list[int], rates: list[float], num_classes: int
-    ) -> None:
+    def __init__(self, in_features: int, widths: list[int], rates: list[float], num_classes: int) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = in_features
@@ -52,8 +50,5 @@ class MLPModule(ClassifierModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
         return torch.optim.SGD(
-            self.parameters(),
-            lr=hp.learning_rate,
-            momentum=hp.momentum,
-            weight_decay=hp.weight_decay,
+            self.parameters(), lr=hp.learning_rate, momentum=hp.momentum, weight_decay=hp.weight_decay
         )

@@ -8,15 +8,19 @@ job protocol (checked by :func:`agent.jobs.base.validate_job`) or raises a one-l
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agent.errors import JobError
 from agent.jobs.base import Job, validate_job
 
 BUILTIN_JOBS = ("cnn", "mlp", "mlp-arch")
 YAHPO_PREFIX = "yahpo:"  # a YAHPO Gym surrogate scenario: agent.jobs.yahpo
-_BUILTIN_MODULES = {"cnn": ("agent.jobs.cnn", "CNNJob"), "mlp": ("agent.jobs.mlp", "MLPJob"),
-                    "mlp-arch": ("agent.jobs.mlp_arch", "MLPArchJob")}
+_BUILTIN_MODULES = {
+    "cnn": ("agent.jobs.cnn", "CNNJob"),
+    "mlp": ("agent.jobs.mlp", "MLPJob"),
+    "mlp-arch": ("agent.jobs.mlp_arch", "MLPArchJob"),
+}
 
 
 def check_job_spec(spec: str) -> None:
@@ -64,12 +68,13 @@ def _import_attr(module_name: str, attr: str, spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise JobError(f"cannot import module {module_name!r} for job {spec!r}: {exc} (looked on the Python path and "
-                       f"in {here}; PYTHONPATH=DIR adds a folder)") from None
+        raise JobError(
+            f"cannot import module {module_name!r} for job {spec!r}: {exc} (looked on the Python path and "
+            f"in {here}; PYTHONPATH=DIR adds a folder)"
+        ) from None
     except Exception as exc:  # a user's module failing at import time
         raise JobError(
-            f"importing module {module_name!r} for job {spec!r} failed: "
-            f"{type(exc).__name__}: {_one_line(exc)}"
+            f"importing module {module_name!r} for job {spec!r} failed: {type(exc).__name__}: {_one_line(exc)}"
         ) from None
     target: Any = module
     for part in attr.split("."):
@@ -88,9 +93,7 @@ def _instantiate(target: Any, spec: str) -> Any:
     try:
         return factory()
     except Exception as exc:
-        raise JobError(
-            f"creating job {spec!r} failed: {type(exc).__name__}: {_one_line(exc)}"
-        ) from None
+        raise JobError(f"creating job {spec!r} failed: {type(exc).__name__}: {_one_line(exc)}") from None
 
 
 def _one_line(exc: BaseException) -> str:

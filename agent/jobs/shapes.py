@@ -10,10 +10,7 @@ def funnel_shape(
     num_layers: int, max_units: int, num_classes: int, max_dropout: float
 ) -> tuple[list[int], list[float]]:
     """Hidden widths and dropout rates of the funnel (see the module docstring)."""
-    widths = [
-        max(1, round(max_units - (max_units - num_classes) * i / num_layers))
-        for i in range(num_layers)
-    ]
+    widths = [max(1, round(max_units - (max_units - num_classes) * i / num_layers)) for i in range(num_layers)]
     if num_layers == 1:
         rates = [float(max_dropout)]
     else:

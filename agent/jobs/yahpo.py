@@ -14,8 +14,9 @@ below its full value.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import parse_qsl
 
 from agent.errors import JobError, TuneAgentError
@@ -35,8 +36,13 @@ def yahpo_root() -> Path:
 class YahpoJob:
     """A YAHPO scenario's tunable space and surrogate, behind the benchmark-job protocol."""
 
-    def __init__(self, folder: Path, target: str | None = None, mode: str | None = None,
-                 fidelity: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        target: str | None = None,
+        mode: str | None = None,
+        fidelity: Mapping[str, float] | None = None,
+    ) -> None:
         from agent.data.yahpo import YahpoScenario
 
         try:
@@ -45,14 +51,18 @@ class YahpoJob:
             raise JobError(str(exc)) from None
         self.metric = target or self.scenario.default_target
         if self.metric not in self.scenario.targets:
-            raise JobError(f"scenario {folder.name!r} has no output {self.metric!r}; "
-                           f"choose from {', '.join(self.scenario.targets)}")
+            raise JobError(
+                f"scenario {folder.name!r} has no output {self.metric!r}; "
+                f"choose from {', '.join(self.scenario.targets)}"
+            )
         self.mode = mode or ("max" if self.scenario.is_maximized(self.metric) else "min")
         self.fidelity = dict(fidelity or {})
         unknown = sorted(set(self.fidelity) - set(self.scenario.fidelities))
         if unknown:
-            raise JobError(f"scenario {folder.name!r} has no fidelity parameter {unknown[0]!r}; "
-                           f"it has {', '.join(self.scenario.fidelities) or 'none'}")
+            raise JobError(
+                f"scenario {folder.name!r} has no fidelity parameter {unknown[0]!r}; "
+                f"it has {', '.join(self.scenario.fidelities) or 'none'}"
+            )
         suffix = "" if self.metric == self.scenario.default_target else f"-{self.metric}"
         suffix += "".join(f"-{k}{v:g}" for k, v in sorted(self.fidelity.items()))
         self.name = f"yahpo-{folder.name}{suffix}"
@@ -60,12 +70,14 @@ class YahpoJob:
 
     @classmethod
     def from_spec(cls, spec: str) -> YahpoJob:
-        body = spec[len(PREFIX):]
+        body = spec[len(PREFIX) :]
         where, _, query = body.partition("?")
         folder = Path(where) if os.sep in where else yahpo_root() / where
         if not where or not folder.is_dir():
-            raise JobError(f"YAHPO scenario {where!r} not found (looked in {folder}); "
-                           "set TUNE_AGENT_YAHPO_ROOT or give yahpo:/path/to/scenario")
+            raise JobError(
+                f"YAHPO scenario {where!r} not found (looked in {folder}); "
+                "set TUNE_AGENT_YAHPO_ROOT or give yahpo:/path/to/scenario"
+            )
         options = dict(parse_qsl(query, keep_blank_values=True))
         target = options.pop("target", None)
         mode = options.pop("mode", None)
@@ -81,8 +93,10 @@ class YahpoJob:
         instance = str(spec).strip()
         if instance not in self.scenario.instances:
             shown = ", ".join(self.scenario.instances[:8])
-            raise JobError(f"scenario {self.scenario.folder.name!r} has no task {instance!r} "
-                           f"({len(self.scenario.instances)} tasks: {shown}, ...)")
+            raise JobError(
+                f"scenario {self.scenario.folder.name!r} has no task {instance!r} "
+                f"({len(self.scenario.instances)} tasks: {shown}, ...)"
+            )
         return BenchmarkTask(f"{self.scenario.folder.name}/{instance}", instance, task_fingerprint(self.name, instance))
 
     def evaluate(self, config: Mapping[str, Any], task: BenchmarkTask) -> float:

@@ -89,5 +89,12 @@ def make_store_folder(uri: str | None) -> Path | None:
 
 DEFAULT_ARTIFACT_ROOT = "mlflow/artifacts"  # the embedded store's artifacts (a test checks the backend agrees)
 
-__all__ = ["DEFAULT_ARTIFACT_ROOT", "check_reachable", "make_store_folder", "open_knowledge_base", "resolve_tracking_uri", "sqlite_path",
-           "store_exists"]
+__all__ = [
+    "DEFAULT_ARTIFACT_ROOT",
+    "check_reachable",
+    "make_store_folder",
+    "open_knowledge_base",
+    "resolve_tracking_uri",
+    "sqlite_path",
+    "store_exists",
+]

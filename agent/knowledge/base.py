@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 TRIAL_OK = "ok"
 TRIAL_FAILED = "failed"
@@ -123,7 +124,7 @@ class KnowledgeBase(abc.ABC):
     def tracking_uri(self) -> str:
         """The store's URI, resolved (``sqlite:///...``, ``http://...``, ``memory://name``)."""
 
-    def open(self) -> None:
+    def open(self) -> None:  # noqa: B027 - a hook: stores with nothing to prepare keep it
         """Make the store ready now rather than on first use (an embedded store is created, whole,
         if absent), so that processes sharing it later find it complete; :class:`StoreError` when
         it cannot serve. Idempotent and cheap once open."""
@@ -184,7 +185,7 @@ class KnowledgeBase(abc.ABC):
         """The dataset statistics given to ``create_study``, from the record's ``dataset.*``
         params: numbers parsed back to ``int`` or ``float``, anything else as text."""
         prefix = "dataset."
-        return {k[len(prefix):]: _parse_param(v) for k, v in study.params.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: _parse_param(v) for k, v in study.params.items() if k.startswith(prefix)}
 
     @abc.abstractmethod
     def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
@@ -201,8 +202,16 @@ class KnowledgeBase(abc.ABC):
         """Saves a matplotlib ``figure`` with the study as ``artifact_file`` (its suffix picks
         the format); a second figure under the same name replaces the first."""
 
-    def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
-                       name: str, tags: Mapping[str, str]) -> str:
+    def register_model(
+        self,
+        study: StudyRecord,
+        trial: TrialRecord,
+        model: Any,
+        example: Any,
+        predictions: Any,
+        name: str,
+        tags: Mapping[str, str],
+    ) -> str:
         """Logs ``model`` (any object with ``predict(rows)``, as an MLflow pyfunc with a signature
         from ``example`` -> ``predictions``) on ``trial``'s run and registers it as a new version of
         ``name`` tagged ``tags``; returns the version. Stores without a model registry refuse."""
@@ -254,9 +263,7 @@ class KnowledgeBase(abc.ABC):
         """Every trial of ``study`` in every state, by ``number`` then start order."""
 
     @abc.abstractmethod
-    def start_trial(
-        self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
-    ) -> TrialRecord:
+    def start_trial(self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str) -> TrialRecord:
         """A ``running`` trial in slot ``number``; slots are not checked (the study picks them)."""
 
     @abc.abstractmethod
@@ -311,14 +318,15 @@ class KnowledgeBase(abc.ABC):
         ``model/<file name>``) and ends the run. A path that is not a readable file raises
         :class:`agent.errors.StoreError` before anything is logged."""
 
-
     # -- published meta-models -----------------------------------------------------------------
     def current_meta_models(self, scope: str) -> MetaModelsRecord | None:
         """The newest published version of ``scope``'s meta-models with its files listed, or None
         (none published, or a store that keeps none)."""
         return None
 
-    def publish_meta_models(self, scope: str, engine: str, revision: str, files: Mapping[str, Path]) -> MetaModelsRecord:
+    def publish_meta_models(
+        self, scope: str, engine: str, revision: str, files: Mapping[str, Path]
+    ) -> MetaModelsRecord:
         """A new version of ``scope``'s meta-models holding ``files`` (artifact name -> local
         file); it becomes :meth:`current_meta_models`. :class:`StoreError` where the user may not
         write (a READ user on a team server) or the store keeps none."""

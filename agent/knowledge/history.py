@@ -9,8 +9,9 @@ original files: that is what lets ``dvc repro`` retrain the meta-models from MLf
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,9 @@ def _evaluation(trial: TrialRecord) -> Evaluation | None:
     return Evaluation(dict(trial.config), float(trial.value), None if acc is None else 1.0 - float(acc))
 
 
-def group_studies(studies: list[StudyRecord], job: str | None = None, space_signature: str | None = None) -> dict[str, list[StudyRecord]]:
+def group_studies(
+    studies: list[StudyRecord], job: str | None = None, space_signature: str | None = None
+) -> dict[str, list[StudyRecord]]:
     groups: dict[str, list[StudyRecord]] = {}
     for s in studies:
         if (job and s.job != job) or (space_signature and s.space_signature != space_signature):
@@ -131,9 +134,14 @@ def load_history(
 MIN_SHARED = 2  # hyperparameters another space must share (by name and type) for its history to count
 
 
-def compatible_history(kb: KnowledgeBase, space: SearchSpace, with_samples: bool = True, with_evaluations: bool = True,
-                       exclude_fingerprints: set[str] | None = None,
-                       studies: list[StudyRecord] | None = None) -> tuple[list[HistoricalDataset], SpaceMatch | None, str]:
+def compatible_history(
+    kb: KnowledgeBase,
+    space: SearchSpace,
+    with_samples: bool = True,
+    with_evaluations: bool = True,
+    exclude_fingerprints: set[str] | None = None,
+    studies: list[StudyRecord] | None = None,
+) -> tuple[list[HistoricalDataset], SpaceMatch | None, str]:
     """History of another job/space for a space that has none of its own: of every (job, space)
     group in the store, the one whose configurations share the most hyperparameters with ``space``
     (at least :data:`MIN_SHARED`, matched by name and type; then the most datasets). Returns its
@@ -154,8 +162,15 @@ def compatible_history(kb: KnowledgeBase, space: SearchSpace, with_samples: bool
     if best is None:
         return [], None, ""
     _, job, signature, match = best
-    history = load_history(kb, job=job, space_signature=signature, with_samples=with_samples,
-                           with_evaluations=with_evaluations, exclude_fingerprints=exclude_fingerprints, studies=studies)
+    history = load_history(
+        kb,
+        job=job,
+        space_signature=signature,
+        with_samples=with_samples,
+        with_evaluations=with_evaluations,
+        exclude_fingerprints=exclude_fingerprints,
+        studies=studies,
+    )
     return history, match, job
 
 
@@ -163,7 +178,9 @@ def _evaluations(kb: KnowledgeBase, studies: list[StudyRecord]) -> tuple[Evaluat
     return tuple(e for s in studies for t in kb.trials(s) if (e := _evaluation(t)) is not None)
 
 
-def with_evaluations_loaded(kb: KnowledgeBase, h: HistoricalDataset, studies: Mapping[str, StudyRecord]) -> HistoricalDataset:
+def with_evaluations_loaded(
+    kb: KnowledgeBase, h: HistoricalDataset, studies: Mapping[str, StudyRecord]
+) -> HistoricalDataset:
     """``h`` with its evaluations read from its studies (``studies`` maps study ids to records)."""
     from dataclasses import replace
 
@@ -178,7 +195,9 @@ def _floats(raw: str) -> dict[str, float]:
     return {k: float("nan") if v is None else float(v) for k, v in json.loads(raw).items()}
 
 
-def surface_data(h: HistoricalDataset, space: SearchSpace, match: SpaceMatch | None = None) -> tuple[np.ndarray, np.ndarray]:
+def surface_data(
+    h: HistoricalDataset, space: SearchSpace, match: SpaceMatch | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A neighbour's evaluations as cube points and maximised values; with ``match`` (history of
     another space) each configuration is translated into ``space`` (:meth:`SearchSpace.translate`)."""
     sign = -1.0 if h.mode == "min" else 1.0

@@ -27,7 +27,7 @@ def read_table(path: Path) -> Any:
         raise TuneAgentError(f"table not found: {path}")
     try:
         return pd.read_parquet(path) if path.suffix in (".parquet", ".pq") else pd.read_csv(path)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+    except Exception as exc:
         raise TuneAgentError(f"cannot read table {path}: {type(exc).__name__}") from None
 
 
@@ -55,7 +55,9 @@ def task_fingerprint(job_name: str, task: str) -> str:
     return hashlib.sha256(f"{job_name}/{task}".encode()).hexdigest()[:16]
 
 
-def import_table(kb: Any, table: Any, space: SearchSpace, job_name: str, metric: str, mode: str, prefix: str = "import") -> dict[str, Any]:
+def import_table(
+    kb: Any, table: Any, space: SearchSpace, job_name: str, metric: str, mode: str, prefix: str = "import"
+) -> dict[str, Any]:
     """Writes one study per task; returns counts and the seconds it took."""
     missing = [c for c in ["task", "value", *space.names] if c not in table.columns]
     if missing:
@@ -67,13 +69,26 @@ def import_table(kb: Any, table: Any, space: SearchSpace, job_name: str, metric:
         for c in configs:
             space.validate(c)
         settings = StudySettings(
-            job=f"external:{job_name}", job_name=job_name, dataset=str(task), dataset_name=str(task),
+            job=f"external:{job_name}",
+            job_name=job_name,
+            dataset=str(task),
+            dataset_name=str(task),
             fingerprint=task_fingerprint(job_name, str(task)),
-            space_signature=space.signature(), metric=metric, mode=mode, trials=len(configs),
-            n_init=len(configs), warm_start="none",
+            space_signature=space.signature(),
+            metric=metric,
+            mode=mode,
+            trials=len(configs),
+            n_init=len(configs),
+            warm_start="none",
         )
-        kb.import_evaluations(f"{prefix}-{job_name}-{task}", settings.to_dict(), space.to_dict(), configs,
-                              [float(v) for v in group["value"]], f"Evaluations of `{job_name}` on task `{task}` imported from a table.")
+        kb.import_evaluations(
+            f"{prefix}-{job_name}-{task}",
+            settings.to_dict(),
+            space.to_dict(),
+            configs,
+            [float(v) for v in group["value"]],
+            f"Evaluations of `{job_name}` on task `{task}` imported from a table.",
+        )
         studies += 1
         rows += len(configs)
     return {"studies": studies, "rows": rows, "seconds": round(time.perf_counter() - start, 2)}

@@ -8,7 +8,8 @@ return equal :class:`~agent.knowledge.base.StudyRecord` contents for the same ca
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from agent.knowledge.base import StudyRecord
 
@@ -32,7 +33,7 @@ def split_long(tags: Mapping[str, str]) -> dict[str, str]:
         if len(value) <= TAG_LIMIT:
             out[key] = value
             continue
-        parts = [value[i:i + TAG_LIMIT] for i in range(0, len(value), TAG_LIMIT)]
+        parts = [value[i : i + TAG_LIMIT] for i in range(0, len(value), TAG_LIMIT)]
         out[key] = f"{LONG}{len(parts)}"
         out.update({f"{key}{PART}{i}": part for i, part in enumerate(parts)})
     return out
@@ -43,7 +44,7 @@ def join_long(tags: Mapping[str, str]) -> dict[str, str]:
     out = {k: v for k, v in tags.items() if PART not in k}
     for key, value in list(out.items()):
         if value.startswith(LONG):
-            n = int(value[len(LONG):])
+            n = int(value[len(LONG) :])
             out[key] = "".join(tags.get(f"{key}{PART}{i}", "") for i in range(n))
     return out
 

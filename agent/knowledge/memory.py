@@ -20,9 +20,10 @@ import json
 import math
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from agent.errors import StoreError
@@ -201,8 +202,15 @@ class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
 
             sample = (np.array(dataset_sample[0]), np.array(dataset_sample[1]))  # our own copy
         with self._lock:
-            study = _Study(self._new_id(), int(time.time() * 1000), tags, params,
-                           json.loads(json.dumps(space, default=str)), description, sample)
+            study = _Study(
+                self._new_id(),
+                int(time.time() * 1000),
+                tags,
+                params,
+                json.loads(json.dumps(space, default=str)),
+                description,
+                sample,
+            )
             self._studies[study.study_id] = study
             self._latest[name] = study
             return study.snapshot()
@@ -288,9 +296,7 @@ class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
             in_order = cell.in_order
         return records if in_order else sorted(records, key=lambda t: t.number)  # stable: start order
 
-    def start_trial(
-        self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
-    ) -> TrialRecord:
+    def start_trial(self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str) -> TrialRecord:
         stored = FrozenDict(json.loads(layout.config_json(config)))
         with self._lock:
             cell = self._study(study.study_id)
@@ -336,8 +342,12 @@ class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
 
         with self._lock:
             cell = self._trial(trial.trial_id)
-        return MemoryLogger(cell.run_id, lambda k, v, s: self._log_metric(cell, k, v, s),
-                            lambda p: self._log_params(cell, p), skip=cell.config)
+        return MemoryLogger(
+            cell.run_id,
+            lambda k, v, s: self._log_metric(cell, k, v, s),
+            lambda p: self._log_params(cell, p),
+            skip=cell.config,
+        )
 
     def metric_history(self, trial: TrialRecord, key: str) -> list[tuple[int, float]]:
         """Every ``(step, value)`` the trial logged for ``key``, in logging order."""
@@ -355,10 +365,13 @@ class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
 
         with self._lock:
             run = _Run(self._new_id(), params={k: str(v)[: layout.PARAM_LIMIT] for k, v in params.items()})
-            self._model_runs[run.run_id] = (run, {"kind": kind, "description": description,
-                                                  "artifacts": {}, "finished": False})
-        logger = MemoryLogger(run.run_id, lambda k, v, s: self._log_metric(run, k, v, s),
-                              lambda p: self._log_params(run, p))
+            self._model_runs[run.run_id] = (
+                run,
+                {"kind": kind, "description": description, "artifacts": {}, "finished": False},
+            )
+        logger = MemoryLogger(
+            run.run_id, lambda k, v, s: self._log_metric(run, k, v, s), lambda p: self._log_params(run, p)
+        )
         return run.run_id, logger
 
     def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
@@ -380,9 +393,15 @@ class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
         """A snapshot of a meta-model run."""
         with self._lock:
             run, info = self._model_run(run_id)
-            return ModelRun(run_id, info["kind"], info["description"], FrozenDict(run.params),
-                            FrozenDict((k, v) for k, (_, v) in run.latest.items()),
-                            FrozenDict(info["artifacts"]), info["finished"])
+            return ModelRun(
+                run_id,
+                info["kind"],
+                info["description"],
+                FrozenDict(run.params),
+                FrozenDict((k, v) for k, (_, v) in run.latest.items()),
+                FrozenDict(info["artifacts"]),
+                info["finished"],
+            )
 
 
 __all__ = ["FrozenDict", "InMemoryKnowledgeBase", "ModelRun", "SCHEME"]

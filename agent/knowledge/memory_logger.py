@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from argparse import Namespace
-from typing import Any, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from lightning.fabric.utilities.logger import _add_prefix, _convert_params, _flatten_dict
 from lightning.pytorch.loggers.logger import Logger
@@ -25,8 +26,9 @@ class MemoryLogger(Logger):
 
     LOGGER_JOIN_CHAR = "-"
 
-    def __init__(self, run_id: str, log_metric: MetricSink, log_params: ParamSink,
-                 skip: Collection[str] = (), prefix: str = "") -> None:
+    def __init__(
+        self, run_id: str, log_metric: MetricSink, log_params: ParamSink, skip: Collection[str] = (), prefix: str = ""
+    ) -> None:
         super().__init__()
         self._run_id = run_id
         self._log_metric = log_metric

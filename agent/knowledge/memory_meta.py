@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge.base import MetaModelsRecord
@@ -29,12 +30,21 @@ class InMemoryMetaModels:
             record, files = versions[-1]
             return replace(record, files=tuple(sorted(files)))
 
-    def publish_meta_models(self, scope: str, engine: str, revision: str, files: Mapping[str, Path]) -> MetaModelsRecord:
+    def publish_meta_models(
+        self, scope: str, engine: str, revision: str, files: Mapping[str, Path]
+    ) -> MetaModelsRecord:
         blobs = {name: Path(path).read_bytes() for name, path in files.items()}
         with self._lock:
             versions = self._meta_models.setdefault(scope, [])
-            record = MetaModelsRecord(self._new_id(), scope, len(versions) + 1, engine, revision,
-                                      int(time.time() * 1000), tuple(sorted(blobs)))
+            record = MetaModelsRecord(
+                self._new_id(),
+                scope,
+                len(versions) + 1,
+                engine,
+                revision,
+                int(time.time() * 1000),
+                tuple(sorted(blobs)),
+            )
             versions.append((record, blobs))
             return record
 

@@ -18,9 +18,9 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from agent.errors import StoreError
 from agent.knowledge.base import KnowledgeBase, MetaModelsRecord
@@ -70,8 +70,10 @@ def cache_root(progress: Progress | None = None) -> Path:
         return root
     private = Path(tempfile.mkdtemp(prefix="tune-agent-cache-"))
     if progress is not None:
-        progress(f"meta-model cache {root} {problem}: not trusted; using {private} for this command "
-                 f"(set {ENV} to a folder of your own)")
+        progress(
+            f"meta-model cache {root} {problem}: not trusted; using {private} for this command "
+            f"(set {ENV} to a folder of your own)"
+        )
     return private
 
 
@@ -121,21 +123,27 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
             say(f"meta-model cache: {path} is corrupt; fetching it again")
         todo.append(name)
     if todo:
-        say(f"meta-models: fetching version {record.version} of {scope} ({len(todo)} file(s)) from {kb.tracking_uri} "
-            f"into {folder} (once)")
+        say(
+            f"meta-models: fetching version {record.version} of {scope} ({len(todo)} file(s)) from {kb.tracking_uri} "
+            f"into {folder} (once)"
+        )
     for name in todo:
         path = folder / name
         try:
             kb.fetch_meta_model_file(record, name, path)
         except (StoreError, OSError) as exc:
-            say(f"meta-models: {name} of version {record.version} could not be fetched ({exc}); "
-                "what it holds is built here")
+            say(
+                f"meta-models: {name} of version {record.version} could not be fetched ({exc}); "
+                "what it holds is built here"
+            )
             continue
         sha = digest(path)
         if not _named_right(name, sha):
             path.unlink(missing_ok=True)
-            say(f"meta-models: the store's {name} of version {record.version} is corrupt (its content does not "
-                "match its name); left out, what it holds is built here")
+            say(
+                f"meta-models: the store's {name} of version {record.version} is corrupt (its content does not "
+                "match its name); left out, what it holds is built here"
+            )
             continue
         manifest[name] = sha
         kept.append(name)

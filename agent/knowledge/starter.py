@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,22 +24,31 @@ from agent.knowledge.base import TRIAL_OK, KnowledgeBase
 FORMAT = 1
 
 
-def read_studies(kb: KnowledgeBase, job: str, prefix: str = "bootstrap-",
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def read_studies(
+    kb: KnowledgeBase, job: str, prefix: str = "bootstrap-", progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
     """The finished studies of ``job`` named ``prefix*`` as plain entries (name, settings, summary,
     meta-features, configs, values, sample or None): what a starter file holds, in memory."""
-    studies = [s for s in kb.list_studies()
-               if s.status == "finished" and s.name.startswith(prefix) and s.settings.get("job") == job]
+    studies = [
+        s
+        for s in kb.list_studies()
+        if s.status == "finished" and s.name.startswith(prefix) and s.settings.get("job") == job
+    ]
     entries = []
     for i, study in enumerate(studies):
         trials = [t for t in kb.trials(study) if t.state == TRIAL_OK]
         tags = kb.study_tags(study)
-        entries.append({
-            "name": study.name, "settings": dict(study.settings), "summary": kb.dataset_summary(study),
-            "metafeatures": json.loads(tags["metafeatures"]) if "metafeatures" in tags else None,
-            "configs": [dict(t.config) for t in trials], "values": [t.value for t in trials],
-            "sample": kb.load_dataset_sample(study.study_id),
-        })
+        entries.append(
+            {
+                "name": study.name,
+                "settings": dict(study.settings),
+                "summary": kb.dataset_summary(study),
+                "metafeatures": json.loads(tags["metafeatures"]) if "metafeatures" in tags else None,
+                "configs": [dict(t.config) for t in trials],
+                "values": [t.value for t in trials],
+                "sample": kb.load_dataset_sample(study.study_id),
+            }
+        )
         if progress and (i + 1) % 25 == 0:
             progress(f"{i + 1}/{len(studies)} studies read")
     return entries
@@ -47,21 +57,36 @@ def read_studies(kb: KnowledgeBase, job: str, prefix: str = "bootstrap-",
 def write_entries(kb: KnowledgeBase, entries: list[dict[str, Any]], space: list[dict[str, Any]], origin: str) -> int:
     """Writes entries (as :func:`read_studies` makes them) into ``kb`` as finished studies."""
     for entry in entries:
-        record = kb.import_evaluations(entry["name"], entry["settings"], space, entry["configs"], entry["values"],
-                                       f"Starter history: `{entry['name']}`, imported from {origin}.",
-                                       entry["summary"], entry["sample"])
+        record = kb.import_evaluations(
+            entry["name"],
+            entry["settings"],
+            space,
+            entry["configs"],
+            entry["values"],
+            f"Starter history: `{entry['name']}`, imported from {origin}.",
+            entry["summary"],
+            entry["sample"],
+        )
         if entry.get("metafeatures") is not None:
             kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
     return len(entries)
 
 
-def export_starter(kb: KnowledgeBase, path: Path, job: str, space: list[dict[str, Any]], prefix: str = "bootstrap-",
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def export_starter(
+    kb: KnowledgeBase,
+    path: Path,
+    job: str,
+    space: list[dict[str, Any]],
+    prefix: str = "bootstrap-",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Writes the finished studies of ``job`` (search space ``space``, as ``SearchSpace.to_dict``)
     whose names start with ``prefix``; returns counts and the file's size."""
     entries = read_studies(kb, job, prefix, progress)
     if not entries:
-        raise TuneAgentError(f"no finished {prefix}* studies of job {job} in {kb.tracking_uri}: run `tune-agent bootstrap` first")
+        raise TuneAgentError(
+            f"no finished {prefix}* studies of job {job} in {kb.tracking_uri}: run `tune-agent bootstrap` first"
+        )
     return write_starter(path, job, space, entries)
 
 
@@ -99,8 +124,9 @@ def starter_path(value: str | Path) -> Path:
         resource = files("agent.knowledge").joinpath(PACKAGED[str(value)])
         with as_file(resource) as found:  # a real file for an installed package; extracted from a zip
             return Path(found)
-    raise TuneAgentError(f"starter history not found: {value} (a starter file, or a packaged one: "
-                         f"{', '.join(PACKAGED)})")
+    raise TuneAgentError(
+        f"starter history not found: {value} (a starter file, or a packaged one: {', '.join(PACKAGED)})"
+    )
 
 
 def read_starter(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -110,24 +136,35 @@ def read_starter(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
     import zipfile
 
     if not zipfile.is_zipfile(path):
-        raise TuneAgentError(f"cannot read starter history {path}: not a starter file (not an .npz archive); make one "
-                             "with `tune-agent bootstrap --export FILE`")
+        raise TuneAgentError(
+            f"cannot read starter history {path}: not a starter file (not an .npz archive); make one "
+            "with `tune-agent bootstrap --export FILE`"
+        )
     try:
         archive = np.load(path, allow_pickle=False)
         data = json.loads(archive["header"].tobytes().decode())
     except (OSError, ValueError, KeyError, EOFError) as exc:
-        why = {"KeyError": "no header: not a starter file"}.get(type(exc).__name__,
-                                                                  str(exc).strip().splitlines()[0][:160] if str(exc) else "")
-        raise TuneAgentError(f"cannot read starter history {path}: not a starter file ({type(exc).__name__}"
-                             f"{': ' + why if why else ''}); make one with `tune-agent bootstrap --export FILE`") from None
+        why = {"KeyError": "no header: not a starter file"}.get(
+            type(exc).__name__, str(exc).strip().splitlines()[0][:160] if str(exc) else ""
+        )
+        raise TuneAgentError(
+            f"cannot read starter history {path}: not a starter file ({type(exc).__name__}"
+            f"{': ' + why if why else ''}); make one with `tune-agent bootstrap --export FILE`"
+        ) from None
     if data.get("format") != FORMAT:
-        raise TuneAgentError(f"starter history {path} has format {data.get('format')!r}; this tune-agent reads {FORMAT}")
-    entries = [{**entry, "sample": (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None}
-               for i, entry in enumerate(data.pop("studies"))]
+        raise TuneAgentError(
+            f"starter history {path} has format {data.get('format')!r}; this tune-agent reads {FORMAT}"
+        )
+    entries = [
+        {**entry, "sample": (archive[f"X{i}"], archive[f"y{i}"]) if f"X{i}" in archive.files else None}
+        for i, entry in enumerate(data.pop("studies"))
+    ]
     return data, entries
 
 
-def import_starter(kb: KnowledgeBase, path: Path | str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def import_starter(
+    kb: KnowledgeBase, path: Path | str, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Imports a starter file (or a packaged one, by name); returns counts and seconds."""
     start = time.perf_counter()
     path = starter_path(path)
@@ -135,7 +172,7 @@ def import_starter(kb: KnowledgeBase, path: Path | str, progress: Callable[[str]
     data["studies"] = entries
     present = {s.name for s in kb.list_studies() if s.status == "finished"}
     imported = skipped = 0
-    for i, entry in enumerate(data["studies"]):
+    for entry in data["studies"]:
         if entry["name"] in present:
             skipped += 1
             continue

@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -93,8 +94,14 @@ class PairBatches(IterableDataset):
 class SiameseModule(pl.LightningModule):
     """Both Siamese wings (one shared :class:`MetaFeatureNet`) and the eq. 1 loss."""
 
-    def __init__(self, samples: list[DatasetSample], targets: np.ndarray, config: ExtractorConfig,
-                 val_pairs: np.ndarray, seed: int) -> None:
+    def __init__(
+        self,
+        samples: list[DatasetSample],
+        targets: np.ndarray,
+        config: ExtractorConfig,
+        val_pairs: np.ndarray,
+        seed: int,
+    ) -> None:
         super().__init__()
         self.config = config
         self.net = MetaFeatureNet(config)
@@ -179,9 +186,15 @@ def _quiet_lightning() -> Iterator[None]:
 def _fit(module: SiameseModule, loader: DataLoader, steps: int, logger: Any) -> None:
     with _quiet_lightning():
         trainer = pl.Trainer(
-            max_steps=steps, accelerator="cpu", devices=1, logger=logger or False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-            log_every_n_steps=1, num_sanity_val_steps=0,
+            max_steps=steps,
+            accelerator="cpu",
+            devices=1,
+            logger=logger or False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            log_every_n_steps=1,
+            num_sanity_val_steps=0,
         )
         trainer.fit(module, train_dataloaders=loader)
 

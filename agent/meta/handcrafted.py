@@ -24,18 +24,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-SIZE_NAMES = (
-    "log_n_instances",
-    "log_n_features",
-    "num_classes",
-    "log_instances_per_feature",
-    "class_entropy",
-)
+SIZE_NAMES = ("log_n_instances", "log_n_features", "num_classes", "log_instances_per_feature", "class_entropy")
 SAMPLE_NAMES = (
     "sample_class_entropy",
     "min_class_fraction",
@@ -51,12 +46,7 @@ SAMPLE_NAMES = (
 MODALITY_NAMES = ("modality_image", "modality_sequence", "modality_table")
 MODALITIES = {"image": "modality_image", "sequence": "modality_sequence", "tabular": "modality_table"}
 DISCRETE_VALUES = 10  # a column with at most this many distinct values in the sample is discrete
-LANDMARK_NAMES = (
-    "landmark_1nn",
-    "landmark_naive_bayes",
-    "landmark_stump",
-    "landmark_lda",
-)
+LANDMARK_NAMES = ("landmark_1nn", "landmark_naive_bayes", "landmark_stump", "landmark_lda")
 HANDCRAFTED_NAMES: tuple[str, ...] = SIZE_NAMES + SAMPLE_NAMES + MODALITY_NAMES + LANDMARK_NAMES
 HANDCRAFTED_VERSION = 2  # stored meta-features of another version are recomputed from the sample
 
@@ -81,7 +71,9 @@ def _size_features(X: np.ndarray, y: np.ndarray, summary: Mapping[str, Any] | No
         "log_n_features": math.log(max(n_features, 1.0)),
         "num_classes": float(s.get("num_classes", len(np.unique(y)))),
         # on a log scale: a 10,000-row table of 3 columns was 14 standard deviations from the history
-        "log_instances_per_feature": math.log(max(float(s.get("instances_per_feature", n / max(n_features, 1.0))), 1e-9)),
+        "log_instances_per_feature": math.log(
+            max(float(s.get("instances_per_feature", n / max(n_features, 1.0))), 1e-9)
+        ),
         "class_entropy": float(s.get("class_entropy", _entropy_bits(y))),
     }
 
@@ -196,9 +188,7 @@ def _landmarkers(X: np.ndarray, y: np.ndarray, seed: int) -> dict[str, float]:
     return out
 
 
-def _cv_accuracy(
-    make: Callable[[], Any], X: np.ndarray, y: np.ndarray, splits: list, project: bool = False
-) -> float:
+def _cv_accuracy(make: Callable[[], Any], X: np.ndarray, y: np.ndarray, splits: list, project: bool = False) -> float:
     correct = 0
     try:
         with warnings.catch_warnings():

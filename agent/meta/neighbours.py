@@ -9,9 +9,10 @@ trained to match target distances, so they are used as they are).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,9 @@ class HandcraftedFeaturizer:
     method = "handcrafted"
     standardise = True
 
-    def vector(self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None) -> np.ndarray:
+    def vector(
+        self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None
+    ) -> np.ndarray:
         from agent.meta.handcrafted import handcrafted_metafeatures, metafeature_matrix
 
         return metafeature_matrix([handcrafted_metafeatures(X, y, summary)])[0]
@@ -43,7 +46,7 @@ class LearnedFeaturizer:
         self.index = dict(index or {})
 
     @classmethod
-    def load(cls, models_dir: Path) -> "LearnedFeaturizer | None":
+    def load(cls, models_dir: Path) -> LearnedFeaturizer | None:
         """The trained extractor in ``models_dir``, or None when the pipeline has not built one."""
         path = Path(models_dir) / EXTRACTOR_FILE
         if not path.exists():
@@ -54,7 +57,9 @@ class LearnedFeaturizer:
         index = _read_json(index_path) if index_path.exists() else {}
         return cls(MetaFeatureExtractor.load(path), index)
 
-    def vector(self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None) -> np.ndarray:
+    def vector(
+        self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None
+    ) -> np.ndarray:
         return np.asarray(self.extractor.embed(X, y, kind, num_classes), dtype=float)
 
 
@@ -69,8 +74,10 @@ def _read_json(path: Path) -> dict:
             raise ValueError("not a mapping of dataset keys to vectors")
         return data
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ExtractorError(f"cannot read the meta-feature index {path} ({type(exc).__name__}: {str(exc)[:120]}); "
-                             "rebuild it with `dvc repro` (or `tune-agent meta train`), or move it aside") from None
+        raise ExtractorError(
+            f"cannot read the meta-feature index {path} ({type(exc).__name__}: {str(exc)[:120]}); "
+            "rebuild it with `dvc repro` (or `tune-agent meta train`), or move it aside"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,19 @@ class ExtractorConfig:
     def __post_init__(self) -> None:
         if self.aggregator not in AGGREGATORS:
             raise ExtractorError(f"aggregator must be one of {AGGREGATORS}, got {self.aggregator!r}")
-        positive = ("meta_dim", "hidden", "tau", "pairs_per_step", "steps", "max_classes",
-                    "image_channels", "heads", "log_every", "n_embed", "bilstm_perms")
+        positive = (
+            "meta_dim",
+            "hidden",
+            "tau",
+            "pairs_per_step",
+            "steps",
+            "max_classes",
+            "image_channels",
+            "heads",
+            "log_every",
+            "n_embed",
+            "bilstm_perms",
+        )
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ExtractorError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -167,8 +178,7 @@ class ConvFeatures(nn.Module):
         super().__init__()
         self.channels = channels
         self.convs = nn.ModuleList(
-            [nn.Conv2d(channels, 32, 3, padding=1), nn.Conv2d(32, 64, 3, padding=1),
-             nn.Conv2d(64, 32, 3, padding=1)]
+            [nn.Conv2d(channels, 32, 3, padding=1), nn.Conv2d(32, 64, 3, padding=1), nn.Conv2d(64, 32, 3, padding=1)]
         )
         self.fc = nn.Sequential(nn.Flatten(), nn.Linear(32 * 16, 256), nn.ReLU(), nn.Linear(256, out_dim))
 
@@ -260,8 +270,9 @@ class MetaFeatureNet(nn.Module):
             agg_dim = 2 * h
         elif config.aggregator == "attention":
             self.pool = AttentionPool(h, config.heads)
-        self.head = nn.Sequential(nn.Linear(agg_dim, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
-                                  nn.Linear(h, config.meta_dim))
+        self.head = nn.Sequential(
+            nn.Linear(agg_dim, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, config.meta_dim)
+        )
 
     def instance_features(self, x: Tensor, y: Tensor, kind: str) -> Tensor:
         """`B x tau x ...` instances, `B x tau` labels -> label-aware features `B x tau x hidden`."""
@@ -342,9 +353,10 @@ class MetaFeatureExtractor:
             net = MetaFeatureNet(config)
             net.load_state_dict(payload["state_dict"])
             scale = payload["scale"]
-        except Exception as exc:  # noqa: BLE001 - a cut or corrupt file raises anything pickle and torch can
+        except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise ExtractorError(f"cannot load the meta-feature extractor {path} ({type(exc).__name__}: {first}); "
-                                 "rebuild it with `dvc repro` (or `tune-agent meta train`), or move it aside") from None
+            raise ExtractorError(
+                f"cannot load the meta-feature extractor {path} ({type(exc).__name__}: {first}); "
+                "rebuild it with `dvc repro` (or `tune-agent meta train`), or move it aside"
+            ) from None
         return cls(net, config, scale)
-

@@ -11,20 +11,15 @@ import os
 import platform
 import sqlite3
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-OK, WARN, FAIL = "ok", "warn", "fail"
+from agent.ops.checks import FAIL, OK, WARN, Check
+from agent.ops.ray_checks import ray_checks
+
 PACKAGES = ("torch", "lightning", "botorch", "gpytorch", "mlflow", "optuna", "ray", "dvc", "numpy", "scikit-learn")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
 
 
 def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: list[Any] | None = None) -> list[Check]:
@@ -40,12 +35,22 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
                 verdict = db.execute("PRAGMA quick_check").fetchone()[0]
                 tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                version = db.execute("SELECT version_num FROM alembic_version").fetchone() if "alembic_version" in tables else None
+                version = (
+                    db.execute("SELECT version_num FROM alembic_version").fetchone()
+                    if "alembic_version" in tables
+                    else None
+                )
             whole = verdict == "ok" and {"runs", "experiments", "alembic_version"} <= tables
-            out.append(Check("store schema", OK if whole else FAIL,
-                             f"{path}: sqlite {verdict}, {len(tables)} tables, migration {version[0] if version else 'none'}"
-                             if whole else f"{path}: sqlite says {verdict!r}; tables {sorted(tables)[:5]}... (move the file "
-                             "aside; tune-agent makes a new store on next use)"))
+            out.append(
+                Check(
+                    "store schema",
+                    OK if whole else FAIL,
+                    f"{path}: sqlite {verdict}, {len(tables)} tables, migration {version[0] if version else 'none'}"
+                    if whole
+                    else f"{path}: sqlite says {verdict!r}; tables {sorted(tables)[:5]}... (move the file "
+                    "aside; tune-agent makes a new store on next use)",
+                )
+            )
         except sqlite3.Error as exc:
             out.append(Check("store schema", FAIL, f"{path}: {exc}"))
     elif path is not None:
@@ -67,11 +72,18 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
         what = ", ".join(f"{j}: {n}" for j, n in sorted(jobs.items())) or "no studies yet"
         out.append(Check("store reachable", OK, f"{uri} answered in {seconds:.2f} s; {len(studies)} studies ({what})"))
         if not studies:
-            out.append(Check("history", WARN, "no history to warm-start from: `tune-agent bootstrap --starter` imports "
-                                              "the starter history"))
+            out.append(
+                Check(
+                    "history",
+                    WARN,
+                    "no history to warm-start from: `tune-agent bootstrap --starter` imports the starter history",
+                )
+            )
         try:
-            kb._check_artifact_root()  # noqa: SLF001 - the same check a study runs before it starts
-            out.append(Check("artifacts writable", OK, str(kb.artifact_root or "(where the store's experiments keep them)")))
+            kb._check_artifact_root()
+            out.append(
+                Check("artifacts writable", OK, str(kb.artifact_root or "(where the store's experiments keep them)"))
+            )
         except TuneAgentError as exc:
             out.append(Check("artifacts writable", FAIL, str(exc)))
     except TuneAgentError as exc:
@@ -79,8 +91,9 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
     return out
 
 
-def _source_model_checks(studies: list[Any], models_dir: Path, tracking_uri: str | None,
-                         artifact_root: str | None) -> list[Check]:
+def _source_model_checks(
+    studies: list[Any], models_dir: Path, tracking_uri: str | None, artifact_root: str | None
+) -> list[Check]:
     """How much of the history (``studies``, as the store check listed them) a study loads instead
     of fitting: the store's published source models (fetched into the cache) and models_dir's own."""
     from agent.errors import TuneAgentError
@@ -99,10 +112,18 @@ def _source_model_checks(studies: list[Any], models_dir: Path, tracking_uri: str
         return []
     where = f"the store's published meta-models and {models_dir}" if published else str(models_dir)
     if stored == total:
-        return [Check("source models", OK, f"all {total} historical datasets stored in {where}: studies fit no source GP")]
-    return [Check("source models", WARN, f"{stored} of {total} historical datasets stored in {where}: a transfer "
-                                         "surrogate fits the rest at its start; `tune-agent meta publish` "
-                                         "(or `dvc repro`) fits and publishes them once")]
+        return [
+            Check("source models", OK, f"all {total} historical datasets stored in {where}: studies fit no source GP")
+        ]
+    return [
+        Check(
+            "source models",
+            WARN,
+            f"{stored} of {total} historical datasets stored in {where}: a transfer "
+            "surrogate fits the rest at its start; `tune-agent meta publish` "
+            "(or `dvc repro`) fits and publishes them once",
+        )
+    ]
 
 
 def _model_checks(models_dir: Path) -> list[Check]:
@@ -112,32 +133,69 @@ def _model_checks(models_dir: Path) -> list[Check]:
         try:
             keys = list(json.loads(index.read_text()))
             jobs = sorted({k.split("/")[1] for k in keys if k.count("/") >= 2})
-            out.append(Check("meta-feature extractor", OK, f"{extractor}: {len(keys)} datasets indexed, jobs {', '.join(jobs) or '-'}"))
+            out.append(
+                Check(
+                    "meta-feature extractor",
+                    OK,
+                    f"{extractor}: {len(keys)} datasets indexed, jobs {', '.join(jobs) or '-'}",
+                )
+            )
         except (OSError, ValueError) as exc:
-            out.append(Check("meta-feature extractor", FAIL, f"{index} unreadable ({type(exc).__name__}): run `dvc repro`"))
+            out.append(
+                Check("meta-feature extractor", FAIL, f"{index} unreadable ({type(exc).__name__}): run `dvc repro`")
+            )
     else:
-        out.append(Check("meta-feature extractor", WARN, f"not in {models_dir}: warm start uses hand-crafted meta-features "
-                                                          "until `dvc repro` trains it"))
+        out.append(
+            Check(
+                "meta-feature extractor",
+                WARN,
+                f"not in {models_dir}: warm start uses hand-crafted meta-features until `dvc repro` trains it",
+            )
+        )
     tnp, tnp_meta = models_dir / "tnp.pt", models_dir / "tnp.json"
     if tnp.is_file() and tnp_meta.is_file():
         try:
             meta = json.loads(tnp_meta.read_text())
-            out.append(Check("transfer surrogate (TNP)", OK, f"{tnp}: job {meta.get('job', '?')}, space "
-                                                              f"{str(meta.get('space_signature', meta.get('space', '?')))[:16]}"))
+            out.append(
+                Check(
+                    "transfer surrogate (TNP)",
+                    OK,
+                    f"{tnp}: job {meta.get('job', '?')}, space "
+                    f"{str(meta.get('space_signature', meta.get('space', '?')))[:16]}",
+                )
+            )
         except (OSError, ValueError) as exc:
-            out.append(Check("transfer surrogate (TNP)", FAIL, f"{tnp_meta} unreadable ({type(exc).__name__}): run `dvc repro`"))
+            out.append(
+                Check(
+                    "transfer surrogate (TNP)", FAIL, f"{tnp_meta} unreadable ({type(exc).__name__}): run `dvc repro`"
+                )
+            )
     else:
-        out.append(Check("transfer surrogate (TNP)", WARN, f"not in {models_dir}: `--surrogate auto` uses RGPE until "
-                                                            "`dvc repro` trains it"))
+        out.append(
+            Check(
+                "transfer surrogate (TNP)",
+                WARN,
+                f"not in {models_dir}: `--surrogate auto` uses RGPE until `dvc repro` trains it",
+            )
+        )
     return out
 
 
 # What torch itself says about threads and CUDA, asked in a child process started before the other
 # checks (importing torch took 1.7-1.9 s here, more than all the others) and kept in a small cache
 # file keyed by what decides the answer, so a second ``doctor`` answers at once.
-_PROBE = ("import json, torch; print(json.dumps({'threads': torch.get_num_threads(), "
-          "'cuda': bool(torch.cuda.is_available()), 'devices': torch.cuda.device_count() if torch.cuda.is_available() else 0}))")
-_PROBE_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+_PROBE = (
+    "import json, torch; print(json.dumps({'threads': torch.get_num_threads(), "
+    "'cuda': bool(torch.cuda.is_available()), 'devices': torch.cuda.device_count() if "
+    "torch.cuda.is_available() else 0}))"
+)
+_PROBE_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TORCH_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
 
 
 def _probe_key() -> str:
@@ -152,8 +210,14 @@ def _probe_key() -> str:
     except metadata.PackageNotFoundError:
         torch_version = None
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    parts = [sys.executable, torch_version, os.cpu_count(), affinity, sorted(glob.glob("/dev/nvidia*")),
-             [os.environ.get(k) for k in _PROBE_ENV]]
+    parts = [
+        sys.executable,
+        torch_version,
+        os.cpu_count(),
+        affinity,
+        sorted(glob.glob("/dev/nvidia*")),
+        [os.environ.get(k) for k in _PROBE_ENV],
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
@@ -179,8 +243,9 @@ class TorchProbe:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if self.cached is None:
-            self._proc = subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
 
     def result(self, timeout: float = 120.0) -> tuple[dict[str, Any] | None, str]:
         """(torch's answer or None, why not / where it came from)."""
@@ -221,8 +286,15 @@ def _environment_checks(probe: TorchProbe | None = None) -> list[Check]:
             versions.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
             missing.append(name)
-    out = [Check("versions", FAIL if missing else OK,
-                 f"python {platform.python_version()}, " + ", ".join(versions) + (f"; missing: {', '.join(missing)}" if missing else ""))]
+    out = [
+        Check(
+            "versions",
+            FAIL if missing else OK,
+            f"python {platform.python_version()}, "
+            + ", ".join(versions)
+            + (f"; missing: {', '.join(missing)}" if missing else ""),
+        )
+    ]
     answer, how = (probe or TorchProbe()).result()
     if answer is None:
         out.append(Check("threads", FAIL, f"torch could not be asked: {how}"))
@@ -231,147 +303,26 @@ def _environment_checks(probe: TorchProbe | None = None) -> list[Check]:
     threads = int(answer["threads"])
     gpu = f"CUDA available ({answer.get('devices', 0)} device(s))" if answer["cuda"] else "no GPU (CPU training)"
     status = OK if threads <= cores else WARN
-    out.append(Check("threads", status, f"{cores} cores, torch uses {threads} intra-op threads; {gpu}; Ray workers "
-                                         "train on --cpus-per-trial threads each"))
+    out.append(
+        Check(
+            "threads",
+            status,
+            f"{cores} cores, torch uses {threads} intra-op threads; {gpu}; Ray workers "
+            "train on --cpus-per-trial threads each",
+        )
+    )
     return out
 
 
-def ray_address_problem(address: str, timeout: float = 5.0) -> str | None:
-    """Why ``--ray-address`` cannot be a Ray cluster's address (malformed, nothing answering, a Ray
-    Client address without ``ray[client]``), or None. Checked in seconds, where ``ray.init`` would
-    retry for minutes; ``auto`` and ``local`` are Ray's to resolve."""
-    import importlib.util
-    import socket
-
-    if address in ("auto", "local"):
-        return None
-    rest = address[len("ray://"):] if address.startswith("ray://") else address
-    host, _, port = rest.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return f"expected HOST:PORT (the head's GCS port, e.g. 10.0.0.5:6379), ray://HOST:PORT or auto, got {address!r}"
-    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
-        return f"{address} is a Ray Client address, which needs pip install 'ray[client]'; or give the head's own address, HOST:6379"
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as exc:
-        return (f"cannot reach the Ray cluster at {address} ({exc.strerror or type(exc).__name__}): is its head running "
-                f"(`ray start --head --port={port}` there)? Leave --ray-address out to run the trials on a local instance")
-    return None
-
-
-def _findable(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package that is not there
-        return False
-
-
-def _node_report(job_module: str | None = None) -> dict[str, Any]:
-    """Run on each node: what a trial there needs, installed or not (found, not imported: a probe
-    that imported torch would take seconds per node), and whether the job's module is found
-    (in the shipped ``--ray-working-dir`` when there is one: the probe runs where a trial would)."""
-    import socket
-
-    report: dict[str, Any] = {"host": socket.gethostname()}
-    if job_module is not None:
-        report["job"] = _findable(job_module)
-    missing = [m for m in ("agent", "torch", "lightning") if not _findable(m)]
-    if missing:
-        report["error"] = f"{', '.join(missing)} not installed (install tune-agent there)"
-        return report
-    import agent
-
-    report.update(agent=getattr(agent, "__version__", "?"), torch=metadata.version("torch"),
-                  lightning=metadata.version("lightning"))
-    return report
-
-
-def _job_module(job: str | None) -> str | None:
-    """The module a ``--job`` spec needs on the workers (``pkg.mod:attr``); None for a built-in job."""
-    from agent.jobs.registry import YAHPO_PREFIX
-
-    if not job or ":" not in job or job.startswith(YAHPO_PREFIX):
-        return None
-    return job.split(":", 1)[0]
-
-
-def _ray_checks(address: str, timeout: float = 60.0, job: str | None = None, working_dir: str | None = None,
-                resources: Any = None) -> list[Check]:
-    """The cluster at ``address``: nodes alive and their resources, how many trials of
-    ``resources`` fit at once, then one task per node that looks for what a trial needs (every
-    node needs tune-agent installed, and ``job``'s module, or ``working_dir`` shipped to it)."""
-    from agent.execution.resources import TrialResources, trial_slots
-
-    resources = resources or TrialResources()
-    job_module = _job_module(job)
-    problem = ray_address_problem(address)
-    if problem is not None:
-        return [Check("ray cluster", FAIL, problem)]
-    import logging
-
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    started = ray.is_initialized()
-    try:
-        if not started:
-            logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
-            env = {"runtime_env": {"working_dir": working_dir}} if working_dir else {}
-            ray.init(address=address, log_to_driver=False, configure_logging=False, **env)
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
-        gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
-        slots = trial_slots(nodes, resources)
-        out = [Check("ray cluster", OK, f"{address}: ray {ray.__version__}, {len(nodes)} node(s) alive, {cpus:g} CPUs, "
-                                         f"{gpus:g} GPUs"),
-               Check("ray trials at once", OK if slots else WARN,
-                     f"{slots} trial(s) of {resources.describe()} fit at once (--workers up to {slots})" if slots else
-                     f"no node has {resources.describe()} for a trial (--cpus-per-trial, --gpus-per-trial): a study's "
-                     "trials would wait for a node that has")]
-        probe = ray.remote(num_cpus=0, max_retries=0)(_node_report)
-        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(job_module)
-                for n in nodes]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        silent = f"no answer in {timeout:g} s (the probe needs no CPU: is the node overloaded?)"
-        reports = [ray.get(r) if r in ready else {"host": n.get("NodeManagerAddress", "?"), "error": silent}
-                   for r, n in zip(refs, nodes)]
-    except Exception as exc:  # noqa: BLE001 - one line, as the study would say it
-        text = str(exc).strip()
-        return [Check("ray cluster", FAIL, f"{address}: {text.splitlines()[0] if text else type(exc).__name__}")]
-    finally:
-        if not started and ray.is_initialized():
-            ray.shutdown()
-    import agent
-
-    broken = [f"{r['host']}: {r['error']}" for r in reports if "error" in r]
-    mine = (getattr(agent, "__version__", "?"), metadata.version("torch"))
-    differ = sorted({f"{r['host']}: tune-agent {r['agent']}, torch {r['torch']}" for r in reports
-                     if "error" not in r and (r["agent"], r["torch"]) != mine})
-    fine = len(reports) - len(broken)
-    detail = f"tune-agent, torch and Lightning installed on {fine} of {len(reports)} node(s)"
-    if broken:
-        detail += f"; cannot run a trial on {'; '.join(broken)}"
-    if differ:
-        detail += f"; versions differ from this machine's (tune-agent {mine[0]}, torch {mine[1]}): {'; '.join(differ)}"
-    out.append(Check("ray nodes", FAIL if broken else WARN if differ else OK, detail))
-    if job_module is not None:
-        lacking = [r["host"] for r in reports if r.get("job") is False]
-        shipped = f" in the shipped {working_dir}" if working_dir else ""
-        out.append(Check("ray job code", FAIL if lacking else OK,
-                         f"module {job_module!r} not found{shipped} on {len(lacking)} of {len(reports)} node(s) "
-                         f"({', '.join(sorted(set(lacking)))}): install it there, or ship the folder that holds it with "
-                         "--ray-working-dir DIR" if lacking else
-                         f"module {job_module!r} found{shipped} on {len(reports)} of {len(reports)} node(s)"))
-    return out
-
-
-def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: Path,
-               ray_address: str | None = None, job: str | None = None, working_dir: str | None = None,
-               resources: Any = None) -> list[Check]:
+def run_doctor(
+    tracking_uri: str | None,
+    artifact_root: str | None,
+    models_dir: Path,
+    ray_address: str | None = None,
+    job: str | None = None,
+    working_dir: str | None = None,
+    resources: Any = None,
+) -> list[Check]:
     probe = TorchProbe()  # torch's import runs in a child beside the store checks
     studies: list[Any] = []
     checks = _store_checks(tracking_uri, artifact_root, studies)  # the store is opened and listed once
@@ -380,9 +331,12 @@ def run_doctor(tracking_uri: str | None, artifact_root: str | None, models_dir: 
     from agent.ops.warm_process import describe
 
     warm_ok, warm = describe()
-    checks += _model_checks(models_dir) + _environment_checks(probe) + [Check("warm process", OK if warm_ok else WARN, warm)]
-    return checks + (_ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources)
-                     if ray_address else [])
+    checks += (
+        _model_checks(models_dir) + _environment_checks(probe) + [Check("warm process", OK if warm_ok else WARN, warm)]
+    )
+    return checks + (
+        ray_checks(ray_address, job=job, working_dir=working_dir, resources=resources) if ray_address else []
+    )
 
 
 def render(checks: list[Check], as_json: bool) -> str:

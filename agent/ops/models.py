@@ -15,7 +15,8 @@ one column per class.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,13 +31,16 @@ class ServingModel(nn.Module):
     """Rows of the dataset's ``X`` in, class probabilities out: ``softmax(net((x - mean) / std))``,
     each row first shaped as the job's data module held it (``in_shape``: the mlp flattens images)."""
 
-    def __init__(self, net: nn.Module, mean: np.ndarray | None, std: np.ndarray | None,
-                 in_shape: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, net: nn.Module, mean: np.ndarray | None, std: np.ndarray | None, in_shape: tuple[int, ...] | None = None
+    ) -> None:
         super().__init__()
         self.net = net
         self.in_shape = tuple(in_shape) if in_shape is not None else None
         shape = (1,)
-        self.register_buffer("mean", torch.as_tensor(mean if mean is not None else np.zeros(shape), dtype=torch.float32))
+        self.register_buffer(
+            "mean", torch.as_tensor(mean if mean is not None else np.zeros(shape), dtype=torch.float32)
+        )
         self.register_buffer("std", torch.as_tensor(std if std is not None else np.ones(shape), dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -88,17 +92,29 @@ def register_best(study: Study, job: Any, dataset: Any, split: Any, name: str) -
         raise StudyError(f"retraining trial {best.number + 1} of {study.name!r} failed: {outcome.reason or 'no value'}")
     inputs = getattr(dataset, "inputs", None)
     model = RawClassifier(_serving(*kept[0]), inputs, dataset.class_names)
-    example = inputs.example if inputs is not None else np.asarray(dataset.X[np.asarray(split[1])[:5]], dtype=np.float32)
+    example = (
+        inputs.example if inputs is not None else np.asarray(dataset.X[np.asarray(split[1])[:5]], dtype=np.float32)
+    )
     predictions = model.predict(example)
     tags = study.kb.study_tags(study.record)
     lineage = {
-        "tune_agent.study": study.name, "tune_agent.trial": str(best.number + 1), "tune_agent.job": study.record.job,
-        "tune_agent.dataset": study.record.dataset, "tune_agent.fingerprint": study.record.fingerprint,
+        "tune_agent.study": study.name,
+        "tune_agent.trial": str(best.number + 1),
+        "tune_agent.job": study.record.job,
+        "tune_agent.dataset": study.record.dataset,
+        "tune_agent.fingerprint": study.record.fingerprint,
         f"tune_agent.best_{study.settings.metric}": f"{best.value:.6g}",
         f"tune_agent.retrained_{study.settings.metric}": f"{outcome.value:.6g}",
-        "tune_agent.neighbours": tags.get("neighbours", "-"), "tune_agent.surrogate": tags.get("surrogate", "-"),
+        "tune_agent.neighbours": tags.get("neighbours", "-"),
+        "tune_agent.surrogate": tags.get("surrogate", "-"),
         "tune_agent.config": json.dumps(dict(best.config)),
     }
     version = study.kb.register_model(study.record, best, model, example, predictions, name, lineage)
-    return {"name": name, "version": version, "trial": best.number + 1, "value": best.value,
-            "retrained_value": outcome.value, "model_uri": f"models:/{name}/{version}"}
+    return {
+        "name": name,
+        "version": version,
+        "trial": best.number + 1,
+        "value": best.value,
+        "retrained_value": outcome.value,
+        "model_uri": f"models:/{name}/{version}",
+    }

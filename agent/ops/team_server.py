@@ -30,9 +30,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from agent.errors import StoreError, TuneAgentError
 
@@ -71,6 +71,8 @@ def _alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return True
+
+
 PG_SEARCH = ("/usr/lib/postgresql",)  # Debian keeps the server binaries (initdb, pg_ctl) here
 
 
@@ -140,8 +142,16 @@ class TeamServer:
         user = self._pg_user()
         env = {**os.environ, "PGPASSWORD": self.password(), "PGPASSFILE": os.devnull}
         try:
-            return subprocess.run([pg_binary(tool), *args], user=user, capture_output=True, text=True, check=check,
-                                  timeout=timeout, cwd="/", env=env)
+            return subprocess.run(
+                [pg_binary(tool), *args],
+                user=user,
+                capture_output=True,
+                text=True,
+                check=check,
+                timeout=timeout,
+                cwd="/",
+                env=env,
+            )
         except subprocess.CalledProcessError as exc:
             detail = (exc.stderr or exc.stdout or "").strip().splitlines()
             raise StoreError(f"{tool} failed: {detail[-1] if detail else exc.returncode}") from None
@@ -162,8 +172,18 @@ class TeamServer:
         if user is not None:
             shutil.chown(pwfile, user, user)
         try:
-            self._pg("initdb", "-D", str(self.pgdata), "-U", DB_USER, "--auth=scram-sha-256", f"--pwfile={pwfile}",
-                     "-E", "UTF8", "--no-instructions")
+            self._pg(
+                "initdb",
+                "-D",
+                str(self.pgdata),
+                "-U",
+                DB_USER,
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            )
         finally:
             pwfile.unlink(missing_ok=True)
         return True
@@ -190,8 +210,10 @@ class TeamServer:
             lines.append(line)
         hba.write_text("\n".join(lines) + "\n")
         self._psql("postgres", "SELECT pg_reload_conf()")
-        say(f"PostgreSQL of {self.data_dir} trusted local connections: it now asks for the password in "
-            f"{self.auth_dir / PASSWORD_FILE}")
+        say(
+            f"PostgreSQL of {self.data_dir} trusted local connections: it now asks for the password in "
+            f"{self.auth_dir / PASSWORD_FILE}"
+        )
 
     def _psql(self, database: str, sql: str) -> subprocess.CompletedProcess[str]:
         return self._pg("psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", DB_USER, "-d", database, "-tAc", sql)
@@ -214,8 +236,10 @@ class TeamServer:
     def check_not_running(self) -> None:
         left = self.running()
         if left:
-            raise StoreError(f"{' and '.join(left)} of {self.data_dir} already running (a server still up, or left by "
-                             f"one that was killed); stop it with: tune-agent server --data-dir {self.data_dir} --stop")
+            raise StoreError(
+                f"{' and '.join(left)} of {self.data_dir} already running (a server still up, or left by "
+                f"one that was killed); stop it with: tune-agent server --data-dir {self.data_dir} --stop"
+            )
 
     def stop(self, say: Callable[[str], None] = print) -> bool:
         """Stops what of this data dir is running; False when nothing was."""
@@ -237,16 +261,32 @@ class TeamServer:
         accepts connections, with the database made and passwords required."""
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         log = open(self.pgdata / "server.log", "ab")  # inside the cluster's folder: the postgres user may write there
-        proc = subprocess.Popen([pg_binary("postgres"), "-D", str(self.pgdata), "-p", str(self.pg_port),
-                                 "-c", "listen_addresses=127.0.0.1", "-k", str(self.pgdata)],
-                                user=self._pg_user(), stdout=log, stderr=subprocess.STDOUT, cwd="/",
-                                preexec_fn=_die_with_parent(signal.SIGINT))  # SIGINT: PostgreSQL's fast shutdown
+        proc = subprocess.Popen(
+            [
+                pg_binary("postgres"),
+                "-D",
+                str(self.pgdata),
+                "-p",
+                str(self.pg_port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-k",
+                str(self.pgdata),
+            ],
+            user=self._pg_user(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            preexec_fn=_die_with_parent(signal.SIGINT),
+        )  # SIGINT: PostgreSQL's fast shutdown
         log.close()
         deadline = time.monotonic() + 60
         while self._pg("pg_isready", "-h", "127.0.0.1", "-p", str(self.pg_port), check=False).returncode != 0:
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = (self.pgdata / "server.log").read_text(errors="replace").strip().splitlines()[-1:]
-                raise StoreError(f"PostgreSQL did not start: {tail[0] if tail else 'see ' + str(self.pgdata / 'server.log')}")
+                raise StoreError(
+                    f"PostgreSQL did not start: {tail[0] if tail else 'see ' + str(self.pgdata / 'server.log')}"
+                )
             time.sleep(0.3)
         self._require_passwords(say)
         if self._psql("postgres", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'").stdout.strip() != "1":
@@ -268,9 +308,22 @@ class TeamServer:
     def mlflow_command(self) -> list[str]:
         artifacts = self.data_dir / "artifacts"
         artifacts.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend_uri,
-               "--artifacts-destination", str(artifacts), "--host", self.host, "--port", str(self.port),
-               "--workers", "2"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            self.backend_uri,
+            "--artifacts-destination",
+            str(artifacts),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--workers",
+            "2",
+        ]
         if self.auth:
             cmd += ["--app-name", "basic-auth"]
         return cmd
@@ -286,13 +339,15 @@ class TeamServer:
                 import secrets
 
                 password = secrets.token_urlsafe(18)
-                ini.write_text("[mlflow]\ndefault_permission = READ\n"
-                               f"database_uri = sqlite:///{auth / 'users.db'}\n"
-                               f"admin_username = {ADMIN}\nadmin_password = {password}\n"
-                               "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-                               # MLflow checks the password hash (PBKDF2, tens of ms) on every request
-                               # unless told to cache a verified credential; a study makes hundreds
-                               "auth_cache_ttl_seconds = 60\n")
+                ini.write_text(
+                    "[mlflow]\ndefault_permission = READ\n"
+                    f"database_uri = sqlite:///{auth / 'users.db'}\n"
+                    f"admin_username = {ADMIN}\nadmin_password = {password}\n"
+                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                    # MLflow checks the password hash (PBKDF2, tens of ms) on every request
+                    # unless told to cache a verified credential; a study makes hundreds
+                    "auth_cache_ttl_seconds = 60\n"
+                )
                 ini.chmod(0o600)
             env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
             secret = auth / "secret_key"  # CSRF key of the auth app's forms: one per server, kept across restarts
@@ -309,14 +364,21 @@ class TeamServer:
         self.check_not_running()
         created = self.init_postgres()
         postgres = self.start_postgres(say)
-        say(f"PostgreSQL {'created and ' if created else ''}running on 127.0.0.1:{self.pg_port} ({self.pgdata}; "
-            f"password in {self.auth_dir / PASSWORD_FILE})")
+        say(
+            f"PostgreSQL {'created and ' if created else ''}running on 127.0.0.1:{self.pg_port} ({self.pgdata}; "
+            f"password in {self.auth_dir / PASSWORD_FILE})"
+        )
         log = open(self.data_dir / "logs" / "mlflow.log", "a")
         try:
-            proc = subprocess.Popen(self.mlflow_command(), env=self.mlflow_env(), stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True,
-                                    # files MLflow makes (the auth app's users.db) are its own alone
-                                    preexec_fn=_die_with_parent(signal.SIGTERM, umask=0o077))
+            proc = subprocess.Popen(
+                self.mlflow_command(),
+                env=self.mlflow_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # files MLflow makes (the auth app's users.db) are its own alone
+                preexec_fn=_die_with_parent(signal.SIGTERM, umask=0o077),
+            )
         except BaseException:
             self.stop_postgres(postgres)
             raise
@@ -331,12 +393,16 @@ class TeamServer:
             if wait_until_up(self.url, ready_timeout, proc, stop):
                 for made in self.auth_dir.glob("*"):  # made before this version kept them private
                     made.chmod(0o600)
-                say(f"tracking server ready at {self.url} (backend {self.backend_uri}; artifacts proxied from "
-                    f"{self.data_dir / 'artifacts'}{'; basic auth on' if self.auth else ''})")
+                say(
+                    f"tracking server ready at {self.url} (backend {self.backend_uri}; artifacts proxied from "
+                    f"{self.data_dir / 'artifacts'}{'; basic auth on' if self.auth else ''})"
+                )
                 say(f"agents: tune-agent start ... --tracking-uri {self.url}")
                 if self.auth:
-                    say(f"basic auth: admin user '{ADMIN}', password in {self.data_dir / 'auth' / 'basic_auth.ini'}; "
-                        "agents read MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
+                    say(
+                        f"basic auth: admin user '{ADMIN}', password in {self.data_dir / 'auth' / 'basic_auth.ini'}; "
+                        "agents read MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
+                    )
             while proc.poll() is None and not stop["now"]:
                 time.sleep(0.2)
             return 0 if stop["now"] else int(proc.returncode or 0)
@@ -355,8 +421,9 @@ class TeamServer:
             say("tracking server and PostgreSQL stopped")
 
 
-def wait_until_up(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-                  stop: dict[str, bool] | None = None) -> bool:
+def wait_until_up(
+    url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None, stop: dict[str, bool] | None = None
+) -> bool:
     """Polls ``url``/health until it answers; False when ``proc`` died, ``stop`` was set or time ran out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

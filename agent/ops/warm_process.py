@@ -48,22 +48,73 @@ IDLE_ENV = "TUNE_AGENT_DAEMON_IDLE"
 IDLE_SECONDS = 15 * 60
 
 # Variables that differ between two terminals of one user and that no import reads.
-VOLATILE = frozenset({
-    "PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "TERM_SESSION_ID", "WINDOWID", "SSH_CLIENT",
-    "SSH_CONNECTION", "SSH_TTY", "TMUX_PANE", "STY", "PS1", "PS2", "PROMPT_COMMAND", "LS_COLORS",
-    "XDG_SESSION_ID", "GPG_TTY", "HISTFILE", "HISTSIZE", "HISTCONTROL", "SECURITYSESSIONID",
-})
+VOLATILE = frozenset(
+    {
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "_",
+        "COLUMNS",
+        "LINES",
+        "TERM_SESSION_ID",
+        "WINDOWID",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "TMUX_PANE",
+        "STY",
+        "PS1",
+        "PS2",
+        "PROMPT_COMMAND",
+        "LS_COLORS",
+        "XDG_SESSION_ID",
+        "GPG_TTY",
+        "HISTFILE",
+        "HISTSIZE",
+        "HISTCONTROL",
+        "SECURITYSESSIONID",
+    }
+)
 
 # What the commands import, imported once by the warm process (names, so this module stays light).
 WARM_IMPORTS = (
-    "numpy", "pandas", "scipy.stats", "sklearn", "sklearn.preprocessing", "sklearn.model_selection", "mlflow",
-    "mlflow.store.tracking.sqlalchemy_store", "torch", "lightning.pytorch", "torchmetrics", "botorch", "gpytorch",
-    "matplotlib", "optuna", "rich.console", "click",
-    "agent.tuning.service", "agent.execution.launch", "agent.execution.runner", "agent.execution.workers",
-    "agent.execution.trial", "agent.execution.trial_process", "agent.execution.progress", "agent.knowledge.base",
-    "agent.knowledge.mlflow", "agent.samplers.bo", "agent.jobs.registry", "agent.data.load", "agent.data.builtin", "agent.data.tabular", "agent.meta.handcrafted",
-    "agent.meta.neighbours", "agent.tuning.warmstart", "agent.tuning.source_models",
-    "agent.tuning.report", "agent.ops.doctor",
+    "numpy",
+    "pandas",
+    "scipy.stats",
+    "sklearn",
+    "sklearn.preprocessing",
+    "sklearn.model_selection",
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "torch",
+    "lightning.pytorch",
+    "torchmetrics",
+    "botorch",
+    "gpytorch",
+    "matplotlib",
+    "optuna",
+    "rich.console",
+    "click",
+    "agent.tuning.service",
+    "agent.execution.launch",
+    "agent.execution.runner",
+    "agent.execution.workers",
+    "agent.execution.trial",
+    "agent.execution.trial_process",
+    "agent.execution.progress",
+    "agent.knowledge.base",
+    "agent.knowledge.mlflow",
+    "agent.samplers.bo",
+    "agent.jobs.registry",
+    "agent.data.load",
+    "agent.data.builtin",
+    "agent.data.tabular",
+    "agent.meta.handcrafted",
+    "agent.meta.neighbours",
+    "agent.tuning.warmstart",
+    "agent.tuning.source_models",
+    "agent.tuning.report",
+    "agent.ops.doctor",
 )
 
 _LEN = struct.Struct("!I")
@@ -82,10 +133,12 @@ def platform_gap() -> str | None:
     credentials, fork), or None: without it every command runs fresh."""
     import socket
 
-    for name, present in (("Unix sockets", hasattr(socket, "AF_UNIX")),
-                          ("passing file descriptors over a socket", hasattr(socket, "send_fds")),
-                          ("the peer's credentials (SO_PEERCRED)", hasattr(socket, "SO_PEERCRED")),
-                          ("fork", hasattr(os, "fork"))):
+    for name, present in (
+        ("Unix sockets", hasattr(socket, "AF_UNIX")),
+        ("passing file descriptors over a socket", hasattr(socket, "send_fds")),
+        ("the peer's credentials (SO_PEERCRED)", hasattr(socket, "SO_PEERCRED")),
+        ("fork", hasattr(os, "fork")),
+    ):
         if not present:
             return name
     return None
@@ -113,7 +166,9 @@ def folder() -> Path:
     except OSError as exc:
         raise Unusable(f"{where}: {exc.strerror}") from None
     if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise Unusable(f"{where} is not private to this user (owner uid {info.st_uid}, mode {oct(info.st_mode & 0o777)})")
+        raise Unusable(
+            f"{where} is not private to this user (owner uid {info.st_uid}, mode {oct(info.st_mode & 0o777)})"
+        )
     return where
 
 
@@ -146,7 +201,9 @@ def key(env: dict[str, str] | None = None, path: list[str] | None = None) -> str
     env = dict(os.environ if env is None else env)
     path = list(sys.path if path is None else path)
     parts = {
-        "uid": os.getuid(), "python": sys.executable, "version": sys.version,
+        "uid": os.getuid(),
+        "python": sys.executable,
+        "version": sys.version,
         "path": _path_stats(path[1:]),  # [0] is the script's folder, or the daemon's working folder
         "source": _source_stats(),
         "env": sorted((k, v) for k, v in env.items() if k not in VOLATILE),
@@ -274,8 +331,10 @@ def forward(argv: list[str], which: str | None = None) -> int | None:
                 return 130
             return None  # the command runs here
         if not line:
-            sys.stderr.write("tune-agent: the warm process went away while it ran the command "
-                             f"(pid {pid[0]}); `tune-agent daemon status` says more\n")
+            sys.stderr.write(
+                "tune-agent: the warm process went away while it ran the command "
+                f"(pid {pid[0]}); `tune-agent daemon status` says more\n"
+            )
             return 1
         word, _, value = line.strip().partition(" ")
         if word == "pid":
@@ -328,12 +387,18 @@ def start_in_background(env: dict[str, str] | None = None, which: str | None = N
         except OSError:
             return None
         fcntl.flock(lock, fcntl.LOCK_UN)
-    log = open(where / f"{which}.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(where / f"{which}.log", "ab")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", "from agent.cli.entry import serve_here; serve_here()", which, json.dumps(sys.path)],
-            cwd=where, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            close_fds=True)
+            cwd=where,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
     finally:
         log.close()
     return proc.pid
@@ -353,6 +418,7 @@ def describe() -> tuple[bool, str]:
     answer = ask(socket_path(where, key()), {"control": "status"}, timeout=2.0)
     if answer is None:
         return True, "none for this environment: the next command starts one when it ends"
-    return True, (f"pid {answer['pid']} serves this environment: {answer['served']} command(s) run, "
-                  f"{answer['rss_mb']:.0f} MB resident (`tune-agent daemon stop` ends it)")
-
+    return True, (
+        f"pid {answer['pid']} serves this environment: {answer['served']} command(s) run, "
+        f"{answer['rss_mb']:.0f} MB resident (`tune-agent daemon stop` ends it)"
+    )

@@ -8,18 +8,12 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from agent.ops.warm_process import (
-    WARM_IMPORTS,
-    all_sockets,
-    ask,
-    folder,
-    idle_seconds,
-    recv_request,
-    socket_path,
-)
+from agent.ops.warm_process import WARM_IMPORTS, all_sockets, ask, folder, idle_seconds, recv_request, socket_path
+
 
 def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) -> None:
     """The warm process for key ``which``: imports, then serves until idle (see the module doc).
@@ -33,7 +27,7 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
     import time
 
     where = folder()
-    lock = open(where / f"{which}.lock", "w")  # noqa: SIM115 - held for this process's life
+    lock = open(where / f"{which}.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -44,7 +38,7 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
     for name in WARM_IMPORTS:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - a command that needs it imports it (and says why it fails)
+        except Exception as exc:
             print(f"not imported: {name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     if threading.active_count() != 1:
         print(f"an import started {threading.active_count() - 1} thread(s): forking is unsafe; ending", file=sys.stderr)
@@ -137,8 +131,9 @@ def _still_mine(path: Path, inode: int) -> bool:
         return False
 
 
-def _take(conn: socket.socket, which: str, me: int, began: float, served: int,
-          children: dict[int, socket.socket]) -> Any:
+def _take(
+    conn: socket.socket, which: str, me: int, began: float, served: int, children: dict[int, socket.socket]
+) -> Any:
     """Reads one request: a control one is answered here ("stop" returned for a stop); a command's
     ``(request, fds)`` is returned to be forked; anything else (another user, garbage) is closed."""
     conn.settimeout(5.0)
@@ -157,8 +152,14 @@ def _take(conn: socket.socket, which: str, me: int, began: float, served: int,
     if control is not None:
         for fd in fds:
             os.close(fd)
-        answer = {"pid": me, "key": which, "since": began, "served": served, "running": len(children),
-                  "rss_mb": _rss_mb()}
+        answer = {
+            "pid": me,
+            "key": which,
+            "since": began,
+            "served": served,
+            "running": len(children),
+            "rss_mb": _rss_mb(),
+        }
         try:
             conn.sendall((json.dumps(answer) + "\n").encode())
         except OSError:
@@ -230,10 +231,16 @@ def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding)
     out_tty = os.isatty(1)
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,
-                                                   errors=errors, line_buffering=out_tty, write_through=out_tty)
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
-                                                   errors="backslashreplace", line_buffering=True)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False),
+        encoding=encoding,
+        errors=errors,
+        line_buffering=out_tty,
+        write_through=out_tty,
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding=encoding, errors="backslashreplace", line_buffering=True
+    )
     _fresh_randomness()
     _own_exit_handlers()
     from agent.execution import progress, trial_process
@@ -280,7 +287,9 @@ def _end(code: Any) -> None:
         print(code, file=sys.stderr)
         status = 1
     try:
-        shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls: executors' exit hooks, then joins
+        shutdown = getattr(
+            threading, "_shutdown", None
+        )  # what the interpreter calls: executors' exit hooks, then joins
         if shutdown is not None:
             shutdown()
         else:
@@ -292,7 +301,7 @@ def _end(code: Any) -> None:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001, S110 - a closed pipe: nothing more to say
+            except Exception:
                 pass
         os._exit(status)
 

@@ -20,7 +20,8 @@ are fitted by marginal likelihood (the paper slice-samples them).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +30,12 @@ from agent.space import SearchSpace
 
 MODELS = ("separate_linear", "separate_gp", "separate_arc_gp", "linear", "gp", "arc_gp", "arc_gp_mode")
 PAPER = {  # Swersky et al. 2014, Table 1 (MNIST): NMSE on original / log outputs
-    "separate_linear": (0.812, 0.737), "separate_gp": (0.546, 0.446), "separate_arc_gp": (0.535, 0.440),
-    "linear": (0.876, 0.834), "gp": (0.481, 0.401), "arc_gp": (0.421, 0.335),
+    "separate_linear": (0.812, 0.737),
+    "separate_gp": (0.546, 0.446),
+    "separate_arc_gp": (0.535, 0.440),
+    "linear": (0.876, 0.834),
+    "gp": (0.481, 0.401),
+    "arc_gp": (0.421, 0.335),
 }
 
 
@@ -91,10 +96,12 @@ def _fit_predict(kind: str, space: SearchSpace, U: np.ndarray, y: np.ndarray, V:
     return pred * sd + mu
 
 
-def _predict(model: str, space: SearchSpace, U: np.ndarray, y: np.ndarray, V: np.ndarray, root: int, seed: int) -> np.ndarray:
+def _predict(
+    model: str, space: SearchSpace, U: np.ndarray, y: np.ndarray, V: np.ndarray, root: int, seed: int
+) -> np.ndarray:
     if not model.startswith("separate_"):
         return _fit_predict(model, space, U, y, V, seed)
-    kind = model[len("separate_"):]
+    kind = model[len("separate_") :]
     out = np.empty(len(V))
     for depth in np.unique(V[:, root]):
         test, train = V[:, root] == depth, U[:, root] == depth
@@ -106,13 +113,20 @@ def _predict(model: str, space: SearchSpace, U: np.ndarray, y: np.ndarray, V: np
         if kind == "arc_gp":  # the arc embedding over this depth's points (the paper's "separate Arc GP")
             out[test] = _fit_predict("arc_gp", space, Us, y[train], Vs, seed)
         else:  # only this depth's active dimensions; a plain GP needs no filling within one depth
-            out[test] = _fit_predict("linear" if kind == "linear" else "plain_gp", space, Us[:, active], y[train],
-                                     Vs[:, active], seed)
+            out[test] = _fit_predict(
+                "linear" if kind == "linear" else "plain_gp", space, Us[:, active], y[train], Vs[:, active], seed
+            )
     return out
 
 
-def nmse_table(space: SearchSpace, U: np.ndarray, errors: np.ndarray, folds: int = 10, seed: int = 0,
-               models: Sequence[str] = MODELS) -> dict[str, Any]:
+def nmse_table(
+    space: SearchSpace,
+    U: np.ndarray,
+    errors: np.ndarray,
+    folds: int = 10,
+    seed: int = 0,
+    models: Sequence[str] = MODELS,
+) -> dict[str, Any]:
     """{model: {"original": [mean, se], "log": [mean, se]}} over ``folds`` random folds."""
     root = _root(space)
     rng = np.random.default_rng(seed)
@@ -127,12 +141,25 @@ def nmse_table(space: SearchSpace, U: np.ndarray, errors: np.ndarray, folds: int
                 var = float(np.var(y[test]))
                 scores.append(float(np.mean((pred - y[test]) ** 2)) / var if var > 0 else float("nan"))
             s = np.array(scores)
-            out.setdefault(model, {})[scale] = [float(np.nanmean(s)), float(np.nanstd(s) / math.sqrt(np.isfinite(s).sum()))]
+            out.setdefault(model, {})[scale] = [
+                float(np.nanmean(s)),
+                float(np.nanstd(s) / math.sqrt(np.isfinite(s).sum())),
+            ]
     return out
 
 
-def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, prefix: str, tracking_uri: str | None,
-                artifact_root: str | None, kernel: str = "auto", echo: Any = print) -> list[str]:
+def run_studies(
+    dataset: str,
+    job: str,
+    studies: int,
+    trials: int,
+    epochs: int,
+    prefix: str,
+    tracking_uri: str | None,
+    artifact_root: str | None,
+    kernel: str = "auto",
+    echo: Any = print,
+) -> list[str]:
     """The data: ``studies`` ordinary BO studies (seeds 0..N-1) named ``PREFIX<seed>``; finished ones
     are kept and interrupted ones resumed, so the command can simply run again."""
     from agent.config import StudyRequest
@@ -145,22 +172,41 @@ def run_studies(dataset: str, job: str, studies: int, trials: int, epochs: int, 
     for seed in range(studies):
         name = f"{prefix}{seed}"
         names.append(name)
-        req = StudyRequest(dataset=dataset, job=job, trials=trials, epochs=epochs, seed=seed, study_name=name,
-                          warm_start="none", surrogate="gp", kernel=kernel, tracking_uri=tracking_uri,
-                          artifact_root=artifact_root)
+        req = StudyRequest(
+            dataset=dataset,
+            job=job,
+            trials=trials,
+            epochs=epochs,
+            seed=seed,
+            study_name=name,
+            warm_start="none",
+            surrogate="gp",
+            kernel=kernel,
+            tracking_uri=tracking_uri,
+            artifact_root=artifact_root,
+        )
         opened = open_or_prepare(req)
         if opened is None:
             continue
         study, job_obj, data, split = opened
         timing = run_study(study, job_obj, data, split, SilentReporter(), trace_plot=False)
         best = study.best(study.trials())
-        echo(f"{name}: {trials} trials, best {study.settings.metric}={best.value if best else float('nan'):.4g}, "
-             f"{timing.wall_seconds:.0f} s")
+        echo(
+            f"{name}: {trials} trials, best {study.settings.metric}={best.value if best else float('nan'):.4g}, "
+            f"{timing.wall_seconds:.0f} s"
+        )
     return names
 
 
-def kernel_bo_comparison(kb: KnowledgeBase, space: SearchSpace, prefix: str, kernels: Sequence[str], seeds: int,
-                         job: str, at: Sequence[int] = (10, 30)) -> dict[str, Any]:
+def kernel_bo_comparison(
+    kb: KnowledgeBase,
+    space: SearchSpace,
+    prefix: str,
+    kernels: Sequence[str],
+    seeds: int,
+    job: str,
+    at: Sequence[int] = (10, 30),
+) -> dict[str, Any]:
     """Mean best-so-far validation error at trials ``at`` of the studies ``PREFIX<kernel>-<seed>``,
     and their regret against the best error any of them found (per seed)."""
     curves: dict[str, list[np.ndarray]] = {k: [] for k in kernels}
@@ -169,10 +215,12 @@ def kernel_bo_comparison(kb: KnowledgeBase, space: SearchSpace, prefix: str, ker
         runs = {}
         for k in kernels:
             study = by_name[f"{prefix}{k}-{seed}"]
-            trials = sorted((t for t in kb.trials(study) if t.state == TRIAL_OK and t.value is not None),
-                            key=lambda t: t.number)
-            errors = [1.0 - float(t.extra["final_val_acc"]) if "final_val_acc" in t.extra else float(t.value)
-                      for t in trials]
+            trials = sorted(
+                (t for t in kb.trials(study) if t.state == TRIAL_OK and t.value is not None), key=lambda t: t.number
+            )
+            errors = [
+                1.0 - float(t.extra["final_val_acc"]) if "final_val_acc" in t.extra else float(t.value) for t in trials
+            ]
             runs[k] = np.minimum.accumulate(np.array(errors))
         for k in kernels:
             curves[k].append(runs[k])
@@ -182,6 +230,7 @@ def kernel_bo_comparison(kb: KnowledgeBase, space: SearchSpace, prefix: str, ker
         A = np.array([c[:n] for c in curves[k]])
         out[k] = {f"best_error@{t}": round(float(A[:, t - 1].mean()), 4) for t in sorted({*at, n}) if t <= n}
         # each seed's own curve at its last trial when shorter (a failed trial leaves fewer finished ones)
-        out[k]["per_seed"] = {f"best_error@{t}": [round(float(c[min(t, len(c)) - 1]), 4) for c in curves[k]]
-                              for t in at}
+        out[k]["per_seed"] = {
+            f"best_error@{t}": [round(float(c[min(t, len(c)) - 1]), 4) for c in curves[k]] for t in at
+        }
     return out

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from agent.data.builtin import BUILTIN_DATASETS
 
@@ -60,8 +61,9 @@ def bootstrap_study_name(job: str, dataset: str) -> str:
     return "bootstrap-" + job + "-" + re.sub(r"[^A-Za-z0-9.,=-]+", "_", dataset)
 
 
-def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tracking_uri: str | None,
-                  artifact_root: str | None) -> dict[str, Any]:
+def bootstrap_one(
+    job: str, spec: str, configs: int, epochs: int, seed: int, tracking_uri: str | None, artifact_root: str | None
+) -> dict[str, Any]:
     """Runs (or resumes) the study of one dataset: {"study", "status", "trials", "seconds", "best"}."""
     from agent.config import StudyRequest
     from agent.errors import DatasetError, StudyFailedError
@@ -73,9 +75,20 @@ def bootstrap_one(job: str, spec: str, configs: int, epochs: int, seed: int, tra
     name = bootstrap_study_name(job, spec)
     out: dict[str, Any] = {"study": name, "status": "finished", "trials": 0, "best": None}
     try:
-        req = StudyRequest(dataset=spec, job=job, trials=configs, n_init=configs, epochs=epochs, init="sobol",
-                          seed=seed, study_name=name, warm_start="none", surrogate="gp", tracking_uri=tracking_uri,
-                          artifact_root=artifact_root)
+        req = StudyRequest(
+            dataset=spec,
+            job=job,
+            trials=configs,
+            n_init=configs,
+            epochs=epochs,
+            init="sobol",
+            seed=seed,
+            study_name=name,
+            warm_start="none",
+            surrogate="gp",
+            tracking_uri=tracking_uri,
+            artifact_root=artifact_root,
+        )
         opened = open_or_prepare(req)
         if opened is None:
             out["status"] = "done before"
@@ -133,7 +146,9 @@ def distinct_content(specs: list[str], echo: Any = print) -> list[str]:
             echo(f"{spec} left out: its content is the held-out table {held}'s")
             continue
         mine = content_print(data.X, data.y)
-        twin = next((name for name, source, theirs in seen if source != data.source and same_content(mine, theirs)), None)
+        twin = next(
+            (name for name, source, theirs in seen if source != data.source and same_content(mine, theirs)), None
+        )
         if twin is not None:
             echo(f"{spec} left out: its content is {twin}'s (one dataset, one source)")
             continue
@@ -171,8 +186,10 @@ def run_bootstrap(
         trials = sum(r["trials"] for r in results)
         best = "-" if res["best"] is None else f"{res['best']:.4g}"
         eta = elapsed / len(results) * (len(specs) - len(results))
-        echo(f"[{len(results)}/{len(specs)}] {res['study']}: {res['status']}, {res['trials']} trials, best {best}, "
-             f"{res['seconds']:.0f} s; {trials / max(elapsed, 1e-9):.2f} trials/s, ETA {eta / 60:.0f} min")
+        echo(
+            f"[{len(results)}/{len(specs)}] {res['study']}: {res['status']}, {res['trials']} trials, best {best}, "
+            f"{res['seconds']:.0f} s; {trials / max(elapsed, 1e-9):.2f} trials/s, ETA {eta / 60:.0f} min"
+        )
 
     args = [(job, spec, configs, epochs, seed, tracking_uri, artifact_root) for spec in specs]
     if workers <= 1:
@@ -186,8 +203,14 @@ def run_bootstrap(
     wall = time.perf_counter() - start
     trials = sum(r["trials"] for r in results)
     failed = [r["study"] for r in results if r["status"].startswith("failed")]
-    return {"studies": len(results) - len(failed), "failed": failed, "trials": trials, "wall_seconds": wall,
-            "trials_per_second": trials / max(wall, 1e-9), "workers": workers}
+    return {
+        "studies": len(results) - len(failed),
+        "failed": failed,
+        "trials": trials,
+        "wall_seconds": wall,
+        "trials_per_second": trials / max(wall, 1e-9),
+        "workers": workers,
+    }
 
 
 def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
@@ -220,9 +243,17 @@ def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
         elif sample is not None:
             held = held_out_match(*sample) if summary.get("kind") == "tabular" else None
             mine = content_print(*sample)
-            twin = next((other for other, source, theirs in seen
-                         if source != summary.get("source") and same_content(mine, theirs)), None)
-            why = (f"its content is the held-out table {held}'s" if held else f"its content is {twin}'s" if twin else None)
+            twin = next(
+                (
+                    other
+                    for other, source, theirs in seen
+                    if source != summary.get("source") and same_content(mine, theirs)
+                ),
+                None,
+            )
+            why = (
+                f"its content is the held-out table {held}'s" if held else f"its content is {twin}'s" if twin else None
+            )
             if why is None:
                 seen.append((name, str(summary.get("source")), mine))
         if why is None:

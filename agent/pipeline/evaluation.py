@@ -35,9 +35,10 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -89,11 +90,19 @@ def _cached(path: Path, make: Callable[[], Any]) -> Any:
     return out
 
 
-def _neighbour_plan(vectors: np.ndarray, t: int, history: list[int], sources: list[str], standardise: bool,
-                    E: np.ndarray, k: int, fallback: list[int]) -> tuple[list[int], list[int], bool]:
+def _neighbour_plan(
+    vectors: np.ndarray,
+    t: int,
+    history: list[int],
+    sources: list[str],
+    standardise: bool,
+    E: np.ndarray,
+    k: int,
+    fallback: list[int],
+) -> tuple[list[int], list[int], bool]:
     """(neighbour datasets, initial rows, far) for target ``t`` as the product's warm start picks them."""
-    from agent.pipeline.evaluation_tables import best_rows
     from agent.meta.neighbours import distinct_first, nearest
+    from agent.pipeline.evaluation_tables import best_rows
     from agent.tuning.warmstart import nearness
 
     found = nearest(vectors[t], vectors[history], len(history), standardise)
@@ -106,8 +115,17 @@ def _neighbour_plan(vectors: np.ndarray, t: int, history: list[int], sources: li
 
 
 def _settings_key(p: Mapping[str, Any], mf: Mapping[str, Any], keys: Sequence[str], configs: Sequence[str]) -> str:
-    blob = json.dumps({"revision": REVISION, "evaluate": dict(p), "meta_features": dict(mf), "datasets": list(keys),
-                       "configs": list(configs)}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {
+            "revision": REVISION,
+            "evaluate": dict(p),
+            "meta_features": dict(mf),
+            "datasets": list(keys),
+            "configs": list(configs),
+        },
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
@@ -124,11 +142,19 @@ def _read_journal(path: Path, key: str) -> dict[str, dict[str, Any]]:
     return done
 
 
-def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, plots: Path,
-                   export: Path = EXPORT_DIR, distances: Path = DISTANCES_FILE, journal: Path = EVALUATE_DIR,
-                   progress: Callable[[str], None] = _stderr, choice_dir: Path | None = None) -> dict[str, Any]:
-    from agent.pipeline.evaluation_tables import design_inits, rank_correlation, source_folds, summarise, write_outputs
+def stage_evaluate(
+    p: Mapping[str, Any],
+    mf: Mapping[str, Any],
+    metrics: Path,
+    plots: Path,
+    export: Path = EXPORT_DIR,
+    distances: Path = DISTANCES_FILE,
+    journal: Path = EVALUATE_DIR,
+    progress: Callable[[str], None] = _stderr,
+    choice_dir: Path | None = None,
+) -> dict[str, Any]:
     from agent.meta.neighbours import pairwise_distances
+    from agent.pipeline.evaluation_tables import design_inits, rank_correlation, source_folds, summarise, write_outputs
     from agent.pipeline.replay import replay_dataset
 
     start = time.perf_counter()
@@ -154,13 +180,16 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
     workers = max(1, int(p.get("workers", 2)))
     from agent.meta.handcrafted import HANDCRAFTED_VERSION
 
-    hand = _cached(journal / f"handcrafted-v{HANDCRAFTED_VERSION}-{key}.npz",
-                   lambda: {"v": _handcrafted(datasets, workers)})["v"]
+    hand = _cached(
+        journal / f"handcrafted-v{HANDCRAFTED_VERSION}-{key}.npz", lambda: {"v": _handcrafted(datasets, workers)}
+    )["v"]
     learned: dict[str, dict[int, np.ndarray]] = {}
     for w in wings:
         progress(f"evaluate: training the {w} extractor on {int(folds.max()) + 1} source folds")
-        arrays = _cached(journal / f"learned-{w}-{key}.npz",
-                         lambda w=w: {str(f): v for f, v in fold_vectors(datasets, D, mf, w, folds).items()})
+        arrays = _cached(
+            journal / f"learned-{w}-{key}.npz",
+            lambda w=w: {str(f): v for f, v in fold_vectors(datasets, D, mf, w, folds).items()},
+        )
         learned[w] = {int(f): v for f, v in arrays.items()}
     hand_d = pairwise_distances(hand, True)
     learned_d = {f: pairwise_distances(v, False) for f, v in learned[default].items()}
@@ -173,17 +202,27 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
         hn, h_rows, h_far = _neighbour_plan(hand, t, history, sources, True, table.E, k, fallback)
         ln, l_rows, l_far = _neighbour_plan(view, t, history, sources, False, table.E, k, fallback)
         runs: list[tuple[str, list[int], str, list[int] | None]] = [
-            (f"cold#{s}", design_inits("sobol", k, table.U, seed=1000 * t + s), acq, None) for s in range(seeds)]
-        runs += [("portfolio", fallback, acq, None), ("handcrafted", h_rows, acq, None), ("learned", l_rows, acq, None),
-                 ("learned+prior", l_rows, acq, ln or None)]
+            (f"cold#{s}", design_inits("sobol", k, table.U, seed=1000 * t + s), acq, None) for s in range(seeds)
+        ]
+        runs += [
+            ("portfolio", fallback, acq, None),
+            ("handcrafted", h_rows, acq, None),
+            ("learned", l_rows, acq, None),
+            ("learned+prior", l_rows, acq, ln or None),
+        ]
         for w in wings[1:]:
             _, rows, _ = _neighbour_plan(learned[w][int(folds[t])], t, history, sources, False, table.E, k, fallback)
             runs.append((f"learned:{w}", rows, acq, None))
-        facts[h.name] = {"far": {"handcrafted": h_far, "learned": l_far},
-                         "rank_correlation": {"handcrafted": rank_correlation(hand_d, D, t, history),
-                                              "learned": rank_correlation(learned_d[int(folds[t])], D, t, history)}}
-        tasks.append({"target": t, "name": h.name, "U": table.U, "E": table.E, "budget": budget, "runs": runs,
-                      "space": space})
+        facts[h.name] = {
+            "far": {"handcrafted": h_far, "learned": l_far},
+            "rank_correlation": {
+                "handcrafted": rank_correlation(hand_d, D, t, history),
+                "learned": rank_correlation(learned_d[int(folds[t])], D, t, history),
+            },
+        }
+        tasks.append(
+            {"target": t, "name": h.name, "U": table.U, "E": table.E, "budget": budget, "runs": runs, "space": space}
+        )
 
     journal_file = journal / "journal.jsonl"
     done = _read_journal(journal_file, key)
@@ -205,8 +244,10 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
                 finished += 1
                 elapsed = time.perf_counter() - replay_start
                 eta = elapsed / finished * (len(todo) - finished)
-                progress(f"evaluate: [{len(done)}/{len(tasks)}] {name} ({elapsed / 60:.1f} min, about "
-                         f"{eta / 60:.1f} min left)")
+                progress(
+                    f"evaluate: [{len(done)}/{len(tasks)}] {name} ({elapsed / 60:.1f} min, about "
+                    f"{eta / 60:.1f} min left)"
+                )
 
     per_target = []
     for task in tasks:
@@ -217,14 +258,23 @@ def stage_evaluate(p: Mapping[str, Any], mf: Mapping[str, Any], metrics: Path, p
         per_target.append({m: np.mean(v, axis=0) for m, v in merged.items()})
     methods = summarise(per_target, baseline="cold")
     report = {
-        "protocol": (f"leave-one-source-out replay of every dataset ({len(datasets)} datasets, {len(set(sources))} "
-                     f"sources, {int(folds.max()) + 1} source folds): the product's sampler restricted to the target's "
-                     f"{len(table.keys)}-configuration table, {k} initial configurations then BO ({acq}) to {budget} "
-                     "trials; the history of a target is every dataset of other sources; the learned extractor is "
-                     "retrained without the target's fold; regret normalised over the target's table; paired "
-                     f"Wilcoxon signed-rank test against cold over the {len(datasets)} targets"),
-        "datasets": len(datasets), "sources": len(set(sources)), "configs": len(table.keys), "folds": int(folds.max()) + 1,
-        "k": k, "budget": budget, "cold_seeds": seeds, "aggregator": default, "objective": "validation error (1 - val_acc)",
+        "protocol": (
+            f"leave-one-source-out replay of every dataset ({len(datasets)} datasets, {len(set(sources))} "
+            f"sources, {int(folds.max()) + 1} source folds): the product's sampler restricted to the target's "
+            f"{len(table.keys)}-configuration table, {k} initial configurations then BO ({acq}) to {budget} "
+            "trials; the history of a target is every dataset of other sources; the learned extractor is "
+            "retrained without the target's fold; regret normalised over the target's table; paired "
+            f"Wilcoxon signed-rank test against cold over the {len(datasets)} targets"
+        ),
+        "datasets": len(datasets),
+        "sources": len(set(sources)),
+        "configs": len(table.keys),
+        "folds": int(folds.max()) + 1,
+        "k": k,
+        "budget": budget,
+        "cold_seeds": seeds,
+        "aggregator": default,
+        "objective": "validation error (1 - val_acc)",
         "methods": methods,
         "rank_correlation": _rank_summary(facts),
         "far_targets": {m: int(sum(f["far"][m] for f in facts.values())) for m in ("handcrafted", "learned")},
@@ -248,13 +298,17 @@ def choose_meta_features(report: Mapping[str, Any]) -> dict[str, Any]:
     m = report["methods"]
     at = [t for t in (1, 3, 5) if f"regret@{t}" in m["learned"]]
     rc = report["rank_correlation"]
-    better = all(m["learned"][f"regret@{t}"] <= m["handcrafted"][f"regret@{t}"] for t in at) and \
-        rc["learned"]["mean"] >= rc["handcrafted"]["mean"]
+    better = (
+        all(m["learned"][f"regret@{t}"] <= m["handcrafted"][f"regret@{t}"] for t in at)
+        and rc["learned"]["mean"] >= rc["handcrafted"]["mean"]
+    )
     at_str = "/".join(str(t) for t in at)
     learned = "/".join(f"{m['learned'][f'regret@{t}']:.2g}" for t in at)
     hand = "/".join(f"{m['handcrafted'][f'regret@{t}']:.2g}" for t in at)
-    why = (f"learned vs hand-crafted on this history: regret@{at_str} {learned} vs {hand}, rank correlation "
-           f"{rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g}")
+    why = (
+        f"learned vs hand-crafted on this history: regret@{at_str} {learned} vs {hand}, rank correlation "
+        f"{rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g}"
+    )
     return {"method": "learned" if better else "handcrafted", "why": why}
 
 
@@ -263,12 +317,16 @@ def _rank_summary(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     from scipy.stats import wilcoxon
 
     out: dict[str, Any] = {}
-    values = {m: np.array([f["rank_correlation"][m] for f in facts.values()], dtype=float)
-              for m in ("handcrafted", "learned")}
+    values = {
+        m: np.array([f["rank_correlation"][m] for f in facts.values()], dtype=float) for m in ("handcrafted", "learned")
+    }
     for m, v in values.items():
         v = v[np.isfinite(v)]
-        out[m] = {"mean": round(float(v.mean()), 4), "median": round(float(np.median(v)), 4),
-                  "positive_share": round(float((v > 0).mean()), 4)}
+        out[m] = {
+            "mean": round(float(v.mean()), 4),
+            "median": round(float(np.median(v)), 4),
+            "positive_share": round(float((v > 0).mean()), 4),
+        }
     ok = np.isfinite(values["learned"]) & np.isfinite(values["handcrafted"])
     diff = values["learned"][ok] - values["handcrafted"][ok]
     out["p_learned_vs_handcrafted"] = float(f"{float(wilcoxon(diff).pvalue):.3g}") if np.any(diff != 0) else 1.0

@@ -13,9 +13,10 @@ validation error (1 - val accuracy), as in paper 003.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -36,8 +37,12 @@ def build_table(datasets: Sequence[HistoricalDataset], space: Any) -> Table:
     """Configurations evaluated on every dataset (the bootstrap's shared Sobol set) as one table."""
     per = []
     for h in datasets:
-        per.append({json.dumps(dict(e.config), sort_keys=True): (e.val_error if e.val_error is not None else e.value)
-                    for e in h.evaluations})
+        per.append(
+            {
+                json.dumps(dict(e.config), sort_keys=True): (e.val_error if e.val_error is not None else e.value)
+                for e in h.evaluations
+            }
+        )
     shared = sorted(set.intersection(*(set(p) for p in per))) if per else []
     if len(shared) < 5:
         shared = sorted(set.union(*(set(p) for p in per)))
@@ -126,8 +131,9 @@ def summarise(per_target: Sequence[Mapping[str, np.ndarray]], baseline: str = "c
     return out
 
 
-def write_outputs(report: Mapping[str, Any], mean_curves: Mapping[str, np.ndarray], metrics_path: Path,
-                  plots_dir: Path) -> None:
+def write_outputs(
+    report: Mapping[str, Any], mean_curves: Mapping[str, np.ndarray], metrics_path: Path, plots_dir: Path
+) -> None:
     """``metrics/warmstart.json``, the regret curves as a DVC plot (``regret.csv``) and ``regret.png``."""
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -147,7 +153,9 @@ def write_outputs(report: Mapping[str, Any], mean_curves: Mapping[str, np.ndarra
     ax.set_xlabel("trials")
     ax.set_ylabel("mean normalised regret")
     ax.set_yscale("symlog", linthresh=0.01)
-    ax.set_title(f"Warm start, leave-one-source-out replay ({report['datasets']} datasets, {report['sources']} sources)")
+    ax.set_title(
+        f"Warm start, leave-one-source-out replay ({report['datasets']} datasets, {report['sources']} sources)"
+    )
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(plots_dir / "regret.png", dpi=110)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +43,14 @@ def history_sources(kb: Any, job_name: str, space: Any) -> list[SourceTask]:
     return source_tasks(load_history(kb, job=job_name, space_signature=space.signature(), with_samples=False), space)
 
 
-def train_tnp(sources: Sequence[SourceTask], job_name: str, space_signature: str, models_dir: Path,
-              settings: Any, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def train_tnp(
+    sources: Sequence[SourceTask],
+    job_name: str,
+    space_signature: str,
+    models_dir: Path,
+    settings: Any,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Meta-trains the TNP (paper 004, Algorithm 1) into ``models_dir/tnp.pt`` (+ ``tnp.json``);
     ``progress`` gets a line about every 5% of the outer steps, with the loss and an ETA."""
     from agent.surrogates.tnp_train import meta_train_tnp
@@ -58,20 +65,33 @@ def train_tnp(sources: Sequence[SourceTask], job_name: str, space_signature: str
         def logger(record: dict[str, Any]) -> None:
             done = record["step"] + 1
             left = (time.perf_counter() - start) / done * (steps - done)
-            progress(f"step {done}/{steps}, loss {record['loss']:.3f}" + (f", about {left:.0f} s left" if done < steps else ""))
+            progress(
+                f"step {done}/{steps}, loss {record['loss']:.3f}"
+                + (f", about {left:.0f} s left" if done < steps else "")
+            )
 
-    tnp, history = meta_train_tnp([(s.U, s.y) for s in sources], settings, logger=logger,
-                                  log_every=max(1, int(settings.meta_steps) // 20))
+    tnp, history = meta_train_tnp(
+        [(s.U, s.y) for s in sources], settings, logger=logger, log_every=max(1, int(settings.meta_steps) // 20)
+    )
     models_dir.mkdir(parents=True, exist_ok=True)
     tnp.save(str(models_dir / TNP_FILE))
-    (models_dir / TNP_META).write_text(json.dumps({"job": job_name, "space_signature": space_signature,
-                                                   "sources": len(sources)}, indent=1, sort_keys=True) + "\n")
-    return {"sources": len(sources), "meta_steps": settings.meta_steps, "seconds": round(time.perf_counter() - start, 1),
-            "final_loss": float(np.mean([h["loss"] for h in history[-5:]])) if history else float("nan")}
+    (models_dir / TNP_META).write_text(
+        json.dumps(
+            {"job": job_name, "space_signature": space_signature, "sources": len(sources)}, indent=1, sort_keys=True
+        )
+        + "\n"
+    )
+    return {
+        "sources": len(sources),
+        "meta_steps": settings.meta_steps,
+        "seconds": round(time.perf_counter() - start, 1),
+        "final_loss": float(np.mean([h["loss"] for h in history[-5:]])) if history else float("nan"),
+    }
 
 
-def train_tnp_without_source(history: Sequence[Any], job_name: str, held_out: str, models_dir: Path,
-                             params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def train_tnp_without_source(
+    history: Sequence[Any], job_name: str, held_out: str, models_dir: Path, params: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The TNP meta-trained on ``history`` less every study of source ``held_out`` (a
     leave-one-source-out fold of the evaluation), saved under ``models_dir``."""
     from agent.jobs import load_job
@@ -85,8 +105,13 @@ def tnp_trained(models_dir: Path) -> bool:
     return (models_dir / TNP_FILE).exists() and (models_dir / TNP_META).exists()
 
 
-def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, export: Path | None = None,
-                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def stage_train_transfer(
+    p: Mapping[str, Any],
+    models: Path,
+    metrics: Path,
+    export: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """The ``train-transfer`` DVC stage: the TNP meta-trained on the exported history."""
     from agent.errors import EmptyHistoryError
     from agent.pipeline.export import load_export
@@ -99,8 +124,14 @@ def stage_train_transfer(p: Mapping[str, Any], models: Path, metrics: Path, expo
         raise EmptyHistoryError(f"TNP meta-training needs at least 2 source tasks, the export has {len(sources)}")
     if progress is not None:
         progress(f"meta-training the TNP on {len(sources)} source datasets")
-    summary = train_tnp(sources, datasets[0].job, datasets[0].space_signature, models, tnp_settings(p),
-                        progress=None if progress is None else (lambda line: progress(f"  TNP {line}")))
+    summary = train_tnp(
+        sources,
+        datasets[0].job,
+        datasets[0].space_signature,
+        models,
+        tnp_settings(p),
+        progress=None if progress is None else (lambda line: progress(f"  TNP {line}")),
+    )
     metrics.parent.mkdir(parents=True, exist_ok=True)
     metrics.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary

@@ -3,9 +3,10 @@ its rows. The replay itself is the product's sampler (:mod:`agent.pipeline.repla
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
+
 
 def normalised_regret(errors: np.ndarray, order: Sequence[int]) -> np.ndarray:
     """Best-so-far regret after each evaluation in ``order``, in [0, 1]."""

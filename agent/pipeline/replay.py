@@ -9,28 +9,37 @@ tried. Regret is normalised per dataset by the min and max error of its table (p
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from agent.config import RANDOM_EVERY, StudySettings
 from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TrialRecord
 from agent.pipeline.regret import normalised_regret
+from agent.samplers.acquisition import point_key
+from agent.samplers.bo import BoSampler
 from agent.space import SearchSpace
 from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs
 from agent.surrogates.gp import normal_scores
 from agent.surrogates.specs import GpSurrogate
-from agent.samplers.acquisition import point_key
-from agent.samplers.bo import BoSampler
 
 ACQ_NAMES = {"ei": "logei", "logei": "logei", "ucb": "ucb"}  # the evaluation's names -> the product's
 # Neighbours' GPs by content, kept for the worker's life: a dataset is a neighbour of many targets.
 _FITS = SourceFits()
 
 
-def replay_order(space: SearchSpace, errors: np.ndarray, U: np.ndarray, init: Sequence[int], budget: int,
-                 acq: str = "ei", prior: Mapping[str, np.ndarray] | None = None, seed: int = 0,
-                 stop_at_best: bool = False) -> list[int]:
+def replay_order(
+    space: SearchSpace,
+    errors: np.ndarray,
+    U: np.ndarray,
+    init: Sequence[int],
+    budget: int,
+    acq: str = "ei",
+    prior: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    stop_at_best: bool = False,
+) -> list[int]:
     """Rows of the table in the order a study would evaluate them (errors minimised).
 
     ``prior`` maps neighbour names to their error rows on the same table: the GP's prior mean is
@@ -41,16 +50,37 @@ def replay_order(space: SearchSpace, errors: np.ndarray, U: np.ndarray, init: Se
     U = space.snap(np.asarray(U))
     rows = {point_key(u): i for i, u in enumerate(U)}
     budget = min(budget, len(U))
-    sources = tuple(SourceTask(name, name, U[np.isfinite(e)], normal_scores(-e[np.isfinite(e)]))
-                    for name, e in (prior or {}).items())
-    inputs = SurrogateInputs(space, sources, seed=seed, prior_mean="neighbours" if sources else "constant",
-                             neighbour_keys=tuple(s.key for s in sources), fits=_FITS)
+    sources = tuple(
+        SourceTask(name, name, U[np.isfinite(e)], normal_scores(-e[np.isfinite(e)]))
+        for name, e in (prior or {}).items()
+    )
+    inputs = SurrogateInputs(
+        space,
+        sources,
+        seed=seed,
+        prior_mean="neighbours" if sources else "constant",
+        neighbour_keys=tuple(s.key for s in sources),
+        fits=_FITS,
+    )
     init = [int(i) for i in init][:budget]
-    settings = StudySettings(job="replay", job_name="replay", dataset="table", dataset_name="table", fingerprint="-",
-                             space_signature=space.signature(), metric="error", mode="min", trials=budget,
-                             n_init=max(len(init), 1), acq=ACQ_NAMES[acq], random_every=RANDOM_EVERY, seed=seed)
-    sampler = BoSampler(space, settings, GpSurrogate(inputs), [(space.decode(U[i]), "init:table") for i in init],
-                        candidates=U)
+    settings = StudySettings(
+        job="replay",
+        job_name="replay",
+        dataset="table",
+        dataset_name="table",
+        fingerprint="-",
+        space_signature=space.signature(),
+        metric="error",
+        mode="min",
+        trials=budget,
+        n_init=max(len(init), 1),
+        acq=ACQ_NAMES[acq],
+        random_every=RANDOM_EVERY,
+        seed=seed,
+    )
+    sampler = BoSampler(
+        space, settings, GpSurrogate(inputs), [(space.decode(U[i]), "init:table") for i in init], candidates=U
+    )
     trials: list[TrialRecord] = []
     order: list[int] = []
     for number in range(budget):
@@ -58,8 +88,11 @@ def replay_order(space: SearchSpace, errors: np.ndarray, U: np.ndarray, init: Se
         row = rows[point_key(space.snap(space.encode(s.config))[0])]
         value = float(errors[row])
         ok = np.isfinite(value)
-        trials.append(TrialRecord(str(number), number, TRIAL_OK if ok else TRIAL_FAILED, s.config,
-                                  value if ok else None, s.origin))
+        trials.append(
+            TrialRecord(
+                str(number), number, TRIAL_OK if ok else TRIAL_FAILED, s.config, value if ok else None, s.origin
+            )
+        )
         order.append(row)
         if stop_at_best and ok and value <= np.nanmin(errors):
             break

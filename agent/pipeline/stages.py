@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -55,9 +56,15 @@ def stage_distances(p: Mapping[str, Any], export: Path = EXPORT_DIR, out: Path =
     D = emd_distance_matrix(table.E, how=how) if p.get("emd") else target_distance_matrix(table.E, how=how)
     D = np.where(np.isfinite(D), D, np.nanmax(D[np.isfinite(D)]) if np.isfinite(D).any() else 1.0)
     out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"keys": [h.key for h in datasets], "names": [h.name for h in datasets],
-              "sources": [h.source for h in datasets], "normalisation": how, "emd": bool(p.get("emd")),
-              "configs": len(table.keys), "matrix": np.round(D, 8).tolist()}
+    record = {
+        "keys": [h.key for h in datasets],
+        "names": [h.name for h in datasets],
+        "sources": [h.source for h in datasets],
+        "normalisation": how,
+        "emd": bool(p.get("emd")),
+        "configs": len(table.keys),
+        "matrix": np.round(D, 8).tolist(),
+    }
     out.write_text(json.dumps(record, indent=1) + "\n")
     return D
 
@@ -77,17 +84,26 @@ def _extractor_config(p: Mapping[str, Any], aggregator: str | None = None) -> An
     return ExtractorConfig.from_dict(d)
 
 
-def stage_train(kb: Any, p: Mapping[str, Any], models: Path, metrics: Path, plots: Path,
-                export: Path = EXPORT_DIR, distances: Path = DISTANCES_FILE) -> dict[str, float]:
-    from agent.meta.neighbours import EXTRACTOR_FILE, INDEX_FILE
+def stage_train(
+    kb: Any,
+    p: Mapping[str, Any],
+    models: Path,
+    metrics: Path,
+    plots: Path,
+    export: Path = EXPORT_DIR,
+    distances: Path = DISTANCES_FILE,
+) -> dict[str, float]:
     from agent.meta.extractor_train import train_extractor
+    from agent.meta.neighbours import EXTRACTOR_FILE, INDEX_FILE
 
     datasets = load_export(export)
     D = np.array(json.loads(distances.read_text())["matrix"])
     config = _extractor_config(p)
     run_id, logger = kb.start_model_run(
-        "metafeature-extractor", {**config.to_dict(), "datasets": len(datasets)},
-        f"Siamese meta-feature extractor ({config.aggregator}) trained on {len(datasets)} historical datasets.")
+        "metafeature-extractor",
+        {**config.to_dict(), "datasets": len(datasets)},
+        f"Siamese meta-feature extractor ({config.aggregator}) trained on {len(datasets)} historical datasets.",
+    )
     start = time.perf_counter()
     extractor, history = train_extractor(_samples(datasets), D, config, logger=logger, threads=2)
     seconds = time.perf_counter() - start
@@ -97,27 +113,33 @@ def stage_train(kb: Any, p: Mapping[str, Any], models: Path, metrics: Path, plot
     index = {h.key: np.round(v, 6).tolist() for h, v in zip(datasets, vectors)}
     (models / INDEX_FILE).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     last = history[-1]
-    summary = {"datasets": len(datasets), "steps": config.steps, "train_seconds": round(seconds, 1),
-               "final_train_loss": float(last.get("train_loss", np.nan)),
-               "final_val_loss": float(last.get("val_loss", np.nan) if last.get("val_loss") is not None else np.nan)}
+    summary = {
+        "datasets": len(datasets),
+        "steps": config.steps,
+        "train_seconds": round(seconds, 1),
+        "final_train_loss": float(last.get("train_loss", np.nan)),
+        "final_val_loss": float(last.get("val_loss", np.nan) if last.get("val_loss") is not None else np.nan),
+    }
     metrics.parent.mkdir(parents=True, exist_ok=True)
     metrics.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     plots.parent.mkdir(parents=True, exist_ok=True)
     rows = ["step,train_loss,val_loss"] + [
-        f"{h['step']},{h.get('train_loss', '')},{'' if h.get('val_loss') is None else h['val_loss']}" for h in history]
+        f"{h['step']},{h.get('train_loss', '')},{'' if h.get('val_loss') is None else h['val_loss']}" for h in history
+    ]
     plots.write_text("\n".join(rows) + "\n")
     kb.finish_model_run(run_id, summary, [str(models / EXTRACTOR_FILE), str(models / INDEX_FILE)])
     return summary
 
 
-def train_without_source(datasets: list[HistoricalDataset], p: Mapping[str, Any], source: str,
-                         normalisation: str = "rank") -> Any:
+def train_without_source(
+    datasets: list[HistoricalDataset], p: Mapping[str, Any], source: str, normalisation: str = "rank"
+) -> Any:
     """An extractor trained as the pipeline trains one, on every dataset not from ``source``, with
     target distances among those datasets only: what ``dvc repro`` would build from a history that
     never held that source (the end-to-end evaluation's per-target meta-model)."""
+    from agent.meta.extractor_train import train_extractor
     from agent.pipeline.distances import target_distance_matrix
     from agent.pipeline.evaluation_tables import build_table
-    from agent.meta.extractor_train import train_extractor
 
     kept = [h for h in datasets if h.source != source]
     E = build_table(kept, history_space(kept)).E
@@ -127,8 +149,9 @@ def train_without_source(datasets: list[HistoricalDataset], p: Mapping[str, Any]
     return extractor
 
 
-def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[str, Any], aggregator: str,
-                 folds: np.ndarray) -> dict[int, np.ndarray]:
+def fold_vectors(
+    datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[str, Any], aggregator: str, folds: np.ndarray
+) -> dict[int, np.ndarray]:
     """Per fold, every dataset's learned meta-features from an extractor trained without that fold.
 
     A target in fold ``f`` is compared with the rest using ``out[f]``: its own row comes from a
@@ -140,8 +163,9 @@ def fold_vectors(datasets: list[HistoricalDataset], D: np.ndarray, p: Mapping[st
     out = {}
     for f in np.unique(folds):
         train = np.where(folds != f)[0]
-        extractor, _ = train_extractor([samples[i] for i in train], D[np.ix_(train, train)],
-                                       _extractor_config(p, aggregator), threads=2)
+        extractor, _ = train_extractor(
+            [samples[i] for i in train], D[np.ix_(train, train)], _extractor_config(p, aggregator), threads=2
+        )
         out[int(f)] = extractor.embed_many(samples)
     return out
 

@@ -40,8 +40,9 @@ def evaluated_keys(space: SearchSpace, U: np.ndarray) -> set[tuple[float, ...]]:
     return {point_key(u) for u in space.snap(np.atleast_2d(U))} if len(U) else set()
 
 
-def random_unseen(space: SearchSpace, U: np.ndarray, rng: np.random.Generator,
-                  candidate: np.ndarray | None = None) -> np.ndarray:
+def random_unseen(
+    space: SearchSpace, U: np.ndarray, rng: np.random.Generator, candidate: np.ndarray | None = None
+) -> np.ndarray:
     """``candidate`` (a snapped point; a uniform random one when None) unless a row of ``U``
     already holds it; then random snapped points until one is new (100 tries: a tiny space may be full)."""
     seen = evaluated_keys(space, U)
@@ -54,8 +55,9 @@ def random_unseen(space: SearchSpace, U: np.ndarray, rng: np.random.Generator,
     return candidate
 
 
-def build_acquisition(model: Any, train_Y: Any, acq: str, iteration: int, dim: int, X_pending: Any = None,
-                      seed: int = 0) -> Any:
+def build_acquisition(
+    model: Any, train_Y: Any, acq: str, iteration: int, dim: int, X_pending: Any = None, seed: int = 0
+) -> Any:
     """LogEI or UCB on ``model``; with ``X_pending`` (running trials, `p x d`) their Monte-Carlo
     versions ``qLogEI``/``qUCB`` over the candidate joined with the pending points, so a candidate
     is worth only what it adds to what the running trials will probably find."""
@@ -144,8 +146,9 @@ def optimize_on_space(acqf: Any, space: SearchSpace, seed: int, budget: AcqBudge
     fixed = structural_fixings(space)
     if fixed:
         return _optimize_over_structures(acqf, bounds, fixed, seed, budget)
-    x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=budget.num_restarts, raw_samples=budget.raw_samples,
-                         options=options)
+    x, _ = optimize_acqf(
+        acqf, bounds, q=1, num_restarts=budget.num_restarts, raw_samples=budget.raw_samples, options=options
+    )
     return x.detach().cpu().numpy().reshape(-1)
 
 
@@ -169,8 +172,9 @@ def _starts(scores: Any, owner: Any, n: int) -> Any:
     return torch.as_tensor(leaders + rest)
 
 
-def _optimize_over_structures(acqf: Any, bounds: Any, fixed: list[dict[int, float]], seed: int,
-                              budget: AcqBudget) -> np.ndarray:
+def _optimize_over_structures(
+    acqf: Any, bounds: Any, fixed: list[dict[int, float]], seed: int, budget: AcqBudget
+) -> np.ndarray:
     """Raw points of every structure scored together in batched calls, then one batched gradient
     refinement from the best of them (:func:`_starts`), each start held inside its own structure
     (its fixed coordinates masked out of the search): the gradient work, a model evaluation per
@@ -192,7 +196,7 @@ def _optimize_over_structures(acqf: Any, bounds: Any, fixed: list[dict[int, floa
         values[k, cols] = torch.as_tensor(list(fixings.values()), dtype=raw.dtype)
     raw = raw * free[owner] + values[owner]  # each structure's share of the raw points takes its fixings
     with torch.no_grad():
-        scores = torch.cat([acqf(raw[i:i + RAW_BATCH].unsqueeze(1)) for i in range(0, len(raw), RAW_BATCH)])
+        scores = torch.cat([acqf(raw[i : i + RAW_BATCH].unsqueeze(1)) for i in range(0, len(raw), RAW_BATCH)])
     starts = _starts(scores, owner, 2 * budget.num_restarts)
     # Every structure fixes every categorical and parent (to a value or to INACTIVE): those
     # coordinates name a point's structure, and the refinement never moves them (zero gradient)
@@ -204,8 +208,9 @@ def _optimize_over_structures(acqf: Any, bounds: Any, fixed: list[dict[int, floa
         return acqf((flat * free[k] + values[k]).reshape(Z.shape))
 
     torch.manual_seed(seed)
-    found, _ = gen_candidates_scipy(raw[starts].unsqueeze(1), held, bounds[0], bounds[1],
-                                    options={"maxiter": budget.maxiter})
+    found, _ = gen_candidates_scipy(
+        raw[starts].unsqueeze(1), held, bounds[0], bounds[1], options={"maxiter": budget.maxiter}
+    )
     k = owner[starts]
     found = found * free[k].unsqueeze(1) + values[k].unsqueeze(1)
     with torch.no_grad():

@@ -14,8 +14,9 @@ The samplers: :mod:`agent.samplers.bo` (the product's), :mod:`agent.samplers.ran
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,7 +28,6 @@ from agent.space import SearchSpace
 class Suggestion:
     config: dict[str, Any]
     origin: str
-
 
 
 class Sampler(Protocol):
@@ -44,7 +44,9 @@ def pending_note(sampler: Any) -> str:
     return note() if callable(note) else "the sampler draws every slot on its own, whatever runs"
 
 
-def encoded(space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str, ...], sign: float) -> tuple[np.ndarray, np.ndarray]:
+def encoded(
+    space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str, ...], sign: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Cube points `n x d` and maximised values `n` (NaN when failed or running) of ``trials`` in ``states``.
 
     A pruned trial's value is where it was stopped, not a result: it enters as a bound, never
@@ -56,7 +58,7 @@ def encoded(space: SearchSpace, trials: Sequence[TrialRecord], states: tuple[str
             continue
         try:
             rows.append(space.encode(t.config))
-        except Exception:  # noqa: BLE001 - a hand-edited record outside the space is skipped
+        except Exception:
             continue
         values.append(np.nan if t.value is None else sign * t.value)
         pruned.append(t.state == TRIAL_PRUNED)

@@ -8,15 +8,23 @@ Its acquisition and the optimisation on the search space are in :mod:`agent.samp
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from agent.config import StudySettings
 from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING, TrialRecord
-from agent.samplers.acquisition import (believed, build_acquisition, evaluated_keys, interleaved_random, optimize_on_space,
-                                        point_key, random_unseen)
+from agent.samplers.acquisition import (
+    believed,
+    build_acquisition,
+    evaluated_keys,
+    interleaved_random,
+    optimize_on_space,
+    point_key,
+    random_unseen,
+)
 from agent.samplers.base import Suggestion, encoded
 from agent.samplers.design import initial_design
 from agent.space import SearchSpace
@@ -35,7 +43,6 @@ STALL_STEPS = 5
 FALLBACK_ORIGIN = "bo:target-gp"
 
 
-
 class BoSampler:
     """Initial configurations, a design up to ``n_init``, then BO on the prepared surrogate.
 
@@ -44,8 +51,14 @@ class BoSampler:
     maximised over the rows not yet tried, and design or random points become the nearest free row.
     """
 
-    def __init__(self, space: SearchSpace, settings: StudySettings, surrogate: Surrogate,
-                 initial: Sequence[tuple[Mapping[str, Any], str]] = (), candidates: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        settings: StudySettings,
+        surrogate: Surrogate,
+        initial: Sequence[tuple[Mapping[str, Any], str]] = (),
+        candidates: np.ndarray | None = None,
+    ) -> None:
         self.space = space
         self.settings = settings
         self.surrogate = surrogate
@@ -53,13 +66,17 @@ class BoSampler:
         self.candidates = None if candidates is None else space.snap(np.atleast_2d(candidates))
         self._state: dict[str, Any] = {}
         n_design = max(settings.n_init - len(self.initial), 0)
-        self._design = (space.snap(initial_design(settings.init, n_design, space.dim, settings.seed))
-                        if n_design else np.empty((0, space.dim)))
-
+        self._design = (
+            space.snap(initial_design(settings.init, n_design, space.dim, settings.seed))
+            if n_design
+            else np.empty((0, space.dim))
+        )
 
     def pending_note(self) -> str:
-        return "running trials enter each BO step as " + PENDING_WORDS[pending_strategy(self.settings.pending,
-                                                                                       self.surrogate)]
+        return (
+            "running trials enter each BO step as "
+            + PENDING_WORDS[pending_strategy(self.settings.pending, self.surrogate)]
+        )
 
     def warm_up(self) -> None:
         """Imports what a BO step needs (torch, BoTorch, GPyTorch: about 2 s on 2 cores), for a study
@@ -68,10 +85,10 @@ class BoSampler:
         nothing else."""
         if self.settings.trials <= max(self.settings.n_init, len(self.initial)):
             return
-        import botorch.acquisition  # noqa: F401
-        import botorch.fit  # noqa: F401
-        import botorch.models  # noqa: F401
-        import botorch.optim  # noqa: F401
+        import botorch.acquisition
+        import botorch.fit
+        import botorch.models
+        import botorch.optim
         import botorch.sampling  # noqa: F401
         import gpytorch.mlls  # noqa: F401
         import torch  # noqa: F401
@@ -96,15 +113,25 @@ class BoSampler:
             return Suggestion(self.space.decode(self._random(seen, rng)), "random:interleaved")
         fallback = self.surrogate.fallback()
         if fallback is not None and self.settings.random_every > 0 and stalled(trials, self.settings.sign):
-            u, _ = self.propose(U, y, seen, bo_step, seed, rng, surrogate=fallback, state_key="fallback",
-                                pending=running)
+            u, _ = self.propose(
+                U, y, seen, bo_step, seed, rng, surrogate=fallback, state_key="fallback", pending=running
+            )
             return Suggestion(self.space.decode(u), FALLBACK_ORIGIN)
         u, origin = self.propose(U, y, seen, bo_step, seed, rng, pending=running)
         return Suggestion(self.space.decode(u), origin)
 
-    def propose(self, U: np.ndarray, y: np.ndarray, seen: np.ndarray, bo_step: int, seed: int,
-                rng: np.random.Generator, surrogate: Surrogate | None = None,
-                state_key: str = "model", pending: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+    def propose(
+        self,
+        U: np.ndarray,
+        y: np.ndarray,
+        seen: np.ndarray,
+        bo_step: int,
+        seed: int,
+        rng: np.random.Generator,
+        surrogate: Surrogate | None = None,
+        state_key: str = "model",
+        pending: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, str]:
         """One BO step on ``surrogate`` (default: the study's): (snapped cube point, origin).
 
         ``pending`` (cube points `p x d` of running trials) enters as the surrogate declares
@@ -141,8 +168,9 @@ class BoSampler:
                 fallback = self.cold_start_point(seen)
                 if fallback is not None:
                     return self._restrict(fallback, seen), "init:cold-fallback"
-            acqf = build_acquisition(step.model, train_Y, self.settings.acq, bo_step, self.space.dim,
-                                     X_pending=X_pending, seed=seed)
+            acqf = build_acquisition(
+                step.model, train_Y, self.settings.acq, bo_step, self.space.dim, X_pending=X_pending, seed=seed
+            )
             if self.candidates is not None:
                 free = self._free(seen)
                 with torch.no_grad():
@@ -220,6 +248,6 @@ def stalled(trials: Sequence[TrialRecord], sign: float, steps: int = STALL_STEPS
     scores = [sign * t.value if t.state == TRIAL_OK and t.value is not None else -np.inf for t in done]
     if not done or not np.isfinite(max(scores)):
         return False
-    after = done[int(np.argmax(scores)) + 1:]
+    after = done[int(np.argmax(scores)) + 1 :]
     transfer_steps = sum(t.origin.startswith("bo:") and t.origin != FALLBACK_ORIGIN for t in after)
     return transfer_steps >= steps and done[-1].origin != FALLBACK_ORIGIN

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,9 +30,16 @@ class HtsSampler:
     goes to ``after`` (BO on a plain GP: the mapped ranking is used up and HTS itself never explores).
     """
 
-    def __init__(self, space: SearchSpace, settings: StudySettings, sources: Sequence[Any],
-                 preferred: str | None = None, r: int = HTS_ROUND, anchored: bool = False,
-                 after: "Sampler | None" = None) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        settings: StudySettings,
+        sources: Sequence[Any],
+        preferred: str | None = None,
+        r: int = HTS_ROUND,
+        anchored: bool = False,
+        after: Sampler | None = None,
+    ) -> None:
         from agent.surrogates.hts import lhs
 
         if not sources:
@@ -61,8 +69,11 @@ class HtsSampler:
             from agent.surrogates.gp import impute_failures
             from agent.surrogates.hts import hts_round
 
-            self._rounds[j] = self.space.snap(hts_round(source.U, source.y, U, impute_failures(y),
-                                                        self.settings.seed * 100003 + j, anchored=self.anchored))
+            self._rounds[j] = self.space.snap(
+                hts_round(
+                    source.U, source.y, U, impute_failures(y), self.settings.seed * 100003 + j, anchored=self.anchored
+                )
+            )
         keys = evaluated_keys(self.space, seen)
         fresh = [u for u in self._rounds[j] if point_key(u) not in keys]
         if len(fresh) > 0:
@@ -80,8 +91,11 @@ class HtsSampler:
         by_number = {t.number: t for t in trials if t.state in COUNTED_STATES}
 
         def best(upto: int) -> float:
-            vals = [self.settings.sign * t.value for n, t in by_number.items()
-                    if n < upto and t.state == TRIAL_OK and t.value is not None]
+            vals = [
+                self.settings.sign * t.value
+                for n, t in by_number.items()
+                if n < upto and t.state == TRIAL_OK and t.value is not None
+            ]
             return max(vals, default=-np.inf)
 
         for k in range(j):

@@ -16,8 +16,9 @@ registered sampler through the same ask/tell/resume checks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from agent.errors import TuneAgentError
 
@@ -76,14 +77,24 @@ def _hts(anchored: bool) -> Callable[[Any, Any, Any], Any]:
     return build
 
 
-REGISTRY: dict[str, SamplerSpec] = {s.name: s for s in (
-    SamplerSpec("bo", "Bayesian optimisation on the --surrogate (the product's default)", "surrogate", _bo),
-    SamplerSpec("random", "uniform random configurations", "none", _random),
-    SamplerSpec("tpe", "Optuna's TPESampler behind the sampler contract", "none", _tpe),
-    SamplerSpec("hts", "paper 001: a learned map of a similar dataset's best configurations", "sources", _hts(False)),
-    SamplerSpec("hts-anchored", "paper 001's map anchored at the identity, then BO on a plain GP once it stalls",
-                "sources", _hts(True), hands_over=True),
-)}
+REGISTRY: dict[str, SamplerSpec] = {
+    s.name: s
+    for s in (
+        SamplerSpec("bo", "Bayesian optimisation on the --surrogate (the product's default)", "surrogate", _bo),
+        SamplerSpec("random", "uniform random configurations", "none", _random),
+        SamplerSpec("tpe", "Optuna's TPESampler behind the sampler contract", "none", _tpe),
+        SamplerSpec(
+            "hts", "paper 001: a learned map of a similar dataset's best configurations", "sources", _hts(False)
+        ),
+        SamplerSpec(
+            "hts-anchored",
+            "paper 001's map anchored at the identity, then BO on a plain GP once it stalls",
+            "sources",
+            _hts(True),
+            hands_over=True,
+        ),
+    )
+}
 
 
 def register(spec: SamplerSpec) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from agent.config import StudySettings
 from agent.knowledge.base import COUNTED_STATES, CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TRIAL_RUNNING, TrialRecord
@@ -40,9 +41,12 @@ class TpeSampler:
 
         optuna.logging.set_verbosity(logging.WARNING)
         direction = "maximize" if self.settings.mode == "max" else "minimize"
-        study = optuna.create_study(direction=direction,
-                                    sampler=optuna.samplers.TPESampler(seed=self.settings.seed * 100003 + number,
-                                                                       constant_liar=self.settings.pending == "liar"))
+        study = optuna.create_study(
+            direction=direction,
+            sampler=optuna.samplers.TPESampler(
+                seed=self.settings.seed * 100003 + number, constant_liar=self.settings.pending == "liar"
+            ),
+        )
         for t in sorted(trials, key=lambda t: t.number):
             dists = {n: self._distribution(n) for n in t.config}
             if t.state == TRIAL_RUNNING and self.settings.pending == "liar":
@@ -52,10 +56,15 @@ class TpeSampler:
                 continue
             ok = t.state == TRIAL_OK and t.value is not None
             state = TrialState.COMPLETE if ok else TrialState.PRUNED if t.state == TRIAL_PRUNED else TrialState.FAIL
-            study.add_trial(create_trial(params=dict(t.config), distributions=dists,
-                                         value=float(t.value) if ok else None,  # type: ignore[arg-type]
-                                         intermediate_values=_curve(t) if state == TrialState.PRUNED else None,
-                                         state=state))
+            study.add_trial(
+                create_trial(
+                    params=dict(t.config),
+                    distributions=dists,
+                    value=float(t.value) if ok else None,  # type: ignore[arg-type]
+                    intermediate_values=_curve(t) if state == TrialState.PRUNED else None,
+                    state=state,
+                )
+            )
         trial = study.ask()
         config: dict[str, Any] = {}
         for p in self.space.params:
@@ -76,6 +85,9 @@ class TpeSampler:
 
 def _curve(trial: TrialRecord) -> dict[int, float]:
     """A pruned trial's per-epoch values (Optuna ranks pruned trials by them)."""
-    curve = {int(k[len(CURVE_PREFIX):]): float(v) for k, v in trial.extra.items()
-             if k.startswith(CURVE_PREFIX) and k[len(CURVE_PREFIX):].isdigit()}
+    curve = {
+        int(k[len(CURVE_PREFIX) :]): float(v)
+        for k, v in trial.extra.items()
+        if k.startswith(CURVE_PREFIX) and k[len(CURVE_PREFIX) :].isdigit()
+    }
     return curve or ({1: float(trial.value)} if trial.value is not None else {})

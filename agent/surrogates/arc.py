@@ -115,15 +115,25 @@ def _arc_class() -> Any:
             # BoTorch's dimension-scaled lengthscale prior (Hvarfner et al. 2024) for the plain
             # dimensions; omega acts as an inverse lengthscale, so it gets the mirrored prior.
             loc = math.sqrt(2) + 0.5 * math.log(d)
-            self.register_parameter("raw_lengthscale", torch.nn.Parameter(torch.zeros(len(self.plain), dtype=torch.double)))
+            self.register_parameter(
+                "raw_lengthscale", torch.nn.Parameter(torch.zeros(len(self.plain), dtype=torch.double))
+            )
             # Floors as BoTorch's (2.5e-2): a value that underflows to 0 breaks the LogNormal priors.
             self.register_constraint("raw_lengthscale", GreaterThan(2.5e-2))
-            self.register_prior("lengthscale_prior", LogNormalPrior(loc, math.sqrt(3)),
-                                lambda m: m.lengthscale, lambda m, v: m._set("raw_lengthscale", v))
+            self.register_prior(
+                "lengthscale_prior",
+                LogNormalPrior(loc, math.sqrt(3)),
+                lambda m: m.lengthscale,
+                lambda m, v: m._set("raw_lengthscale", v),
+            )
             self.register_parameter("raw_omega", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
             self.register_constraint("raw_omega", GreaterThan(1e-3))
-            self.register_prior("omega_prior", LogNormalPrior(-loc, math.sqrt(3)),
-                                lambda m: m.omega, lambda m, v: m._set("raw_omega", v))
+            self.register_prior(
+                "omega_prior",
+                LogNormalPrior(-loc, math.sqrt(3)),
+                lambda m: m.omega,
+                lambda m, v: m._set("raw_omega", v),
+            )
             self.register_parameter("raw_rho", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
             self.register_constraint("raw_rho", Interval(0.0, 1.0))
             # "median": lengthscales at the prior's median exp(loc) (about 18 for 19 dimensions) and
@@ -179,7 +189,9 @@ def _arc_class() -> Any:
                 return plain
             mask = self.active(x)
             angle = math.pi * self.rho * x[..., self.cond]
-            return torch.cat([plain, self.omega * torch.sin(angle) * mask, self.omega * torch.cos(angle) * mask], dim=-1)
+            return torch.cat(
+                [plain, self.omega * torch.sin(angle) * mask, self.omega * torch.cos(angle) * mask], dim=-1
+            )
 
         def forward(self, x1: Any, x2: Any, diag: bool = False, last_dim_is_batch: bool = False, **params: Any) -> Any:
             return self.base.forward(self.embed(x1), self.embed(x2), diag=diag, **params)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import abc
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def source_task(h: Any, space: SearchSpace, match: Any = None) -> SourceTask:
     return SourceTask(h.key, h.name, U, normal_scores(impute_failures(y)) if len(y) else y, dims)
 
 
-def _fit_key(source: SourceTask, inputs: "SurrogateInputs | None") -> tuple[str, str]:
+def _fit_key(source: SourceTask, inputs: SurrogateInputs | None) -> tuple[str, str]:
     """(the kernel a source's GP is fitted with, the key of that fit in memory)."""
     kernel = inputs.kernel if inputs is not None else "plain"
     return kernel, source.digest if kernel == "plain" else f"{source.digest}/{kernel}"
@@ -132,10 +133,13 @@ class SourceFits:
         self.store = store  # a :class:`~agent.surrogates.source_store.SourceModelStore`, or None: memory only
         self.fitted = 0  # source GPs fitted (not loaded) by this object: 0 when the store is current
 
-    def mean_on(self, source: SourceTask, points: np.ndarray, inputs: "SurrogateInputs | None" = None) -> np.ndarray:
+    def mean_on(self, source: SourceTask, points: np.ndarray, inputs: SurrogateInputs | None = None) -> np.ndarray:
         """``source``'s GP posterior mean (`n`) at cube points ``points`` (`n x d`), cached by content."""
-        key = (source.digest, hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:20],
-               inputs.kernel if inputs is not None else "plain")
+        key = (
+            source.digest,
+            hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:20],
+            inputs.kernel if inputs is not None else "plain",
+        )
         if key not in self._means:
             import gpytorch
             import torch
@@ -148,12 +152,14 @@ class SourceFits:
                 # GPyTorch still builds the test points' prior covariance (`n x n`): 0.4 s and 470 MB at
                 # 7,680 candidates, so a large set goes in chunks (the means agree to ~1e-15)
                 step = len(X) if len(X) <= MEAN_CHUNK_ABOVE else MEAN_CHUNK
-                self._means[key] = torch.cat([model.posterior(X[i:i + step]).mean.reshape(-1)
-                                              for i in range(0, len(X), step)]).numpy()
+                self._means[key] = torch.cat(
+                    [model.posterior(X[i : i + step]).mean.reshape(-1) for i in range(0, len(X), step)]
+                ).numpy()
         return self._means[key]
 
-    def means_on(self, sources: Sequence[SourceTask], points: np.ndarray,
-                 inputs: "SurrogateInputs | None" = None) -> np.ndarray:
+    def means_on(
+        self, sources: Sequence[SourceTask], points: np.ndarray, inputs: SurrogateInputs | None = None
+    ) -> np.ndarray:
         """Every source's GP posterior mean at ``points`` (`s x n`). Arc-kernel GPs (conditional
         spaces), whose own posterior is the slow one, are evaluated stacked, all at once
         (:mod:`agent.surrogates.gp_stack`); the rest one by one (:meth:`mean_on`)."""
@@ -172,12 +178,12 @@ class SourceFits:
                 step = max(1, int(4e6 // (len(todo) * stack.X.shape[1])))  # bounded memory: s x step x N values
                 X = torch.as_tensor(points, dtype=torch.double)
                 with torch_threads(1), torch.no_grad():
-                    means = torch.cat([stack.means_at(X[i:i + step]) for i in range(0, len(X), step)], dim=-1)
+                    means = torch.cat([stack.means_at(X[i : i + step]) for i in range(0, len(X), step)], dim=-1)
                 for source, row in zip(todo, means.numpy()):
                     self._means[(source.digest, digest, kernel)] = row
         return np.stack([self.mean_on(s, points, inputs) for s in sources]) if sources else np.empty((0, len(points)))
 
-    def gp(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[Any, bool]:
+    def gp(self, source: SourceTask, inputs: SurrogateInputs | None = None) -> tuple[Any, bool]:
         """(the source's GP, whether it passes the signal check); with the kernel of ``inputs``
         (the arc kernel in a conditional space), BoTorch's default without."""
         kernel, key = _fit_key(source, inputs)
@@ -205,7 +211,7 @@ class SourceFits:
                 self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1], self._r2[key])
         return self._gps[key]
 
-    def verdict(self, source: SourceTask, inputs: "SurrogateInputs | None" = None) -> tuple[bool, float]:
+    def verdict(self, source: SourceTask, inputs: SurrogateInputs | None = None) -> tuple[bool, float]:
         """(whether the source's GP passes the signal check, its leave-one-out R²), from the store
         without rebuilding the GP when it is there."""
         kernel, key = _fit_key(source, inputs)
@@ -216,18 +222,23 @@ class SourceFits:
         informative = self.gp(source, inputs)[1]
         return informative, self._r2[key]
 
-    def missing(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
+    def missing(self, sources: Sequence[SourceTask], inputs: SurrogateInputs | None = None) -> list[SourceTask]:
         """The sources whose GP is neither in memory nor in the store: the ones a study would fit."""
         out, seen = [], set()
         for s in sources:  # two sources with the same content (ranks on one configuration set) are one fit
             kernel, key = _fit_key(s, inputs)
-            if key not in seen and key not in self._gps and (self.store is None or self.store.fit(s.digest, kernel) is None):
+            if (
+                key not in seen
+                and key not in self._gps
+                and (self.store is None or self.store.fit(s.digest, kernel) is None)
+            ):
                 seen.add(key)
                 out.append(s)
         return out
 
-    def portfolio(self, sources: Sequence[SourceTask], size: int, inputs: "SurrogateInputs",
-                  compute: Callable[[], np.ndarray]) -> np.ndarray:
+    def portfolio(
+        self, sources: Sequence[SourceTask], size: int, inputs: SurrogateInputs, compute: Callable[[], np.ndarray]
+    ) -> np.ndarray:
         """The greedy portfolio of ``sources`` (``compute`` makes it), kept in memory and the store."""
         pid = portfolio_id(sources, inputs.kernel, size)
         if pid not in self._portfolios:
@@ -239,7 +250,7 @@ class SourceFits:
             self._portfolios[pid] = stored
         return self._portfolios[pid]
 
-    def informative(self, sources: Sequence[SourceTask], inputs: "SurrogateInputs | None" = None) -> list[SourceTask]:
+    def informative(self, sources: Sequence[SourceTask], inputs: SurrogateInputs | None = None) -> list[SourceTask]:
         """The sources whose own response surface is predictable (the negative-transfer guard)."""
         return [s for s in sources if self.verdict(s, inputs)[0]]
 
@@ -304,7 +315,7 @@ class Surrogate(abc.ABC):
         """Cube points `k x d` evaluated before any model is fitted (portfolio, learned inits)."""
         return np.empty((0, 0))
 
-    def fallback(self) -> "Surrogate | None":
+    def fallback(self) -> Surrogate | None:
         """The surrogate the sampler alternates with once this one stalls (``None``: it never
         does; the GP family relies on interleaved random steps instead)."""
         return None

@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -76,8 +77,13 @@ def normal_scores(y: np.ndarray) -> np.ndarray:
 
 
 def fit_gp(
-    train_X: Any, train_Y: Any, mean_module: Any = None, warm_state: dict | None = None, maxiter: int = FIT_MAXITER,
-    covar_module: Any = None, input_dims: Any = None,
+    train_X: Any,
+    train_Y: Any,
+    mean_module: Any = None,
+    warm_state: dict | None = None,
+    maxiter: int = FIT_MAXITER,
+    covar_module: Any = None,
+    input_dims: Any = None,
 ) -> Any:
     """Fits a ``SingleTaskGP`` with BoTorch's default priors to `n x d` / `n x 1` data.
 
@@ -113,15 +119,20 @@ def fit_gp(
     try:
         fit_gpytorch_mll(mll, optimizer_kwargs=options)
     except ModelFittingError as exc:
-        warnings.warn(f"GP fit on {train_X.shape[0]} points failed ({exc}); using prior hyperparameters",
-                      GpFitWarning, stacklevel=2)
+        warnings.warn(
+            f"GP fit on {train_X.shape[0]} points failed ({exc}); using prior hyperparameters",
+            GpFitWarning,
+            stacklevel=2,
+        )
     if warm_state is not None:
         warm_state["covar"] = model.covar_module.state_dict()
         warm_state["likelihood"] = model.likelihood.state_dict()
     return model
 
 
-def make_gp(train_X: Any, train_Y: Any, mean_module: Any = None, covar_module: Any = None, input_dims: Any = None) -> Any:
+def make_gp(
+    train_X: Any, train_Y: Any, mean_module: Any = None, covar_module: Any = None, input_dims: Any = None
+) -> Any:
     """The unfitted ``SingleTaskGP`` that :func:`fit_gp` fits (its priors' hyperparameters)."""
     from botorch.models import SingleTaskGP
     from botorch.models.transforms.outcome import Standardize
@@ -132,20 +143,29 @@ def make_gp(train_X: Any, train_Y: Any, mean_module: Any = None, covar_module: A
         from botorch.models.transforms.input import FilterFeatures
 
         transform = FilterFeatures(torch.as_tensor(list(input_dims), dtype=torch.long))
-    return SingleTaskGP(train_X, train_Y, mean_module=mean_module, covar_module=covar_module,
-                        outcome_transform=Standardize(m=1), input_transform=transform)
+    return SingleTaskGP(
+        train_X,
+        train_Y,
+        mean_module=mean_module,
+        covar_module=covar_module,
+        outcome_transform=Standardize(m=1),
+        input_transform=transform,
+    )
 
 
 def gp_state(model: Any) -> dict[str, Any]:
     """A fitted GP's hyperparameters (raw, as fitted) as plain lists: JSON keeps float64 exactly.
     Buffers (priors, constraints, the outcome transform's statistics) are left out: the same
     construction on the same data remakes them."""
-    return {name: {"shape": list(t.shape), "values": t.detach().double().reshape(-1).tolist()}
-            for name, t in model.named_parameters()}
+    return {
+        name: {"shape": list(t.shape), "values": t.detach().double().reshape(-1).tolist()}
+        for name, t in model.named_parameters()
+    }
 
 
-def restore_gp(train_X: Any, train_Y: Any, state: dict[str, Any], covar_module: Any = None,
-               input_dims: Any = None) -> Any:
+def restore_gp(
+    train_X: Any, train_Y: Any, state: dict[str, Any], covar_module: Any = None, input_dims: Any = None
+) -> Any:
     """The GP :func:`fit_gp` fitted to these data, rebuilt from :func:`gp_state` without fitting
     (same construction, then the stored hyperparameters: its posterior is the fitted one's)."""
     import torch

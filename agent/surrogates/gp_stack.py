@@ -11,7 +11,8 @@ kernel call whatever the number of sources. Any other BoTorch model falls back t
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -57,12 +57,16 @@ def rbf_surrogate(U: np.ndarray, y: np.ndarray) -> Any:
     keys, inverse = np.unique(np.round(U, 9), axis=0, return_inverse=True)
     means = np.bincount(inverse.ravel(), weights=y) / np.bincount(inverse.ravel())
     degree = 1 if len(keys) > U.shape[1] + 1 else 0
-    with warnings.catch_warnings():  # too few nodes for the linear tail yet (the first rounds): a constant one, knowingly
+    with (
+        warnings.catch_warnings()
+    ):  # too few nodes for the linear tail yet (the first rounds): a constant one, knowingly
         warnings.filterwarnings("ignore", message=".*degree.*should not be below", category=UserWarning)
         return RBFInterpolator(keys, means, kernel="cubic", degree=degree, smoothing=1e-8)
 
 
-def rank_matched_pairs(source: Any, target: Any, d: int, seed: int, n: int = RANK_SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+def rank_matched_pairs(
+    source: Any, target: Any, d: int, seed: int, n: int = RANK_SAMPLES
+) -> tuple[np.ndarray, np.ndarray]:
     """Training set ``M``: LHS points sorted by the source surrogate (inputs) and an independent LHS
     array sorted by the target surrogate (outputs), best first in both (values are maximised)."""
     A, B = lhs(n, d, seed), lhs(n, d, seed + 1)
@@ -81,13 +85,14 @@ class _ResidualMap:
     def parameters(self) -> Any:
         return self.h.parameters()
 
-    def eval(self) -> "_ResidualMap":
+    def eval(self) -> _ResidualMap:
         self.h.eval()
         return self
 
 
-def train_map(inputs: np.ndarray, outputs: np.ndarray, seed: int, steps: int = TRAIN_STEPS,
-              anchor: float | None = None) -> Any:
+def train_map(
+    inputs: np.ndarray, outputs: np.ndarray, seed: int, steps: int = TRAIN_STEPS, anchor: float | None = None
+) -> Any:
     """The transfer function ``g``: one hidden layer of ``20 d`` sigmoid units, sigmoid outputs,
     trained with Adam on the mean squared distance between ``g(input)`` and its rank-matched output.
 
@@ -99,13 +104,19 @@ def train_map(inputs: np.ndarray, outputs: np.ndarray, seed: int, steps: int = T
     torch.manual_seed(seed)
     d = inputs.shape[1]
     if anchor is None:
-        net: Any = torch.nn.Sequential(torch.nn.Linear(d, HIDDEN_PER_DIM * d), torch.nn.Sigmoid(),
-                                       torch.nn.Linear(HIDDEN_PER_DIM * d, d), torch.nn.Sigmoid()).double()
+        net: Any = torch.nn.Sequential(
+            torch.nn.Linear(d, HIDDEN_PER_DIM * d),
+            torch.nn.Sigmoid(),
+            torch.nn.Linear(HIDDEN_PER_DIM * d, d),
+            torch.nn.Sigmoid(),
+        ).double()
     else:
         last = torch.nn.Linear(HIDDEN_PER_DIM * d, d)
         torch.nn.init.zeros_(last.weight)
         torch.nn.init.zeros_(last.bias)
-        net = _ResidualMap(torch.nn.Sequential(torch.nn.Linear(d, HIDDEN_PER_DIM * d), torch.nn.Sigmoid(), last).double())
+        net = _ResidualMap(
+            torch.nn.Sequential(torch.nn.Linear(d, HIDDEN_PER_DIM * d), torch.nn.Sigmoid(), last).double()
+        )
     X, Y = torch.as_tensor(inputs, dtype=torch.double), torch.as_tensor(outputs, dtype=torch.double)
     opt = torch.optim.Adam(net.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(seed)
@@ -132,7 +143,7 @@ def loo_spearman(U: np.ndarray, y: np.ndarray) -> float:
     U, y = np.asarray(U, dtype=float)[ok], np.asarray(y, dtype=float)[ok]
     if len(y) < 4 or np.ptp(y) == 0:
         return 0.0
-    pred = np.array([rbf_surrogate(np.delete(U, i, 0), np.delete(y, i))(U[i:i + 1])[0] for i in range(len(y))])
+    pred = np.array([rbf_surrogate(np.delete(U, i, 0), np.delete(y, i))(U[i : i + 1])[0] for i in range(len(y))])
     rho = spearmanr(pred, y).statistic
     return float(rho) if np.isfinite(rho) else 0.0
 
@@ -142,8 +153,14 @@ def anchor_weight(target_U: np.ndarray, target_y: np.ndarray) -> float:
     return 1.0 - max(0.0, loo_spearman(target_U, target_y))
 
 
-def hts_round(source_U: np.ndarray, source_y: np.ndarray, target_U: np.ndarray, target_y: np.ndarray,
-              seed: int, anchored: bool = False) -> np.ndarray:
+def hts_round(
+    source_U: np.ndarray,
+    source_y: np.ndarray,
+    target_U: np.ndarray,
+    target_y: np.ndarray,
+    seed: int,
+    anchored: bool = False,
+) -> np.ndarray:
     """One round of Algorithm 1 (steps 5-8): the source configurations, best first, mapped through a
     freshly trained ``g``. Values are maximised (the sampler passes signed values). ``anchored``:
     the ``hts-anchored`` map (module docstring)."""

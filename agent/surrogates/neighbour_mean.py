@@ -13,7 +13,8 @@ must not move their hyperparameters.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -109,8 +110,13 @@ class ObservationNeighbours:
     every source. ``chosen`` keeps the indices picked at the last call.
     """
 
-    def __init__(self, sources: Sequence[tuple[np.ndarray, np.ndarray]], k: int = 3, min_points: int = 3,
-                 surfaces: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self,
+        sources: Sequence[tuple[np.ndarray, np.ndarray]],
+        k: int = 3,
+        min_points: int = 3,
+        surfaces: Sequence[Any] | None = None,
+    ) -> None:
         """``surfaces`` (already fitted, one per source) skips fitting; ``sources`` is then ignored."""
         from agent.surrogates.gp import torch_threads
 
@@ -128,5 +134,7 @@ class ObservationNeighbours:
         if U is None or y is None or len(y) < self.min_points:
             self.chosen = list(range(len(self.surfaces)))
         else:
-            self.chosen = [int(i) for i in np.argsort(observation_distances(self.surfaces, U, y), kind="stable")[: self.k]]
+            self.chosen = [
+                int(i) for i in np.argsort(observation_distances(self.surfaces, U, y), kind="stable")[: self.k]
+            ]
         return NeighbourMean([self.surfaces[i] for i in self.chosen])

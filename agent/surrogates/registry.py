@@ -20,9 +20,9 @@ from typing import Any
 
 from agent.errors import TuneAgentError
 from agent.surrogates.contract import Surrogate, SurrogateInputs, SurrogateSpec
+from agent.surrogates.names import AUTO
 from agent.surrogates.specs import BUILTIN_SPECS, TNP_FILE, TNP_META
 
-from agent.surrogates.names import AUTO
 # On lcbench a TNP meta-trained on 27 source tasks beats RGPE at every reported trial count;
 # paper 004 meta-trains on tens of tasks, and a network meta-trained on a handful would overfit.
 TNP_MIN_SOURCES = 20
@@ -73,8 +73,10 @@ def tnp_meta(models_dir: Path, space_signature: str) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         from agent.errors import ModelFileError
 
-        raise ModelFileError(f"cannot read {meta} ({type(exc).__name__}); rebuild it with `dvc repro` (or "
-                             "`tune-agent meta train-transfer`), or move it aside") from None
+        raise ModelFileError(
+            f"cannot read {meta} ({type(exc).__name__}); rebuild it with `dvc repro` (or "
+            "`tune-agent meta train-transfer`), or move it aside"
+        ) from None
     return info if isinstance(info, dict) and info.get("space_signature") == space_signature else None
 
 
@@ -85,18 +87,26 @@ def resolve(requested: str, inputs: SurrogateInputs) -> Resolution:
         if spec.needs_history and not inputs.sources:
             return Resolution("gp", f"; {requested} was asked for but needs history for this job and space")
         if spec.meta_model and tnp_meta(inputs.models_dir, inputs.space.signature()) is None:
-            return Resolution("rgpe", f"; {spec.name} was asked for but none is meta-trained for this space in "
-                                      f"{inputs.models_dir} (run `dvc repro`)")
+            return Resolution(
+                "rgpe",
+                f"; {spec.name} was asked for but none is meta-trained for this space in "
+                f"{inputs.models_dir} (run `dvc repro`)",
+            )
         return Resolution(requested)
     if not inputs.sources:
         return Resolution("gp", " (no history for this job and space)")
     points = sum(len(s.y) for s in inputs.sources)
     meta = tnp_meta(inputs.models_dir, inputs.space.signature())
-    if meta is not None and (points >= TNP_MIN_POINTS or (
-            len(inputs.sources) >= TNP_MIN_SOURCES and int(meta.get("sources", 0)) >= TNP_MIN_SOURCES)):
+    if meta is not None and (
+        points >= TNP_MIN_POINTS
+        or (len(inputs.sources) >= TNP_MIN_SOURCES and int(meta.get("sources", 0)) >= TNP_MIN_SOURCES)
+    ):
         return Resolution("tnp")
-    why = (f"; the TNP waits for {TNP_MIN_SOURCES} source tasks, in the history and in its meta-training"
-           if meta is not None else "")
+    why = (
+        f"; the TNP waits for {TNP_MIN_SOURCES} source tasks, in the history and in its meta-training"
+        if meta is not None
+        else ""
+    )
     return Resolution("rgpe", why)
 
 

@@ -19,7 +19,8 @@ Prediction is fast because the members are stacked into one batched kernel call
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from botorch.models.model import Model
@@ -28,11 +29,9 @@ from gpytorch.distributions import MultivariateNormal
 from torch import Tensor
 
 from agent.surrogates.base import SingleOutputModel
-from agent.surrogates.gp_stack import _predictor
-
 from agent.surrogates.gp import fit_gp, standardise, torch_threads
-from agent.surrogates.source_gp import (JITTER, SIGNAL_MIN_R2, fit_source_gps, informative, restore_source_gp,  # noqa: F401
-                                        source_signal)  # re-exported: RGPE's sources are these GPs
+from agent.surrogates.gp_stack import _predictor
+from agent.surrogates.source_gp import JITTER
 
 CHANCE_MIN_POINTS = 5
 CHANCE_Z = 1.0

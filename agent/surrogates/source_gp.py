@@ -10,7 +10,8 @@ from these models; :class:`agent.surrogates.contract.SourceFits` caches them and
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,8 +24,11 @@ JITTER = 1e-8
 SIGNAL_MIN_R2 = 0.4
 
 
-def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Callable[[], Any] | None = None,
-                   dims: Sequence[int] | None = None) -> list[Model]:
+def fit_source_gps(
+    sources: Sequence[tuple[np.ndarray, np.ndarray]],
+    covar: Callable[[], Any] | None = None,
+    dims: Sequence[int] | None = None,
+) -> list[Model]:
     """One ``SingleTaskGP`` per source task (`n_i x d` cube points, `n_i` maximised values).
 
     Each source's y is standardised first (failed trials imputed with its worst value). The models
@@ -41,15 +45,21 @@ def fit_source_gps(sources: Sequence[tuple[np.ndarray, np.ndarray]], covar: Call
     return models
 
 
-def restore_source_gp(X: np.ndarray, y: np.ndarray, state: dict[str, Any], covar: Callable[[], Any] | None = None,
-                      dims: Sequence[int] | None = None) -> Model:
+def restore_source_gp(
+    X: np.ndarray,
+    y: np.ndarray,
+    state: dict[str, Any],
+    covar: Callable[[], Any] | None = None,
+    dims: Sequence[int] | None = None,
+) -> Model:
     """The GP :func:`fit_source_gps` fits to one source, rebuilt from its stored hyperparameters
     (:func:`agent.surrogates.gp.gp_state`) without fitting."""
     from agent.surrogates.gp import restore_gp
 
     with torch_threads(1):
-        return _frozen(restore_gp(*_source_data(X, y), state, covar_module=covar() if covar is not None else None,
-                                  input_dims=dims))
+        return _frozen(
+            restore_gp(*_source_data(X, y), state, covar_module=covar() if covar is not None else None, input_dims=dims)
+        )
 
 
 def _source_data(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:

@@ -30,8 +30,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,7 @@ class SourceModelStore:
     :attr:`added`, so that it can be published in turn.
     """
 
-    def __init__(self, models_dir: Path | str,
-                 published: Sequence[Path] | Callable[[], Sequence[Path]] = ()) -> None:
+    def __init__(self, models_dir: Path | str, published: Sequence[Path] | Callable[[], Sequence[Path]] = ()) -> None:
         self.path = Path(models_dir) / FILE
         self._published = published
         self._fits: dict[tuple[str, str], dict[str, Any]] | None = None
@@ -98,7 +98,10 @@ class SourceModelStore:
         assert self._fits is not None
         out: list[dict[str, Any]] = [{"format": FORMAT, **r} for r in self._fits.values()]
         out += [{"format": FORMAT, **r} for r in self._sources.values()]
-        out += [{"format": FORMAT, "type": "portfolio", "id": pid, "points": _array(p)} for pid, p in self._portfolios.items()]
+        out += [
+            {"format": FORMAT, "type": "portfolio", "id": pid, "points": _array(p)}
+            for pid, p in self._portfolios.items()
+        ]
         return out
 
     def _take(self, record: dict[str, Any]) -> None:
@@ -126,8 +129,13 @@ class SourceModelStore:
         if record is None:
             return None
         dims = record.get("dims")
-        return SourceTask(record["key"], record["name"], _unarray(record["U"]), _unarray(record["y"]),
-                          None if dims is None else tuple(dims))
+        return SourceTask(
+            record["key"],
+            record["name"],
+            _unarray(record["U"]),
+            _unarray(record["y"]),
+            None if dims is None else tuple(dims),
+        )
 
     def portfolio(self, pid: str) -> np.ndarray | None:
         self._load()
@@ -140,12 +148,34 @@ class SourceModelStore:
 
     # -- writing ---------------------------------------------------------------------------------
     def add_fit(self, digest: str, kernel: str, state: dict[str, Any], informative: bool, r2: float) -> None:
-        self._append([{"type": "fit", "digest": digest, "kernel": kernel, "revision": FIT_REVISION,
-                       "informative": bool(informative), "r2": float(r2), "state": state}])
+        self._append(
+            [
+                {
+                    "type": "fit",
+                    "digest": digest,
+                    "kernel": kernel,
+                    "revision": FIT_REVISION,
+                    "informative": bool(informative),
+                    "r2": float(r2),
+                    "state": state,
+                }
+            ]
+        )
 
     def add_source(self, task: SourceTask, stamp: str) -> None:
-        self._append([{"type": "source", "key": task.key, "name": task.name, "stamp": stamp, "U": _array(task.U),
-                       "y": _array(task.y), "dims": None if task.dims is None else list(task.dims)}])
+        self._append(
+            [
+                {
+                    "type": "source",
+                    "key": task.key,
+                    "name": task.name,
+                    "stamp": stamp,
+                    "U": _array(task.U),
+                    "y": _array(task.y),
+                    "dims": None if task.dims is None else list(task.dims),
+                }
+            ]
+        )
 
     def add_portfolio(self, pid: str, points: np.ndarray) -> None:
         self._append([{"type": "portfolio", "id": pid, "points": _array(points)}])

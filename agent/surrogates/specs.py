@@ -20,11 +20,12 @@ guard, :meth:`SourceFits.informative`); with none left they prepare as ``gp`` an
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from agent.surrogates.contract import AcqBudget, StepModel, SourceTask, Surrogate, SurrogateInputs, SurrogateSpec
+from agent.surrogates.contract import AcqBudget, SourceTask, StepModel, Surrogate, SurrogateInputs, SurrogateSpec
 
 PORTFOLIO_SIZE = 5
 TNP_FILE = "tnp.pt"
@@ -40,7 +41,9 @@ class GpSurrogate(Surrogate):
     def __init__(self, inputs: SurrogateInputs, note: str = "") -> None:
         self.inputs = inputs
         self.mean_kind, self._surfaces = self._prior_mean(inputs)
-        self.note = note or "surrogate: gp" + (f" with the {self.mean_kind}' prior mean" if self.mean_kind != "constant" else "")
+        self.note = note or "surrogate: gp" + (
+            f" with the {self.mean_kind}' prior mean" if self.mean_kind != "constant" else ""
+        )
 
     @staticmethod
     def _prior_mean(inputs: SurrogateInputs) -> tuple[str, list[Any]]:
@@ -69,8 +72,15 @@ class GpSurrogate(Surrogate):
         from agent.surrogates.gp import fit_gp
 
         mean = self.mean_module(train_X, train_Y)
-        return StepModel(fit_gp(train_X, train_Y, mean_module=mean, warm_state=state.setdefault("gp", {}),
-                                covar_module=self.inputs.covar()))
+        return StepModel(
+            fit_gp(
+                train_X,
+                train_Y,
+                mean_module=mean,
+                warm_state=state.setdefault("gp", {}),
+                covar_module=self.inputs.covar(),
+            )
+        )
 
 
 def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask], candidates: np.ndarray) -> np.ndarray:
@@ -119,8 +129,11 @@ class PortfolioGpSurrogate(GpSurrogate):
     name = "portfolio_gp"
 
     def __init__(self, inputs: SurrogateInputs) -> None:
-        super().__init__(inputs, note=f"surrogate: portfolio_gp ({PORTFOLIO_SIZE} configurations from "
-                                      f"{len(inputs.sources)} source tasks, then gp)")
+        super().__init__(
+            inputs,
+            note=f"surrogate: portfolio_gp ({PORTFOLIO_SIZE} configurations from "
+            f"{len(inputs.sources)} source tasks, then gp)",
+        )
         self._start = portfolio(inputs, inputs.sources, PORTFOLIO_SIZE)
 
     def start_points(self) -> np.ndarray:
@@ -135,8 +148,10 @@ class NeighbourGpSurrogate(PortfolioGpSurrogate):
 
         prior = inputs.prior_mean if inputs.prior_mean != "constant" else "observations"
         super().__init__(replace(inputs, prior_mean=prior))
-        self.note = (f"surrogate: neighbour_gp (portfolio of {PORTFOLIO_SIZE}, then gp with the "
-                     f"{self.mean_kind}' prior mean over {len(inputs.sources)} source tasks)")
+        self.note = (
+            f"surrogate: neighbour_gp (portfolio of {PORTFOLIO_SIZE}, then gp with the "
+            f"{self.mean_kind}' prior mean over {len(inputs.sources)} source tasks)"
+        )
 
 
 def _gp_fallback(inputs: SurrogateInputs, why: str) -> GpSurrogate:
@@ -158,8 +173,10 @@ class TransferSurrogate(Surrogate):
         self._start = portfolio(inputs, useful, 1)
         self._fallback: GpSurrogate | None = None
         dropped = len(inputs.sources) - len(useful)
-        self.note = (f"surrogate: {self.name} over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
-                     + (f"; {dropped} without a predictable response surface left out" if dropped else ""))
+        self.note = (
+            f"surrogate: {self.name} over {len(useful)} source tasks ({sum(len(s.y) for s in useful)} points)"
+            + (f"; {dropped} without a predictable response surface left out" if dropped else "")
+        )
 
     def start_points(self) -> np.ndarray:
         return self._start
@@ -194,8 +211,14 @@ class RgpeSurrogate(TransferSurrogate):
     def step_model(self, train_X: Any, train_Y: Any, state: dict[str, Any]) -> StepModel:
         from agent.surrogates.rgpe import build_rgpe
 
-        model = build_rgpe(self.models, train_X, train_Y, seed=self.inputs.seed, warm_state=state.setdefault("gp", {}),
-                           covar=self.inputs.covar)
+        model = build_rgpe(
+            self.models,
+            train_X,
+            train_Y,
+            seed=self.inputs.seed,
+            warm_state=state.setdefault("gp", {}),
+            covar=self.inputs.covar,
+        )
         return StepModel(model, model.source_weight)
 
 
@@ -239,25 +262,44 @@ def prepare_neighbour_gp(inputs: SurrogateInputs) -> Surrogate:
 def prepare_rgpe(inputs: SurrogateInputs) -> Surrogate:
     useful = _guarded(inputs)
     if useful is None:
-        return _gp_fallback(inputs, f"none of the {len(inputs.sources)} source tasks has a predictable response surface")
+        return _gp_fallback(
+            inputs, f"none of the {len(inputs.sources)} source tasks has a predictable response surface"
+        )
     return RgpeSurrogate(inputs, useful)
 
 
 def prepare_tnp(inputs: SurrogateInputs) -> Surrogate:
     useful = _guarded(inputs)
     if useful is None:
-        return _gp_fallback(inputs, f"none of the {len(inputs.sources)} source tasks has a predictable response surface")
+        return _gp_fallback(
+            inputs, f"none of the {len(inputs.sources)} source tasks has a predictable response surface"
+        )
     return TnpSurrogate(inputs, useful)
 
 
-GP = SurrogateSpec("gp", "the target's own GP (BoTorch SingleTaskGP), optional neighbours' prior mean", False, prepare_gp)
-PORTFOLIO_GP = SurrogateSpec("portfolio_gp", "greedy zero-shot portfolio of history configurations, then gp", True,
-                             prepare_portfolio_gp)
-NEIGHBOUR_GP = SurrogateSpec("neighbour_gp", "portfolio, then gp with the nearest sources' surfaces as prior mean",
-                             True, prepare_neighbour_gp)
+GP = SurrogateSpec(
+    "gp", "the target's own GP (BoTorch SingleTaskGP), optional neighbours' prior mean", False, prepare_gp
+)
+PORTFOLIO_GP = SurrogateSpec(
+    "portfolio_gp", "greedy zero-shot portfolio of history configurations, then gp", True, prepare_portfolio_gp
+)
+NEIGHBOUR_GP = SurrogateSpec(
+    "neighbour_gp", "portfolio, then gp with the nearest sources' surfaces as prior mean", True, prepare_neighbour_gp
+)
 # revision 2: a stalled transfer model alternates with the target GP (was: one random step).
-RGPE = SurrogateSpec("rgpe", "ranking-weighted GP ensemble of the sources and the target (Feurer et al. 2018)", True,
-                     prepare_rgpe, revision=2)
-TNP = SurrogateSpec("tnp", "Transferable Neural Process meta-trained on the history (paper 004)", True, prepare_tnp,
-                    meta_model=TNP_FILE, revision=2)
+RGPE = SurrogateSpec(
+    "rgpe",
+    "ranking-weighted GP ensemble of the sources and the target (Feurer et al. 2018)",
+    True,
+    prepare_rgpe,
+    revision=2,
+)
+TNP = SurrogateSpec(
+    "tnp",
+    "Transferable Neural Process meta-trained on the history (paper 004)",
+    True,
+    prepare_tnp,
+    meta_model=TNP_FILE,
+    revision=2,
+)
 BUILTIN_SPECS = (GP, PORTFOLIO_GP, NEIGHBOUR_GP, RGPE, TNP)

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -40,7 +41,6 @@ from linear_operator.operators import DiagLinearOperator
 from torch import Tensor, nn
 
 from agent.surrogates.base import SingleOutputModel
-
 from agent.surrogates.gp import impute_failures, standardise, torch_threads
 
 
@@ -237,10 +237,12 @@ class TNP(nn.Module):
             net = cls(int(blob["dim"]), TNPConfig.from_dict(blob["config"]))
             net.to(next(iter(blob["state"].values())).dtype)
             net.load_state_dict(blob["state"])
-        except Exception as exc:  # noqa: BLE001 - a cut or corrupt file raises anything pickle and torch can
+        except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise ModelFileError(f"cannot load the TNP {path} ({type(exc).__name__}: {first}); rebuild it with "
-                                 "`dvc repro` (or `tune-agent meta train-transfer`), or move it aside") from None
+            raise ModelFileError(
+                f"cannot load the TNP {path} ({type(exc).__name__}: {first}); rebuild it with "
+                "`dvc repro` (or `tune-agent meta train-transfer`), or move it aside"
+            ) from None
         return net
 
 

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, episode_split
 from agent.surrogates.gp import torch_threads
+from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, episode_split
 
 INIT_INNER_LR = 0.5  # SGD rate of the inner steps on initial-configuration logits
 MIN_CONTEXT = 3

@@ -6,9 +6,10 @@ configurations, computed once from one read of the history and recorded on the s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agent.config import StudySettings
 from agent.errors import StudyError
@@ -16,8 +17,8 @@ from agent.knowledge.base import KnowledgeBase
 from agent.samplers.base import Sampler
 from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs
 
-
 PLAN_TAG = "surrogate_plan"
+
 
 @dataclass(frozen=True)
 class SurrogatePlan:
@@ -47,6 +48,7 @@ class SurrogatePlan:
         data["initial"] = tuple((dict(c), str(o)) for c, o in data.get("initial", ()))
         return cls(**data)
 
+
 @dataclass(frozen=True)
 class Planned:
     """A study's plan and the surrogate prepared for it (None for the random and tpe samplers and
@@ -64,17 +66,20 @@ class Planned:
 
         return sampler_registry.get(settings.sampler).build(space, settings, self)
 
+
 def surrogate_names() -> tuple[str, ...]:
     """The registry's surrogates (the benchmark's methods beside the samplers)."""
     from agent.surrogates import registry
 
     return registry.names()
 
+
 def surrogate_revision(name: str) -> int:
     """The registry's revision of surrogate ``name`` (0 for a name it does not hold: a sampler)."""
     from agent.surrogates import registry
 
     return registry.REGISTRY[name].revision if name in registry.REGISTRY else 0
+
 
 def kernel_for(space: Any) -> str:
     """The kernel a study of ``space`` gets by default (``--kernel auto``)."""
@@ -87,6 +92,7 @@ def source_cache() -> SourceFits:
     """A cache of source fits to share across studies over the same history (benchmark workers)."""
     return SourceFits()
 
+
 def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
     """The source key of study ``name`` (``--source``); one line when it is not usable history."""
     study = kb.find_study(name)
@@ -94,13 +100,24 @@ def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
         raise StudyError(f"--source: no study named {name!r} in {kb.tracking_uri} (tune-agent history lists them)")
     key = f"{study.fingerprint}/{study.job}/{study.space_signature}"
     if key not in keys:
-        raise StudyError(f"--source: study {name!r} is not usable history for this study (another job or search "
-                         "space, too few finished trials, or this study's own dataset)")
+        raise StudyError(
+            f"--source: study {name!r} is not usable history for this study (another job or search "
+            "space, too few finished trials, or this study's own dataset)"
+        )
     return key
 
-def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: Any, requested: str,
-                 exclude_fingerprint: str, fits: SourceFits | None = None,
-                 recorded: SurrogatePlan | None = None, progress: Callable[[str], None] | None = None) -> Planned:
+
+def plan_sampler(
+    kb: KnowledgeBase,
+    space: Any,
+    settings: StudySettings,
+    warm: Any,
+    requested: str,
+    exclude_fingerprint: str,
+    fits: SourceFits | None = None,
+    recorded: SurrogatePlan | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Planned:
     """The study's sampler: ``random``/``tpe``, or BO on the surrogate the registry resolves.
 
     With ``recorded`` (a resumed study) the same surrogate is rebuilt on the same sources and
@@ -111,13 +128,7 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
     from agent.samplers import registry as sampler_registry
     from agent.surrogates import registry
     from agent.tuning.published import meta_models_dir, open_source_models
-    from agent.tuning.source_models import (
-        MAX_SOURCES,
-        fit_missing,
-        history_sources,
-        most_relevant,
-        sources_used,
-    )
+    from agent.tuning.source_models import MAX_SOURCES, fit_missing, history_sources, most_relevant, sources_used
 
     models_dir = Path(settings.models_dir)
     meta_dir = models_dir  # where meta-trained networks are read: a benchmark's fold, or as below
@@ -130,56 +141,95 @@ def plan_sampler(kb: KnowledgeBase, space: Any, settings: StudySettings, warm: A
         if recorded is not None:
             sources = _recorded_sources(sources, recorded)
         if not sources:
-            raise StudyError(f"--sampler {settings.sampler} needs history for job {settings.job_name} with this search space")
+            raise StudyError(
+                f"--sampler {settings.sampler} needs history for job {settings.job_name} with this search space"
+            )
         keys = {s.key for s in sources}
         if settings.source is not None:
             preferred, why = _named_source(kb, settings.source, keys), f"--source {settings.source}"
         else:
             preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
             why = "nearest neighbour"
-        note = (f"sampler: {settings.sampler} (paper 001{', map anchored at the identity' if spec.hands_over else ''}) "
-                f"from {len(sources)} candidate sources"
-                + (f", source {next(s.name for s in sources if s.key == preferred)} ({why})" if preferred
-                   else ", source chosen after the initial design"))
+        note = (
+            f"sampler: {settings.sampler} (paper 001{', map anchored at the identity' if spec.hands_over else ''}) "
+            f"from {len(sources)} candidate sources"
+            + (
+                f", source {next(s.name for s in sources if s.key == preferred)} ({why})"
+                if preferred
+                else ", source chosen after the initial design"
+            )
+        )
         after = None
         if spec.hands_over:  # BO on a plain GP of the target's trials once the mapping stalls
-            plain = SurrogateInputs(space, (), models_dir, settings.seed, settings.k, "constant", (), SourceFits(),
-                                    settings.kernel)
+            plain = SurrogateInputs(
+                space, (), models_dir, settings.seed, settings.k, "constant", (), SourceFits(), settings.kernel
+            )
             after = registry.prepare(registry.resolve("gp", plain), plain)
-        return Planned(SurrogatePlan(settings.sampler, requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
-                       after, sources=tuple(sources), preferred=preferred)
+        return Planned(
+            SurrogatePlan(settings.sampler, requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
+            after,
+            sources=tuple(sources),
+            preferred=preferred,
+        )
     if spec.plan == "none":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
     needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
-    sources = history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress) if needs_history or recorded else []
+    sources = (
+        history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress)
+        if needs_history or recorded
+        else []
+    )
     if recorded is not None:
         sources = _recorded_sources(sources, recorded)
     elif len(sources) > MAX_SOURCES:
         sources = most_relevant(sources, getattr(warm, "ranked", ()), fits, space, settings.kernel, progress)
-    inputs = SurrogateInputs(space, tuple(sources), meta_dir, settings.seed, settings.k, settings.prior_mean or "constant",
-                             tuple(n.key for n in getattr(warm, "neighbours", ())), fits, settings.kernel)
+    inputs = SurrogateInputs(
+        space,
+        tuple(sources),
+        meta_dir,
+        settings.seed,
+        settings.k,
+        settings.prior_mean or "constant",
+        tuple(n.key for n in getattr(warm, "neighbours", ())),
+        fits,
+        settings.kernel,
+    )
     resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)
     version = registry.get(resolution.name).meta_model_version(meta_dir)
     if recorded is not None and version != recorded.meta_model:
-        raise StudyError(f"the {resolution.name} meta-model in {meta_dir} changed since the study started "
-                         f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original")
+        raise StudyError(
+            f"the {resolution.name} meta-model in {meta_dir} changed since the study started "
+            f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original"
+        )
     fit_missing(fits, sources_used(resolution.name, inputs), inputs, progress)
     surrogate = registry.prepare(resolution, inputs)
     if recorded is not None:
         initial = list(recorded.initial)
     else:
         initial = _initial_configs(space, warm, surrogate)
-    plan = SurrogatePlan("bo", requested, surrogate.name, surrogate.note, str(models_dir), version,
-                         tuple(s.key for s in sources), tuple(initial))
+    plan = SurrogatePlan(
+        "bo",
+        requested,
+        surrogate.name,
+        surrogate.note,
+        str(models_dir),
+        version,
+        tuple(s.key for s in sources),
+        tuple(initial),
+    )
     return Planned(plan, surrogate)
+
 
 def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> list[SourceTask]:
     by_key = {s.key: s for s in sources}
     missing = [k for k in recorded.source_keys if k not in by_key]
     if missing:
-        raise StudyError(f"{len(missing)} of the {len(recorded.source_keys)} historical datasets this study's "
-                         f"surrogate was built on are gone from the store (e.g. {missing[0]}); it cannot resume as it started")
+        raise StudyError(
+            f"{len(missing)} of the {len(recorded.source_keys)} historical datasets this study's "
+            f"surrogate was built on are gone from the store (e.g. {missing[0]}); it cannot resume as it started"
+        )
     return [by_key[k] for k in recorded.source_keys]
+
 
 def _initial_configs(space: Any, warm: Any, surrogate: Any) -> list[tuple[dict[str, Any], str]]:
     """Warm-start seeds, then the surrogate's start points, without repeats."""

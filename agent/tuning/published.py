@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge.base import KnowledgeBase, MetaModelsRecord
@@ -52,13 +53,16 @@ def fetch_current(kb: KnowledgeBase, job_name: str, space: Any, progress: Progre
     asked[scope] = (time.monotonic(), fetched)
     record = fetched.record
     if record is not None and record.engine != ENGINE and progress is not None:
-        progress(f"meta-models: version {record.version} of {record.scope} was built by engine {record.engine or '?'} "
-                 f"(this is {ENGINE}): what still applies is used, the rest is fitted here and published")
+        progress(
+            f"meta-models: version {record.version} of {record.scope} was built by engine {record.engine or '?'} "
+            f"(this is {ENGINE}): what still applies is used, the rest is fitted here and published"
+        )
     return fetched
 
 
-def open_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any,
-                       progress: Progress | None = None) -> SourceModelStore:
+def open_source_models(
+    kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, progress: Progress | None = None
+) -> SourceModelStore:
     """The source models a study reads: the store's published ones (fetched on first read) and
     ``models_dir``'s own; what the study adds goes to ``models_dir`` and :attr:`SourceModelStore.added`."""
 
@@ -73,8 +77,9 @@ def _forget(kb: KnowledgeBase, scope: str) -> None:
     kb.__dict__.get("_meta_models_asked", {}).pop(scope, None)
 
 
-def meta_models_dir(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any,
-                    progress: Progress | None = None) -> Path:
+def meta_models_dir(
+    kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, progress: Progress | None = None
+) -> Path:
     """Where a study reads whole meta-model files (extractor, index, TNP, warm-start choice):
     ``models_dir`` when it holds any (this folder's own ``dvc repro``), else the cached ``files/``
     of the store's current version (fetched once), else ``models_dir``."""
@@ -91,8 +96,9 @@ def _blob(records: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records).encode()
 
 
-def publish_added(kb: KnowledgeBase, store: SourceModelStore, job_name: str, space: Any,
-                  revision: Callable[[], str]) -> str | None:
+def publish_added(
+    kb: KnowledgeBase, store: SourceModelStore, job_name: str, space: Any, revision: Callable[[], str]
+) -> str | None:
     """Publishes what ``store`` holds and the store's current version lacks (what this process
     added, and what ``models_dir`` kept from earlier studies that could not publish) as one chunk
     of that version (its first version, covering history ``revision()``, when there is none). The
@@ -118,8 +124,15 @@ def publish_added(kb: KnowledgeBase, store: SourceModelStore, job_name: str, spa
     return f"meta-models: {len(records)} record(s) published to version {current.version} of {scope}"
 
 
-def publish_version(kb: KnowledgeBase, store: SourceModelStore, models_dir: Path | str, job_name: str, space: Any,
-                    revision: str, progress: Progress | None = None) -> MetaModelsRecord:
+def publish_version(
+    kb: KnowledgeBase,
+    store: SourceModelStore,
+    models_dir: Path | str,
+    job_name: str,
+    space: Any,
+    revision: str,
+    progress: Progress | None = None,
+) -> MetaModelsRecord:
     """A new version of the scope's meta-models covering history ``revision``: every source-model
     record ``store`` holds, as one chunk, and the whole files of :data:`META_FILES` found in
     ``models_dir``. Raises
@@ -134,6 +147,8 @@ def publish_version(kb: KnowledgeBase, store: SourceModelStore, models_dir: Path
         record = kb.publish_meta_models(scope_of(job_name, space), ENGINE, revision, files)
     _forget(kb, record.scope)
     if progress is not None:
-        progress(f"meta-models: version {record.version} of {record.scope} published to {kb.tracking_uri} "
-                 f"({len(files)} file(s), {len(blob) / 1e6:.1f} MB of source models)")
+        progress(
+            f"meta-models: version {record.version} of {record.scope} published to {kb.tracking_uri} "
+            f"({len(files)} file(s), {len(blob) / 1e6:.1f} MB of source models)"
+        )
     return record

@@ -33,7 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, KnowledgeBase, StudyRecord, TrialRecord
+from agent.knowledge.base import (
+    TRIAL_FAILED,
+    TRIAL_KILLED,
+    TRIAL_OK,
+    TRIAL_PRUNED,
+    KnowledgeBase,
+    StudyRecord,
+    TrialRecord,
+)
 from agent.space import Categorical, Float, Int, SearchSpace
 
 REPORT_TAG = "report_inputs"  # on the study run: {"key": report_inputs(...), "files": [...]}
@@ -61,12 +69,18 @@ def _best_so_far(trials: list[TrialRecord], mode: str) -> tuple[list[int], list[
     return xs, ys
 
 
-def _cold_references(kb: KnowledgeBase, record: StudyRecord,
-                     studies: list[StudyRecord] | None = None) -> list[tuple[str, list[TrialRecord]]]:
+def _cold_references(
+    kb: KnowledgeBase, record: StudyRecord, studies: list[StudyRecord] | None = None
+) -> list[tuple[str, list[TrialRecord]]]:
     out = []
     for other in kb.list_studies() if studies is None else studies:
-        if (other.study_id != record.study_id and other.fingerprint == record.fingerprint and other.job == record.job
-                and other.space_signature == record.space_signature and other.settings.get("warm_start") == "none"):
+        if (
+            other.study_id != record.study_id
+            and other.fingerprint == record.fingerprint
+            and other.job == record.job
+            and other.space_signature == record.space_signature
+            and other.settings.get("warm_start") == "none"
+        ):
             out.append((other.name, kb.trials(other)))
     return out[:5]
 
@@ -100,9 +114,18 @@ def importance(trials: list[TrialRecord], space: SearchSpace, mode: str) -> tupl
     study = optuna.create_study(direction="minimize" if mode == "min" else "maximize")
     for t in finished:
         config = {k: v for k, v in t.config.items() if k in space.names}
-        study.add_trial(create_trial(params=config, distributions={k: _distribution(space, k) for k in config},
-                                     value=float(t.value), state=TrialState.COMPLETE))
-    for evaluator, label in ((PedAnovaImportanceEvaluator(), "PED-ANOVA"), (FanovaImportanceEvaluator(seed=0), "fANOVA")):
+        study.add_trial(
+            create_trial(
+                params=config,
+                distributions={k: _distribution(space, k) for k in config},
+                value=float(t.value),
+                state=TrialState.COMPLETE,
+            )
+        )
+    for evaluator, label in (
+        (PedAnovaImportanceEvaluator(), "PED-ANOVA"),
+        (FanovaImportanceEvaluator(seed=0), "fANOVA"),
+    ):
         try:
             with warnings.catch_warnings():  # "few trials in a regime" notes: the page says how many trials
                 warnings.simplefilter("ignore")
@@ -110,9 +133,14 @@ def importance(trials: list[TrialRecord], space: SearchSpace, mode: str) -> tupl
         except (ValueError, RuntimeError, ZeroDivisionError):
             continue
         if scores and any(v > 0 for v in scores.values()):
-            caveat = "" if len(finished) >= ROUGH_BELOW else (f" (a rough ranking: with under {ROUGH_BELOW} trials one "
-                                                               "lucky configuration can decide it)")
-            return {k: float(v) for k, v in scores.items()}, f"Optuna's {label} over {len(finished)} finished trials{caveat}"
+            caveat = (
+                ""
+                if len(finished) >= ROUGH_BELOW
+                else (f" (a rough ranking: with under {ROUGH_BELOW} trials one lucky configuration can decide it)")
+            )
+            return {
+                k: float(v) for k, v in scores.items()
+            }, f"Optuna's {label} over {len(finished)} finished trials{caveat}"
     return {}, f"no evaluator could rank the hyperparameters over {len(finished)} trials (all equal?)"
 
 
@@ -177,8 +205,11 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
     ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
     figures["best_so_far.png"] = fig
-    ref_note = (f"grey: {len(refs)} cold-start stud{'y' if len(refs) == 1 else 'ies'} of the same dataset, job and space"
-                if refs else "the history has no cold-start study of this dataset, job and space to compare with")
+    ref_note = (
+        f"grey: {len(refs)} cold-start stud{'y' if len(refs) == 1 else 'ies'} of the same dataset, job and space"
+        if refs
+        else "the history has no cold-start study of this dataset, job and space to compare with"
+    )
     if log_axis:
         ref_note += "; a log axis: the values span more than a factor of 10"
     sections.append(f"<h2>1. Best so far</h2><p>{html.escape(ref_note)}.</p><img src='best_so_far.png'>")
@@ -193,8 +224,10 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
         fig.tight_layout()
         figures["importance.png"] = fig
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.3f}</td></tr>" for k, v in scores.items())
-        sections.append(f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p><img src='importance.png'>"
-                        f"<table><tr><th>hyperparameter</th><th>importance</th></tr>{rows}</table>")
+        sections.append(
+            f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p><img src='importance.png'>"
+            f"<table><tr><th>hyperparameter</th><th>importance</th></tr>{rows}</table>"
+        )
     else:
         sections.append(f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p>")
 
@@ -202,10 +235,13 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
     warm = json.loads(tags["warm_start"]) if tags.get("warm_start") else {}
     neighbours = warm.get("neighbours", [])
     if neighbours:
-        rows = "".join(f"<tr><td>{html.escape(str(n['name']))}</td><td>{float(n['distance']):.4g}</td>"
-                       f"<td>{float(n['best_value']):.5g}</td><td><code>{html.escape(json.dumps(n['best_config']))}</code></td></tr>"
-                       for n in neighbours)
-        table = f"<table><tr><th>dataset</th><th>distance</th><th>best {html.escape(metric)}</th><th>configuration</th></tr>{rows}</table>"
+        rows = "".join(
+            f"<tr><td>{html.escape(str(n['name']))}</td><td>{float(n['distance']):.4g}</td>"
+            f"<td>{float(n['best_value']):.5g}</td><td><code>{html.escape(json.dumps(n['best_config']))}</code></td></tr>"
+            for n in neighbours
+        )
+        head = f"<th>dataset</th><th>distance</th><th>best {html.escape(metric)}</th><th>configuration</th>"
+        table = f"<table><tr>{head}</tr>{rows}</table>"
     else:
         table = "<p>No neighbour seeded this study.</p>"
     said = warm.get("message") or tags.get("warm_start_method") or "warm start off"
@@ -228,19 +264,27 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
         ax.legend(loc="best", fontsize=7)
         fig.tight_layout()
         figures["knowledge_map.png"] = fig
-        sections.append(f"<h2>4. The knowledge base</h2><p>{len(names)} datasets of job {html.escape(record.job)} by their "
-                        "hand-crafted meta-features (PCA to 2-D); red star: this study's dataset; circles: its "
-                        "neighbours.</p><img src='knowledge_map.png'>")
+        sections.append(
+            f"<h2>4. The knowledge base</h2><p>{len(names)} datasets of job {html.escape(record.job)} by their "
+            "hand-crafted meta-features (PCA to 2-D); red star: this study's dataset; circles: its "
+            "neighbours.</p><img src='knowledge_map.png'>"
+        )
     else:
-        sections.append("<h2>4. The knowledge base</h2><p>Fewer than three datasets with meta-features for this job: "
-                        "no map.</p>")
+        sections.append(
+            "<h2>4. The knowledge base</h2><p>Fewer than three datasets with meta-features for this job: no map.</p>"
+        )
 
     # 5. failures and pruned
-    reasons = Counter((t.state, t.reason.split(":")[0] if t.state == TRIAL_PRUNED else t.reason)
-                      for t in trials if t.state in (TRIAL_FAILED, TRIAL_PRUNED, TRIAL_KILLED))
+    reasons = Counter(
+        (t.state, t.reason.split(":")[0] if t.state == TRIAL_PRUNED else t.reason)
+        for t in trials
+        if t.state in (TRIAL_FAILED, TRIAL_PRUNED, TRIAL_KILLED)
+    )
     if reasons:
-        rows = "".join(f"<tr><td>{html.escape(state)}</td><td>{html.escape(reason or '-')}</td><td>{n}</td></tr>"
-                       for (state, reason), n in reasons.most_common())
+        rows = "".join(
+            f"<tr><td>{html.escape(state)}</td><td>{html.escape(reason or '-')}</td><td>{n}</td></tr>"
+            for (state, reason), n in reasons.most_common()
+        )
         body = f"<table><tr><th>state</th><th>reason</th><th>trials</th></tr>{rows}</table>"
     else:
         body = "<p>None: every trial finished.</p>"
@@ -248,14 +292,18 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
 
     counts = Counter(t.state for t in trials)
     best = record.best_value
-    head = (f"<h1>Study {html.escape(record.name)}</h1><p>job <b>{html.escape(record.job)}</b> on "
-            f"<b>{html.escape(record.dataset)}</b>, {mode} {html.escape(metric)}; status {html.escape(record.status)}; "
-            f"trials: {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}; best "
-            f"{'-' if best is None else f'{best:.5g}'}; surrogate {html.escape(tags.get('surrogate', '-'))}.</p>")
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>tune-agent report: "
-            f"{html.escape(record.name)}</title><style>body{{font-family:sans-serif;max-width:900px;margin:2em auto}}"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;font-size:90%}"
-            f"img{{max-width:100%}}</style></head><body>{head}{''.join(sections)}</body></html>")
+    head = (
+        f"<h1>Study {html.escape(record.name)}</h1><p>job <b>{html.escape(record.job)}</b> on "
+        f"<b>{html.escape(record.dataset)}</b>, {mode} {html.escape(metric)}; status {html.escape(record.status)}; "
+        f"trials: {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}; best "
+        f"{'-' if best is None else f'{best:.5g}'}; surrogate {html.escape(tags.get('surrogate', '-'))}.</p>"
+    )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>tune-agent report: "
+        f"{html.escape(record.name)}</title><style>body{{font-family:sans-serif;max-width:900px;margin:2em auto}}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;font-size:90%}"
+        f"img{{max-width:100%}}</style></head><body>{head}{''.join(sections)}</body></html>"
+    )
     return Report(record.name, page, figures, scores)
 
 
@@ -286,17 +334,34 @@ def report_inputs(kb: KnowledgeBase, record: StudyRecord, tags: dict[str, str] |
     tags = kb.study_tags(record) if tags is None else tags
     studies = kb.list_studies()
     refs = [(name, _trial_digest(trials)) for name, trials in _cold_references(kb, record, studies)]
-    mapped = [(s.fingerprint, s.dataset, s.tags.get("metafeatures", "")) for s in studies  # in list order, as the map
-              if s.job == record.job and s.tags.get("metafeatures")]
-    parts = [record.study_id, record.name, record.dataset, record.job, record.status, record.best_value,
-             record.fingerprint, record.space_signature, dict(record.settings), _trial_digest(kb.trials(record)),
-             {k: tags.get(k) for k in SHOWN_TAGS}, refs, mapped, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-             _versions()]
+    mapped = [
+        (s.fingerprint, s.dataset, s.tags.get("metafeatures", ""))
+        for s in studies  # in list order, as the map
+        if s.job == record.job and s.tags.get("metafeatures")
+    ]
+    parts = [
+        record.study_id,
+        record.name,
+        record.dataset,
+        record.job,
+        record.status,
+        record.best_value,
+        record.fingerprint,
+        record.space_signature,
+        dict(record.settings),
+        _trial_digest(kb.trials(record)),
+        {k: tags.get(k) for k in SHOWN_TAGS},
+        refs,
+        mapped,
+        hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        _versions(),
+    ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path,
-                 rebuild: bool = False) -> tuple[Path, bool]:
+def report_files(
+    kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path, rebuild: bool = False
+) -> tuple[Path, bool]:
     """``report.html`` and its figures in ``out_dir``: copied from the study run when the digest
     stored there with them (:data:`REPORT_TAG`) still matches :func:`report_inputs` (and not
     ``rebuild``), else built and logged again. Returns (the page, whether it was the stored one)."""
@@ -316,8 +381,9 @@ def report_files(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out
     return page, False
 
 
-def write_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path | None = None,
-                 key: str | None = None) -> Path | None:
+def write_report(
+    kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path | None = None, key: str | None = None
+) -> Path | None:
     """Builds the report, logs ``report/report.html`` and its PNGs on the study run, and writes them
     to ``out_dir`` when given; returns the HTML's path there. The digest of its inputs goes on the
     study run with them (:data:`REPORT_TAG`); ``key``: that digest when the caller has it."""

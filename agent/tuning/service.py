@@ -9,9 +9,10 @@ run, so ``resume`` rebuilds exactly that sampler — or refuses in one line when
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from agent.config import StudyRequest, StudySettings
 from agent.errors import StudyError, UnknownStudyError
@@ -50,15 +51,20 @@ def default_study_name(dataset_name: str, job_name: str, taken: Callable[[str], 
     raise StudyError(f"no free default name for {short}-{job_name}-*: name the study with --study-name")
 
 
-def study_description(job: str, dataset: str, settings: StudySettings, plan: SurrogatePlan, epochs: bool,
-                      warm: Any) -> str:
+def study_description(
+    job: str, dataset: str, settings: StudySettings, plan: SurrogatePlan, epochs: bool, warm: Any
+) -> str:
     """The study run's description (markdown, the MLflow UI's Description): what is tuned on what,
     the budget and sampler, the surrogate's note and the neighbours that seeded it with their
     distances; the store adds the best configuration when the study ends."""
-    lines = [f"**Tuning `{job}` on `{dataset}`**: {settings.trials} trials"
-             + (f" of {settings.epochs} epochs" if epochs else "")
-             + f", {settings.n_init} initial then {settings.sampler} ({plan.surrogate}, {settings.acq}), "
-             f"{settings.mode} `{settings.metric}`, seed {settings.seed}.", "", f"Surrogate: {plan.note}."]
+    lines = [
+        f"**Tuning `{job}` on `{dataset}`**: {settings.trials} trials"
+        + (f" of {settings.epochs} epochs" if epochs else "")
+        + f", {settings.n_init} initial then {settings.sampler} ({plan.surrogate}, {settings.acq}), "
+        f"{settings.mode} `{settings.metric}`, seed {settings.seed}.",
+        "",
+        f"Surrogate: {plan.note}.",
+    ]
     if warm is not None and warm.message:
         lines += ["", f"Warm start: {warm.message}"]
     neighbours = list(getattr(warm, "neighbours", ()) or ())
@@ -74,8 +80,12 @@ def open_store(tracking_uri: str | None, artifact_root: str | None) -> Knowledge
     return open_knowledge_base(tracking_uri, artifact_root)
 
 
-def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Callable[[], KnowledgeBase] | None = None,
-                  fits: SourceFits | None = None) -> tuple[Study, Any, Any, Any]:
+def prepare_study(
+    req: StudyRequest,
+    echo: Any = print,
+    kb: KnowledgeBase | Callable[[], KnowledgeBase] | None = None,
+    fits: SourceFits | None = None,
+) -> tuple[Study, Any, Any, Any]:
     """Validates a start request, creates the study in the store, returns ``(study, job, data, split)``.
 
     ``kb`` is the store (or a function that opens it, called only once the request passed its
@@ -111,7 +121,9 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
         sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
         split = None
     if req.study_name and "'" in req.study_name and '"' in req.study_name:
-        raise StudyError(f"--study-name {req.study_name}: a name may hold ' or \", not both (the store's searches cannot quote it)")
+        raise StudyError(
+            f"--study-name {req.study_name}: a name may hold ' or \", not both (the store's searches cannot quote it)"
+        )
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
     name = req.study_name
@@ -130,8 +142,9 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
     if warm.message:
         echo(warm.message)
     echo(planned.plan.note)
-    description = study_description(job.name, data.name, settings, planned.plan,
-                                    split is not None or not isinstance(job, BenchmarkJob), warm)
+    description = study_description(
+        job.name, data.name, settings, planned.plan, split is not None or not isinstance(job, BenchmarkJob), warm
+    )
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
     try:
         tags: dict[str, Any] = {
@@ -161,7 +174,7 @@ def prepare_study(req: StudyRequest, echo: Any = print, kb: KnowledgeBase | Call
 def _close_failed(kb: KnowledgeBase, record: Any) -> None:
     try:
         kb.update_study(record, "failed")
-    except Exception:  # noqa: BLE001 - a store that takes no write: the error being raised says so
+    except Exception:
         pass
 
 
@@ -180,33 +193,56 @@ def preview_warm_start(req: StudyRequest, kb: KnowledgeBase | None = None) -> tu
     return _plan_warm_start(kb, job, data, sample, describe_dataset(data), req), job, data
 
 
-def _plan_warm_start(kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any],
-                     req: StudyRequest, echo: Any = None) -> Any:
+def _plan_warm_start(
+    kb: KnowledgeBase, job: Any, data: Any, sample: Any, summary: Mapping[str, Any], req: StudyRequest, echo: Any = None
+) -> Any:
     from agent.tuning.warmstart import WarmStart, plan_warm_start
 
     if sample is None:  # a benchmark task has no data to compute meta-features from
         if req.warm_start == "none":
-            return WarmStart("none", message="warm start off (--warm-start none)", prior_mean=req.prior_mean or "constant")
+            return WarmStart(
+                "none", message="warm start off (--warm-start none)", prior_mean=req.prior_mean or "constant"
+            )
         prior = req.prior_mean or "observations"
-        return WarmStart("none", message="warm start: a benchmark task has no data for meta-features; "
-                                         "transfer comes from the surrogate", prior_mean=prior)
+        return WarmStart(
+            "none",
+            message="warm start: a benchmark task has no data for meta-features; transfer comes from the surrogate",
+            prior_mean=prior,
+        )
     from agent.tuning.published import meta_models_dir
 
-    models_dir = meta_models_dir(kb, req.models_dir, job.name, job.space, echo) if req.warm_start != "none" \
+    models_dir = (
+        meta_models_dir(kb, req.models_dir, job.name, job.space, echo)
+        if req.warm_start != "none"
         else Path(req.models_dir)
-    return plan_warm_start(kb, job, data, sample, summary, req.warm_start, req.k, models_dir, req.prior_mean,
-                           progress=echo)
+    )
+    return plan_warm_start(
+        kb, job, data, sample, summary, req.warm_start, req.k, models_dir, req.prior_mean, progress=echo
+    )
 
 
 def _settings(req: StudyRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
-    return req.settings(job_name=job.name, dataset_name=data.name, fingerprint=data.fingerprint,
-                        space_signature=job.space.signature(), metric=req.metric or job.metric, mode=req.mode or job.mode,
-                        n_init=n_init, prior_mean=warm.prior_mean, kernel=resolve_kernel(req.kernel, job.space))
+    return req.settings(
+        job_name=job.name,
+        dataset_name=data.name,
+        fingerprint=data.fingerprint,
+        space_signature=job.space.signature(),
+        metric=req.metric or job.metric,
+        mode=req.mode or job.mode,
+        n_init=n_init,
+        prior_mean=warm.prior_mean,
+        kernel=resolve_kernel(req.kernel, job.space),
+    )
 
 
-def open_study(name: str, tracking_uri: str | None = None, artifact_root: str | None = None,
-               models_dir: str | None = None, kb: KnowledgeBase | None = None,
-               with_sampler: bool = True) -> tuple[Study, Any]:
+def open_study(
+    name: str,
+    tracking_uri: str | None = None,
+    artifact_root: str | None = None,
+    models_dir: str | None = None,
+    kb: KnowledgeBase | None = None,
+    with_sampler: bool = True,
+) -> tuple[Study, Any]:
     """Loads a stored study, its job and (``with_sampler``) the sampler it was planned with;
     refuses what changed. Commands that only read or record results (best, report, tell) pass
     ``with_sampler=False``: rebuilding a transfer surrogate is work no line they print needs."""
@@ -242,8 +278,10 @@ def _find_record(name: str, kb: KnowledgeBase) -> Any:
         raise UnknownStudyError(f"no study named {name!r}: tracking store {kb.tracking_uri} is empty")  # no file made
     record = kb.find_study(name)
     if record is None:
-        raise UnknownStudyError(f"no study named {name!r} in {kb.tracking_uri} (a study stopped before its first trial "
-                                "was stored is not there: run `tune-agent start ... --study-name` again)")
+        raise UnknownStudyError(
+            f"no study named {name!r} in {kb.tracking_uri} (a study stopped before its first trial "
+            "was stored is not there: run `tune-agent start ... --study-name` again)"
+        )
     return record
 
 
@@ -283,9 +321,7 @@ def check_resume_matches(study: Study, job: Any, job_spec: str | None, dataset_s
     if job_spec is not None and job_spec != study.settings.job:
         raise StudyError(f"study {study.name!r} was run with job {study.settings.job!r}, not {job_spec!r}")
     if dataset_spec is not None and dataset_spec != study.settings.dataset:
-        raise StudyError(
-            f"study {study.name!r} was run on dataset {study.settings.dataset!r}, not {dataset_spec!r}"
-        )
+        raise StudyError(f"study {study.name!r} was run on dataset {study.settings.dataset!r}, not {dataset_spec!r}")
 
 
 def open_or_prepare(req: StudyRequest) -> tuple[Study, Any, Any, Any] | None:

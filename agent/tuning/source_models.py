@@ -15,13 +15,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from agent.knowledge.base import KnowledgeBase, StudyRecord
-from agent.surrogates.contract import MIN_SOURCE_POINTS, SourceFits, SourceTask, SurrogateInputs, source_task, source_tasks
+from agent.surrogates.contract import (
+    MIN_SOURCE_POINTS,
+    SourceFits,
+    SourceTask,
+    SurrogateInputs,
+    source_task,
+    source_tasks,
+)
 from agent.surrogates.source_store import SourceModelStore
 from agent.tuning.ticker import Ticker
 
@@ -40,20 +48,30 @@ def study_stamp(studies: Sequence[StudyRecord]) -> str | None:
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:20]
 
 
-def history_sources(kb: KnowledgeBase, job_name: str, space: Any, exclude_fingerprint: str | None,
-                    store: SourceModelStore | None = None, progress: Progress | None = None,
-                    studies: list[StudyRecord] | None = None) -> list[SourceTask]:
+def history_sources(
+    kb: KnowledgeBase,
+    job_name: str,
+    space: Any,
+    exclude_fingerprint: str | None,
+    store: SourceModelStore | None = None,
+    progress: Progress | None = None,
+    studies: list[StudyRecord] | None = None,
+) -> list[SourceTask]:
     """The sources of this job and space (:func:`agent.surrogates.contract.source_tasks`, sorted by
     name), unchanged ones from ``store``; when there are none, those of the other job/space sharing
     the most hyperparameters (translated, read from the tracking store)."""
     from agent.knowledge.history import compatible_history, group_studies, load_history
 
     listed = studies if studies is not None else kb.list_studies()
-    groups = {key: group for key, group in group_studies(listed, job_name, space.signature()).items()
-              if group[0].fingerprint != exclude_fingerprint}
+    groups = {
+        key: group
+        for key, group in group_studies(listed, job_name, space.signature()).items()
+        if group[0].fingerprint != exclude_fingerprint
+    }
     if not groups:
-        history, match, _ = compatible_history(kb, space, with_samples=False,
-                                               exclude_fingerprints={exclude_fingerprint or ""}, studies=listed)
+        history, match, _ = compatible_history(
+            kb, space, with_samples=False, exclude_fingerprints={exclude_fingerprint or ""}, studies=listed
+        )
         return source_tasks(history, space, match) if match is not None else []
     found: list[SourceTask] = []
     todo: list[tuple[list[StudyRecord], str | None]] = []
@@ -70,9 +88,16 @@ def history_sources(kb: KnowledgeBase, job_name: str, space: Any, exclude_finger
     for i, (group, stamp) in enumerate(todo):
         loaded = load_history(kb, job=job_name, space_signature=space.signature(), with_samples=False, studies=group)
         # a dataset without a finished trial is stored too (empty), so it is not read again
-        task = source_task(loaded[0], space) if loaded else SourceTask(
-            f"{group[0].fingerprint}/{group[0].job}/{group[0].space_signature}", group[0].dataset,
-            np.empty((0, space.dim)), np.empty(0))
+        task = (
+            source_task(loaded[0], space)
+            if loaded
+            else SourceTask(
+                f"{group[0].fingerprint}/{group[0].job}/{group[0].space_signature}",
+                group[0].dataset,
+                np.empty((0, space.dim)),
+                np.empty(0),
+            )
+        )
         found.append(task)
         if store is not None and stamp is not None:
             store.add_source(task, stamp)
@@ -80,16 +105,19 @@ def history_sources(kb: KnowledgeBase, job_name: str, space: Any, exclude_finger
     return sorted((t for t in found if len(t.y) >= MIN_SOURCE_POINTS), key=lambda t: (t.name, t.key))
 
 
-def fit_missing(fits: SourceFits, sources: Sequence[SourceTask], inputs: SurrogateInputs,
-                progress: Progress | None = None) -> int:
+def fit_missing(
+    fits: SourceFits, sources: Sequence[SourceTask], inputs: SurrogateInputs, progress: Progress | None = None
+) -> int:
     """Fits (and stores) the GPs of ``sources`` the store lacks; says so when there are any."""
     missing = fits.missing(sources, inputs)
     if not missing:
         return 0
     where = fits.store.path if fits.store is not None else "memory"
     if progress is not None and len(missing) > 1:
-        progress(f"source models: fitting {len(missing)} source GPs ({len(sources)} sources) not in {where} "
-                 "(once: `tune-agent meta source-models` or `dvc repro` builds them ahead)")
+        progress(
+            f"source models: fitting {len(missing)} source GPs ({len(sources)} sources) not in {where} "
+            "(once: `tune-agent meta source-models` or `dvc repro` builds them ahead)"
+        )
     ticker = Ticker(progress, "source GPs fitted", len(missing))
     for i, source in enumerate(missing):
         fits.gp(source, inputs)
@@ -97,8 +125,14 @@ def fit_missing(fits: SourceFits, sources: Sequence[SourceTask], inputs: Surroga
     return len(missing)
 
 
-def most_relevant(sources: list[SourceTask], ranked: Sequence[str], fits: SourceFits, space: Any, kernel: str,
-                  progress: Progress | None = None) -> list[SourceTask]:
+def most_relevant(
+    sources: list[SourceTask],
+    ranked: Sequence[str],
+    fits: SourceFits,
+    space: Any,
+    kernel: str,
+    progress: Progress | None = None,
+) -> list[SourceTask]:
     """The :data:`MAX_SOURCES` sources a surrogate attends to when the history holds more: the first
     in ``ranked`` (the warm start's keys, nearest by meta-features first) or, without a ranking (a
     benchmark task has no data for meta-features), those whose own surfaces are the most
@@ -107,7 +141,10 @@ def most_relevant(sources: list[SourceTask], ranked: Sequence[str], fits: Source
         return list(sources)
     if ranked:
         order = {key: i for i, key in enumerate(ranked)}
-        keep, why = sorted(sources, key=lambda s: order.get(s.key, len(order)))[:MAX_SOURCES], "nearest by meta-features"
+        keep, why = (
+            sorted(sources, key=lambda s: order.get(s.key, len(order)))[:MAX_SOURCES],
+            "nearest by meta-features",
+        )
     else:
         inputs = SurrogateInputs(space, tuple(sources), fits=fits, kernel=kernel)
         fit_missing(fits, sources, inputs, progress)
@@ -122,8 +159,11 @@ def most_relevant(sources: list[SourceTask], ranked: Sequence[str], fits: Source
 def sources_used(surrogate: str, inputs: SurrogateInputs) -> list[SourceTask]:
     """The sources whose GPs preparing ``surrogate`` needs: all of them, except for ``gp`` with a
     constant or the meta-feature neighbours' prior mean."""
-    if surrogate != "gp" or inputs.prior_mean == "observations" or (
-            inputs.prior_mean == "neighbours" and not inputs.neighbour_keys):
+    if (
+        surrogate != "gp"
+        or inputs.prior_mean == "observations"
+        or (inputs.prior_mean == "neighbours" and not inputs.neighbour_keys)
+    ):
         return list(inputs.sources)
     if inputs.prior_mean == "neighbours":
         return [s for s in inputs.sources if s.key in set(inputs.neighbour_keys)]
@@ -153,8 +193,15 @@ def stored_fits(models_dir: Path | str) -> SourceFits:
     return SourceFits(BenchSourceStore(models_dir))
 
 
-def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, kernel: str = "plain",
-                         progress: Progress | None = None, store: SourceModelStore | None = None) -> dict[str, Any]:
+def update_source_models(
+    kb: KnowledgeBase,
+    models_dir: Path | str,
+    job_name: str,
+    space: Any,
+    kernel: str = "plain",
+    progress: Progress | None = None,
+    store: SourceModelStore | None = None,
+) -> dict[str, Any]:
     """Brings ``models_dir/source_models.jsonl`` up to date with the history of ``job_name`` in
     ``space``: every source's data and GP, and the portfolios a study on a dataset new to the
     history starts from (``portfolio_gp``'s, and the transfer surrogates' over the sources that
@@ -165,13 +212,23 @@ def update_source_models(kb: KnowledgeBase, models_dir: Path | str, job_name: st
     fits = SourceFits(store)
     sources = history_sources(kb, job_name, space, None, store, progress)
     build_source_models(fits, sources, space, kernel, models_dir, progress)
-    return {"sources": len(sources), "fitted": fits.fitted, "file": str(store.path),
-            "seconds": round(time.perf_counter() - start, 1), **({"not_written": store.write_error}
-                                                                 if store.write_error else {})}
+    return {
+        "sources": len(sources),
+        "fitted": fits.fitted,
+        "file": str(store.path),
+        "seconds": round(time.perf_counter() - start, 1),
+        **({"not_written": store.write_error} if store.write_error else {}),
+    }
 
 
-def build_source_models(fits: SourceFits, sources: Sequence[SourceTask], space: Any, kernel: str,
-                        models_dir: Path | str = "models", progress: Progress | None = None) -> None:
+def build_source_models(
+    fits: SourceFits,
+    sources: Sequence[SourceTask],
+    space: Any,
+    kernel: str,
+    models_dir: Path | str = "models",
+    progress: Progress | None = None,
+) -> None:
     """What a study on a dataset new to the history loads instead of computing, into ``fits``
     (and its store): every source's GP and signal check, ``portfolio_gp``'s portfolio and the
     transfer surrogates' start over the sources that pass the check."""
@@ -207,8 +264,9 @@ def history_revision(kb: KnowledgeBase, job_name: str, space: Any) -> str:
     return study_stamp([s for s in studies if s.status != "running"]) or "empty"
 
 
-def update_for_job(kb: KnowledgeBase, models_dir: Path | str, job_spec: str,
-                   progress: Progress | None = None, publish: bool = True) -> dict[str, Any]:
+def update_for_job(
+    kb: KnowledgeBase, models_dir: Path | str, job_spec: str, progress: Progress | None = None, publish: bool = True
+) -> dict[str, Any]:
     """:func:`update_source_models` for the history of job ``job_spec`` (its space, the kernel a
     study of it gets by default), starting from what the store already published, then (with
     ``publish``) a new published version of the job's meta-models when anything changed
@@ -222,15 +280,24 @@ def update_for_job(kb: KnowledgeBase, models_dir: Path | str, job_spec: str,
     if progress is not None:
         progress(f"source models of job {job.name}: reading the history in {kb.tracking_uri}")
     store = open_source_models(kb, models_dir, job.name, job.space, progress)
-    done = {"job": job.name, **update_source_models(kb, models_dir, job.name, job.space,
-                                                    resolve_kernel("auto", job.space), progress, store=store)}
+    done = {
+        "job": job.name,
+        **update_source_models(
+            kb, models_dir, job.name, job.space, resolve_kernel("auto", job.space), progress, store=store
+        ),
+    }
     if not publish:
         return done
     revision = history_revision(kb, job.name, job.space)
     try:
         current = kb.current_meta_models(scope_of(job.name, job.space))
-        if (current is not None and not store.added and current.engine == ENGINE and current.revision == revision
-                and not _local_files_newer(models_dir, current)):
+        if (
+            current is not None
+            and not store.added
+            and current.engine == ENGINE
+            and current.revision == revision
+            and not _local_files_newer(models_dir, current)
+        ):
             done["published"] = current.version  # the store's current version covers this history
         else:
             done["published"] = publish_version(kb, store, models_dir, job.name, job.space, revision, progress).version
@@ -264,14 +331,17 @@ def coverage(studies: Sequence[StudyRecord], models_dir: Path | str, published: 
     for key, group in groups.items():
         stamp = study_stamp(group)
         task = store.source(key, stamp) if stamp is not None else None
-        if task is not None and (len(task.y) < MIN_SOURCE_POINTS
-                                 or any(store.fit(task.digest, kernel) is not None for kernel in ("plain", "arc"))):
+        if task is not None and (
+            len(task.y) < MIN_SOURCE_POINTS
+            or any(store.fit(task.digest, kernel) is not None for kernel in ("plain", "arc"))
+        ):
             stored += 1
     return stored, len(groups)
 
 
-def transplanted_source_models(kb: KnowledgeBase, models: Path | str, job_name: str, space: Any,
-                               kernel: str = "plain") -> int:
+def transplanted_source_models(
+    kb: KnowledgeBase, models: Path | str, job_name: str, space: Any, kernel: str = "plain"
+) -> int:
     """Source models for a benchmark history too large to fit here (``bench sources``): sources are
     named ``<id>-<task>``; each task's first source is fitted and its hyperparameters stored for every
     source of that task, with each source's own signal check (its R² under those hyperparameters).

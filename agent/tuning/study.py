@@ -15,7 +15,8 @@ import contextlib
 import math
 import sys
 import time
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from agent.config import StudySettings
 from agent.errors import StudyError
@@ -30,9 +31,9 @@ from agent.knowledge.base import (
     StudyRecord,
     TrialRecord,
 )
-from agent.space import SearchSpace
 from agent.samplers.base import Sampler
 from agent.samplers.bo import BoSampler
+from agent.space import SearchSpace
 
 
 def cold_sampler(space: SearchSpace, settings: StudySettings) -> BoSampler:
@@ -72,7 +73,7 @@ class Study:
         return self.record.name
 
     @classmethod
-    def load(cls, kb: KnowledgeBase, name: str, space: SearchSpace, sampler: Sampler | None = None) -> "Study":
+    def load(cls, kb: KnowledgeBase, name: str, space: SearchSpace, sampler: Sampler | None = None) -> Study:
         record = kb.find_study(name)
         if record is None:
             raise StudyError(f"no study named {name!r} in this tracking store")
@@ -94,7 +95,9 @@ class Study:
         return self.settings.trials - len(self.counted(trials))
 
     def best(self, trials: list[TrialRecord] | None = None) -> TrialRecord | None:
-        ok = [t for t in (trials if trials is not None else self.trials()) if t.state == TRIAL_OK and t.value is not None]
+        ok = [
+            t for t in (trials if trials is not None else self.trials()) if t.state == TRIAL_OK and t.value is not None
+        ]
         if not ok:
             return None
         return max(ok, key=lambda t: self.settings.sign * t.value)  # type: ignore[operator]
@@ -164,7 +167,7 @@ class Study:
 
     # -- a user's own loop -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def trial(self) -> Iterator["TrialHandle"]:
+    def trial(self) -> Iterator[TrialHandle]:
         """``with study.trial() as t:`` asks a trial, and closes it when the block ends: ``ok``
         with ``t.value`` (set it, or let :class:`agent.lightning.TuneAgentCallback` set it),
         ``pruned`` when the callback stopped it, ``failed`` when the block raised (the reason is
@@ -178,7 +181,7 @@ class Study:
         except KeyboardInterrupt:
             self.tell(handle.record, failed="interrupted by the user", state=TRIAL_KILLED)
             raise
-        except Exception as exc:  # noqa: BLE001 - the user's training failed: recorded, the study goes on
+        except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first}"[:500]
             self.tell(handle.record, failed=reason, duration=time.perf_counter() - start)
@@ -186,11 +189,20 @@ class Study:
         else:
             seconds = time.perf_counter() - start
             if handle.pruned:
-                self.tell(handle.record, value=handle.value, failed=handle.pruned, duration=seconds,
-                          metrics=handle.metrics, state=TRIAL_PRUNED)
+                self.tell(
+                    handle.record,
+                    value=handle.value,
+                    failed=handle.pruned,
+                    duration=seconds,
+                    metrics=handle.metrics,
+                    state=TRIAL_PRUNED,
+                )
             elif handle.value is None:
-                self.tell(handle.record, failed="the trial reported no value (set trial.value, or train with "
-                                                "TuneAgentCallback)", duration=seconds)
+                self.tell(
+                    handle.record,
+                    failed="the trial reported no value (set trial.value, or train with TuneAgentCallback)",
+                    duration=seconds,
+                )
             else:
                 self.tell(handle.record, value=handle.value, duration=seconds, metrics=handle.metrics)
         self.settle()

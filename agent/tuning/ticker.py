@@ -5,7 +5,7 @@ content checks, benchmarks)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 PROGRESS_EVERY = 2.0  # seconds between progress lines of a long phase
 

@@ -20,17 +20,24 @@ class subsets of one source are one piece of evidence, not five).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from agent.config import PRIOR_MEANS, WARM_METHODS  # noqa: F401 - re-exported for callers
 from agent.errors import TuneAgentError
 from agent.knowledge.history import HistoricalDataset, load_history, surface_data, with_evaluations_loaded
-from agent.meta.neighbours import (HandcraftedFeaturizer, LearnedFeaturizer, distinct_first, nearest, pairwise_distances,
-                                   vectors_for)
+from agent.meta.neighbours import (
+    HandcraftedFeaturizer,
+    LearnedFeaturizer,
+    distinct_first,
+    nearest,
+    pairwise_distances,
+    vectors_for,
+)
 
 # A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
 # any historical dataset has to its nearest other-source neighbour is "far from everything".
@@ -74,15 +81,26 @@ class WarmStart:
         return out
 
     def to_record(self) -> dict[str, Any]:
-        return {"method": self.method, "prior_mean": self.prior_mean, "message": self.message,
-                "neighbours": [asdict(n) for n in self.neighbours], "distance_ratio": self.distance_ratio,
-                "far": self.far}
+        return {
+            "method": self.method,
+            "prior_mean": self.prior_mean,
+            "message": self.message,
+            "neighbours": [asdict(n) for n in self.neighbours],
+            "distance_ratio": self.distance_ratio,
+            "far": self.far,
+        }
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> "WarmStart":
+    def from_record(cls, record: Mapping[str, Any]) -> WarmStart:
         neighbours = tuple(NeighbourInfo(**n) for n in record.get("neighbours", ()))
-        return cls(record["method"], neighbours, record.get("message", ""), record.get("prior_mean", "constant"),
-                   distance_ratio=record.get("distance_ratio"), far=bool(record.get("far", False)))
+        return cls(
+            record["method"],
+            neighbours,
+            record.get("message", ""),
+            record.get("prior_mean", "constant"),
+            distance_ratio=record.get("distance_ratio"),
+            far=bool(record.get("far", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -107,7 +125,9 @@ def nearness(query: np.ndarray, vectors: np.ndarray, sources: list[str], standar
     in one standardisation (history and query together, as :func:`nearest` does)."""
     if len(vectors) < 2:
         return None
-    D = pairwise_distances(np.vstack([np.asarray(vectors, dtype=float), np.asarray(query, dtype=float)[None]]), standardise)
+    D = pairwise_distances(
+        np.vstack([np.asarray(vectors, dtype=float), np.asarray(query, dtype=float)[None]]), standardise
+    )
     src = np.array(sources)
     own = []
     for i in range(len(vectors)):
@@ -167,18 +187,33 @@ def plan_warm_start(
     if requested == "none":
         return WarmStart("none", message="warm start off (--warm-start none)")
     listed = kb.list_studies()  # once: the history, the fallback match and the neighbours' records all read it
-    history = load_history(kb, job=job.name, space_signature=job.space.signature(), with_samples=False,
-                           with_evaluations=False, exclude_fingerprints={dataset.fingerprint}, studies=listed)
+    history = load_history(
+        kb,
+        job=job.name,
+        space_signature=job.space.signature(),
+        with_samples=False,
+        with_evaluations=False,
+        exclude_fingerprints={dataset.fingerprint},
+        studies=listed,
+    )
     match, matched_note = None, ""
     if not history:
         from agent.knowledge.history import compatible_history
 
-        history, match, other = compatible_history(kb, job.space, with_samples=False, with_evaluations=False,
-                                                   exclude_fingerprints={dataset.fingerprint}, studies=listed)
+        history, match, other = compatible_history(
+            kb,
+            job.space,
+            with_samples=False,
+            with_evaluations=False,
+            exclude_fingerprints={dataset.fingerprint},
+            studies=listed,
+        )
         if match is not None:
             matched_note = "; " + match.note(f"job {other}")
     if not history:
-        return WarmStart("none", message=f"warm start: no history for job {job.name} with this search space; starting cold")
+        return WarmStart(
+            "none", message=f"warm start: no history for job {job.name} with this search space; starting cold"
+        )
     featurizer, note = _featurizer(requested, models_dir)
     evaluated_elsewhere = len(history)  # before datasets without samples or meta-features drop out
     _attach_samples(kb, featurizer, history)
@@ -207,23 +242,34 @@ def plan_warm_start(
         # No meta-feature neighbours (e.g. the history is imported evaluations without dataset
         # samples): choose them from the target's own observations as trials arrive instead.
         prior = "observations"
-        message = (f"warm start: none of the {evaluated_elsewhere} historical datasets has {featurizer.method} "
-                   "meta-features; the GP prior mean follows the ones nearest to this study's results")
+        message = (
+            f"warm start: none of the {evaluated_elsewhere} historical datasets has {featurizer.method} "
+            "meta-features; the GP prior mean follows the ones nearest to this study's results"
+        )
         return WarmStart(featurizer.method, (), message, prior, tuple(history))
     names = ", ".join(f"{n.name} ({n.distance:.3g})" for n in neighbours)
     head = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}{matched_note})"
     if near is None:
         message = f"{head}: nearest {names}"
     elif far:
-        message = (f"{head}: this dataset is far from all {len(history)} historical datasets (nearest "
-                   f"{neighbours[0].name if neighbours else '-'} at {near.nearest:.3g}, {near.nearest / near.largest:.1f}x "
-                   "the farthest any of them is from its nearest other-source neighbour); no neighbour seeds: "
-                   "the history's portfolio and the guarded transfer surrogate lead")
+        message = (
+            f"{head}: this dataset is far from all {len(history)} historical datasets (nearest "
+            f"{neighbours[0].name if neighbours else '-'} at {near.nearest:.3g}, {near.nearest / near.largest:.1f}x "
+            "the farthest any of them is from its nearest other-source neighbour); no neighbour seeds: "
+            "the history's portfolio and the guarded transfer surrogate lead"
+        )
     else:
         message = f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"
-    return WarmStart(featurizer.method, tuple(neighbours), message, prior, tuple(history),
-                     distance_ratio=None if near is None else near.ratio, far=far,
-                     ranked=tuple(history[n.index].key for n in found))
+    return WarmStart(
+        featurizer.method,
+        tuple(neighbours),
+        message,
+        prior,
+        tuple(history),
+        distance_ratio=None if near is None else near.ratio,
+        far=far,
+        ranked=tuple(history[n.index].key for n in found),
+    )
 
 
 def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:
@@ -238,12 +284,18 @@ def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) 
         stored = featurizer.method == "handcrafted" and is_current(h.metafeatures)
         if not indexed and not stored:
             history[i] = replace(h, sample=kb.load_dataset_sample(h.study_ids[0]))
-    history[:] = [h for h in history if h.sample is not None or h.key in getattr(featurizer, "index", {})
-                  or (featurizer.method == "handcrafted" and is_current(h.metafeatures))]
+    history[:] = [
+        h
+        for h in history
+        if h.sample is not None
+        or h.key in getattr(featurizer, "index", {})
+        or (featurizer.method == "handcrafted" and is_current(h.metafeatures))
+    ]
 
 
-def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Mapping[str, Any],
-                          progress: Callable[[str], None] | None) -> None:
+def _refresh_metafeatures(
+    kb: Any, history: list[HistoricalDataset], studies: Mapping[str, Any], progress: Callable[[str], None] | None
+) -> None:
     """Stored hand-crafted meta-features of an older version are recomputed from the sample and
     stored on the study run, so the next study reads them (an upgraded store pays this once)."""
     from dataclasses import replace
@@ -255,8 +307,10 @@ def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Ma
     if not stale:
         return
     if progress is not None:
-        progress(f"warm start: meta-features of {len(stale)} historical datasets are an older version's; "
-                 "recomputing and storing them (once)")
+        progress(
+            f"warm start: meta-features of {len(stale)} historical datasets are an older version's; "
+            "recomputing and storing them (once)"
+        )
     ticker = Ticker(progress, "meta-features recomputed", len(stale))
     for n, i in enumerate(stale):
         h = history[i]
@@ -265,7 +319,7 @@ def _refresh_metafeatures(kb: Any, history: list[HistoricalDataset], studies: Ma
         if record is not None:
             try:
                 kb.set_study_tags(record, {"metafeatures": features})
-            except Exception:  # noqa: BLE001 - a store this user may not write: recomputed again next time
+            except Exception:
                 pass
         history[i] = replace(h, metafeatures=features)
         ticker.tick(n + 1)
@@ -275,16 +329,17 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     """A factory of the neighbours' prior mean, or None for a constant mean."""
     if warm.prior_mean != "neighbours" or not warm.neighbours:
         return None
-    from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
     from agent.surrogates.gp import torch_threads
+    from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
 
     history = {h.key: h for h in warm.history if h.evaluations}
     if kb is not None and any(n.key not in history for n in warm.neighbours):
         keys = {n.key for n in warm.neighbours}
         listed = kb.list_studies()
         studies = {s.study_id: s for s in listed}
-        for h in load_history(kb, space_signature=space.signature(), with_samples=False, with_evaluations=False,
-                              studies=listed):
+        for h in load_history(
+            kb, space_signature=space.signature(), with_samples=False, with_evaluations=False, studies=listed
+        ):
             if h.key in keys:
                 history[h.key] = with_evaluations_loaded(kb, h, studies)
     surfaces = []

@@ -28,7 +28,9 @@ def test_docstrings_comments_and_layout_do_not_count_code_does(tmp_path: Path) -
     assert _fingerprint(tmp_path, relaid) == base
     assert _fingerprint(tmp_path, MODULE.replace("2 * x", "3 * x")) != base
     # a function whose only statement was its docstring still parses to something stable
-    assert _fingerprint(tmp_path, 'def g():\n    """Only a docstring."""\n') == _fingerprint(tmp_path, "def g():\n    pass\n")
+    assert _fingerprint(tmp_path, 'def g():\n    """Only a docstring."""\n') == _fingerprint(
+        tmp_path, "def g():\n    pass\n"
+    )
 
 
 def test_engine_fingerprint_covers_the_sampler_not_the_cli() -> None:
@@ -48,7 +50,7 @@ def test_run_key_names_settings_and_code() -> None:
     assert len(a) == 16 and json.dumps(a)
 
 
-def test_bench_fingerprint_prints_what_a_transfer_report_names(cli) -> None:  # noqa: ANN001
+def test_bench_fingerprint_prints_what_a_transfer_report_names(cli) -> None:
     res = cli("bench", "fingerprint")
     assert res.code == 0 and res.out.strip() == engine_fingerprint("bench/transfer.py")
     assert len(res.out.strip()) == 16
@@ -65,14 +67,20 @@ def test_a_benchmark_run_imports_none_of_the_code_its_fingerprint_leaves_out(tmp
     toy = Path(__file__).resolve().parent / "fixtures" / "yahpo_toy"
     script = f"""
 import atexit, json, sys
-atexit.register(lambda: print("MODULES", json.dumps(sorted(m for m in sys.modules if m == "ray" or m.startswith("agent.")))))
+names = lambda: sorted(m for m in sys.modules if m == "ray" or m.startswith("agent."))
+atexit.register(lambda: print("MODULES", json.dumps(names())))
 from agent.cli import main
 main(["bench", "lcbench", "--scenario", {str(toy)!r}, "--target", "cost", "--minimize", "--fidelity", "repl=5",
       "--tasks", "2", "--seeds", "1", "--budget", "4", "--workers", "1", "--methods", "gp", "--batch", "2",
       "--out", {str(tmp_path)!r}])
 """
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         cwd=Path(__file__).resolve().parents[2])
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     (line,) = [x for x in run.stdout.splitlines() if x.startswith("MODULES ")]
     loaded = set(json.loads(line.removeprefix("MODULES ")))

@@ -21,7 +21,9 @@ def test_sources_bench_prepares_from_stored_models_and_caps_the_sources(monkeypa
     monkeypatch.setattr(source_models, "MAX_SOURCES", 4)
     report = measure_sources([3, 9], ("gp", "rgpe"), target=target, points=8, budget=4, scenario=str(TOY), fit_up_to=3)
     rows = {(r["sources"], r["method"]): r for r in report["runs"]}
-    assert rows[(3, "rgpe")]["source_models"] == "fitted" and rows[(9, "rgpe")]["source_models"] == "transplanted per task"
+    assert (
+        rows[(3, "rgpe")]["source_models"] == "fitted" and rows[(9, "rgpe")]["source_models"] == "transplanted per task"
+    )
     for size in (3, 9):
         assert rows[(size, "gp")]["ran_as"] == "gp" and rows[(size, "rgpe")]["prepare_s"] >= 0
     assert rows[(3, "rgpe")]["ran_as"] == "rgpe" and "over 3 source tasks" in rows[(3, "rgpe")]["note"]

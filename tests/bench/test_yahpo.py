@@ -29,8 +29,14 @@ def toy_by_hand(config: dict, task: str, trainsize: float = 1.0, repl: int = 10)
     """The fixture's linear model (see fixtures/make_yahpo_toy.py), inactive inputs as YAHPO feeds them:
     0 for numerics, the '#na#' embedding row for categoricals."""
     get = config.get
-    score = (10 * get("lr", 0) + 2 * get("momentum", 0) - 3 * get("dampening", 0) + 1 * get("layers", 0)
-             + 3 * trainsize + 0.1 * repl)
+    score = (
+        10 * get("lr", 0)
+        + 2 * get("momentum", 0)
+        - 3 * get("dampening", 0)
+        + 1 * get("layers", 0)
+        + 3 * trainsize
+        + 0.1 * repl
+    )
     cost = -1 * get("lr", 0) + 0.5 * get("layers", 0) + 4 * trainsize + 0.01 * repl
     score += {"t1": 100, "t2": 200}[task] + {"adam": 5, "sgd": 7}[config["optimizer"]]
     cost += {"t1": 1, "t2": 2}[task] + {"adam": 0.5, "sgd": 0.25}[config["optimizer"]]
@@ -53,6 +59,7 @@ def toy() -> YahpoScenario:
 
 
 # -- the fixture scenario -------------------------------------------------------------------------------
+
 
 def test_toy_loads_with_both_fidelities_out_of_the_space(toy: YahpoScenario) -> None:
     assert toy.fidelities == {"trainsize": 1.0, "repl": 10}
@@ -102,8 +109,12 @@ def test_inactive_inputs_are_fed_as_yahpo_feeds_them(toy: YahpoScenario) -> None
 
 
 def test_bad_configurations_and_fidelities_are_user_errors(toy: YahpoScenario) -> None:
-    for bad in ({**ADAM, "momentum": 0.5}, {k: v for k, v in SGD.items() if k != "lr"}, {**ADAM, "task_id": "t1"},
-                {**ADAM, "lr": 5.0}):
+    for bad in (
+        {**ADAM, "momentum": 0.5},
+        {k: v for k, v in SGD.items() if k != "lr"},
+        {**ADAM, "task_id": "t1"},
+        {**ADAM, "lr": 5.0},
+    ):
         with pytest.raises(TuneAgentError):
             toy.evaluate("t1", [bad])
     with pytest.raises(TuneAgentError, match="not a fidelity"):
@@ -129,20 +140,36 @@ def test_folder_without_descriptor_is_refused_in_one_line(tmp_path: Path) -> Non
     assert YahpoScenario.load(folder, descriptor=d.to_dict()).targets == ["score", "cost"]
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"cont_names": ["lr", "momentum", "layers", "trainsize", "repl"]}, "neither"),  # dampening left out
-    ({"cont_names": ["lr", "momentum", "dampening", "layers", "trainsize", "repl", "extra"]}, "not in config_space"),
-    ({"cont_names": ["lr", "momentum", "dampening", "layers", "trainsize", "repl", "nesterov"],
-      "cat_names": ["task_id", "optimizer"]}, "categorical"),
-    ({"cont_names": ["lr", "momentum", "dampening", "trainsize", "repl"],
-      "cat_names": ["task_id", "optimizer", "nesterov", "layers"]}, "no codes"),
-    ({"targets": ["score", "cost", "memory"]}, "columns"),  # the ONNX output has two
-    ({"fidelities": {"trainsize": 1.0, "repl": 11}}, "outside"),
-    ({"fidelities": {"trainsize": 1.0, "epoch": 5}}, "not model columns"),
-    ({"instance_name": "optimizer", "cat_names": ["optimizer", "nesterov"]}, "task_id"),
-    ({"default_target": "accuracy"}, "default_target"),
-    ({"shuffle": True}, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"cont_names": ["lr", "momentum", "layers", "trainsize", "repl"]}, "neither"),  # dampening left out
+        (
+            {"cont_names": ["lr", "momentum", "dampening", "layers", "trainsize", "repl", "extra"]},
+            "not in config_space",
+        ),
+        (
+            {
+                "cont_names": ["lr", "momentum", "dampening", "layers", "trainsize", "repl", "nesterov"],
+                "cat_names": ["task_id", "optimizer"],
+            },
+            "categorical",
+        ),
+        (
+            {
+                "cont_names": ["lr", "momentum", "dampening", "trainsize", "repl"],
+                "cat_names": ["task_id", "optimizer", "nesterov", "layers"],
+            },
+            "no codes",
+        ),
+        ({"targets": ["score", "cost", "memory"]}, "columns"),  # the ONNX output has two
+        ({"fidelities": {"trainsize": 1.0, "repl": 11}}, "outside"),
+        ({"fidelities": {"trainsize": 1.0, "epoch": 5}}, "not model columns"),
+        ({"instance_name": "optimizer", "cat_names": ["optimizer", "nesterov"]}, "task_id"),
+        ({"default_target": "accuracy"}, "default_target"),
+        ({"shuffle": True}, "unknown keys"),
+    ],
+)
 def test_descriptor_not_matching_the_files_is_refused(tmp_path: Path, change: dict, match: str) -> None:
     raw = {**json.loads((TOY / "descriptor.json").read_text()), **change}
     with pytest.raises(TuneAgentError, match=match):
@@ -158,10 +185,17 @@ def test_encoding_and_condition_problems_are_refused(tmp_path: Path) -> None:
         YahpoScenario.load(folder)
     shutil.copy(TOY / "encoding.json", folder / "encoding.json")
     space = json.loads((TOY / "config_space.json").read_text())
-    for bad in ({"child": "momentum", "parent": "layers", "type": "GT", "value": 1},
-                {"child": "momentum", "type": "AND", "conditions": [  # neither conjunct implies the other
-                    {"child": "momentum", "parent": "optimizer", "type": "EQ", "value": "sgd"},
-                    {"child": "momentum", "parent": "task_id", "type": "EQ", "value": "t1"}]}):
+    for bad in (
+        {"child": "momentum", "parent": "layers", "type": "GT", "value": 1},
+        {
+            "child": "momentum",
+            "type": "AND",
+            "conditions": [  # neither conjunct implies the other
+                {"child": "momentum", "parent": "optimizer", "type": "EQ", "value": "sgd"},
+                {"child": "momentum", "parent": "task_id", "type": "EQ", "value": "t1"},
+            ],
+        },
+    ):
         (folder / "config_space.json").write_text(json.dumps({**space, "conditions": [bad]}))
         with pytest.raises(TuneAgentError, match="condition"):
             YahpoScenario.load(folder)
@@ -194,10 +228,12 @@ def test_fixture_regenerates_identically(tmp_path: Path) -> None:
 
 # -- the real lcbench surrogate ---------------------------------------------------------------------------
 
-GOOD = dict(batch_size=64, learning_rate=1e-2, momentum=0.9, weight_decay=1e-4, num_layers=2,
-            max_units=256, max_dropout=0.1)
-BAD = dict(batch_size=512, learning_rate=1e-4, momentum=0.1, weight_decay=1e-4, num_layers=2,
-           max_units=256, max_dropout=1.0)
+GOOD = dict(
+    batch_size=64, learning_rate=1e-2, momentum=0.9, weight_decay=1e-4, num_layers=2, max_units=256, max_dropout=0.1
+)
+BAD = dict(
+    batch_size=512, learning_rate=1e-4, momentum=0.1, weight_decay=1e-4, num_layers=2, max_units=256, max_dropout=1.0
+)
 
 
 @pytest.fixture(scope="module")
@@ -217,8 +253,15 @@ def test_instances_fidelity_targets_and_space(scenario: YahpoScenario) -> None:
     space = scenario.space
     assert space.dim == 7
     logs = {p.name: p.log for p in space.params}
-    assert logs == {"batch_size": True, "learning_rate": True, "momentum": False, "weight_decay": False,
-                    "num_layers": False, "max_units": True, "max_dropout": False}
+    assert logs == {
+        "batch_size": True,
+        "learning_rate": True,
+        "momentum": False,
+        "weight_decay": False,
+        "num_layers": False,
+        "max_units": True,
+        "max_dropout": False,
+    }
     assert isinstance(space["batch_size"], Int) and isinstance(space["learning_rate"], Float)
     # x_cont order is LCBench's (YAHPO's config), not config_space.json's alphabetical order.
     assert scenario.cont_names[:3] == ["epoch", "batch_size", "learning_rate"]

@@ -26,7 +26,9 @@ def test_a_copy_under_another_name_a_sample_and_a_reordering_are_the_same_conten
 
 
 def test_different_tables_are_different_content() -> None:
-    prints = {name: content_print(load_dataset(name).X) for name in ("breast-cancer", "wine", "iris", "r:carData/Arrests")}
+    prints = {
+        name: content_print(load_dataset(name).X) for name in ("breast-cancer", "wine", "iris", "r:carData/Arrests")
+    }
     for a in prints:
         for b in prints:
             assert same_content(prints[a], prints[b]) == (a == b), (a, b)
@@ -70,7 +72,7 @@ def test_the_starter_holds_each_content_once_and_nothing_held_out() -> None:
             assert held_out_match(X, y) is None, study["name"]
         prints.append((study["name"], summary["source"], summary["kind"], content_print(X, y)))
     for i, (name, source, kind, mine) in enumerate(prints):
-        for other, other_source, other_kind, theirs in prints[i + 1:]:
+        for other, other_source, other_kind, theirs in prints[i + 1 :]:
             if source != other_source and kind == other_kind:
                 assert not same_content(mine, theirs), (name, other)
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.data import (BUILTIN_DATASETS, Dataset, describe_dataset, load_dataset,
-                        sample_dataset, split_dataset)
+from agent.data import BUILTIN_DATASETS, Dataset, describe_dataset, load_dataset, sample_dataset, split_dataset
 from agent.errors import DatasetError
 
 EXPECTED = {
@@ -38,6 +37,7 @@ def _raises_one_line(spec: str, *args: object, match: str = "") -> str:
 
 
 # ---- built-ins -------------------------------------------------------------------------
+
 
 def test_builtin_names() -> None:
     assert set(BUILTIN_DATASETS) == set(EXPECTED)
@@ -67,6 +67,7 @@ def test_digits_scaling(digits: Dataset) -> None:
 
 # ---- variants ---------------------------------------------------------------------------
 
+
 def test_class_subset_relabels(digits: Dataset) -> None:
     ds = load_dataset("digits?classes=3-5,8")
     assert ds.name == "digits?classes=3-5,8" and ds.source == "digits"
@@ -90,13 +91,16 @@ def test_fraction_is_stratified_and_seeded(digits: Dataset) -> None:
     assert a.fingerprint == b.fingerprint != c.fingerprint
 
 
-@pytest.mark.parametrize(("spec", "canonical"), [
-    ("digits?fraction=0.3&classes=0-4", "digits?classes=0-4&fraction=0.3"),
-    ("digits?classes=4,0-3&fraction=0.30", "digits?classes=0-4&fraction=0.3"),
-    ("digits?fraction=1&seed=0", "digits"),
-    ("iris?seed=5&classes=1-2", "iris?classes=1-2"),
-    ("wine?seed=2&fraction=0.5", "wine?fraction=0.5&seed=2"),
-])
+@pytest.mark.parametrize(
+    ("spec", "canonical"),
+    [
+        ("digits?fraction=0.3&classes=0-4", "digits?classes=0-4&fraction=0.3"),
+        ("digits?classes=4,0-3&fraction=0.30", "digits?classes=0-4&fraction=0.3"),
+        ("digits?fraction=1&seed=0", "digits"),
+        ("iris?seed=5&classes=1-2", "iris?classes=1-2"),
+        ("wine?seed=2&fraction=0.5", "wine?fraction=0.5&seed=2"),
+    ],
+)
 def test_canonical_names(spec: str, canonical: str) -> None:
     ds = load_dataset(spec)
     assert ds.name == canonical
@@ -110,28 +114,36 @@ def test_fingerprints_stable_and_distinct() -> None:
     assert all(len(p) == 16 for p in prints)
     assert load_dataset("digits").fingerprint == prints[0]
     code = "from agent.data import load_dataset; print(load_dataset('digits?classes=0-4').fingerprint)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == prints[1]
 
 
-@pytest.mark.parametrize(("spec", "match"), [
-    ("digitz", "unknown dataset 'digitz'.*mnist1d"),
-    ("digits?colour=red", "valid options: classes"),
-    ("digits?classes", "valid options"),
-    ("digits?classes=5-2", "bad classes"),
-    ("digits?classes=a", "bad classes"),
-    ("digits?classes=12", "no class 12"),
-    ("digits?fraction=0", "bad fraction"),
-    ("digits?fraction=1.5", "bad fraction"),
-    ("digits?fraction=x", "bad fraction"),
-    ("digits?seed=-1", "bad seed"),
-    ("digits?seed=1&seed=2", "given twice"),
-    ("digits?classes=7", "single class"),
-    ("iris?classes=0&fraction=0.5", "single class"),
-    ("iris?fraction=0.01", "at least 10"),
-    ("", "empty dataset spec"),
-])
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("digitz", "unknown dataset 'digitz'.*mnist1d"),
+        ("digits?colour=red", "valid options: classes"),
+        ("digits?classes", "valid options"),
+        ("digits?classes=5-2", "bad classes"),
+        ("digits?classes=a", "bad classes"),
+        ("digits?classes=12", "no class 12"),
+        ("digits?fraction=0", "bad fraction"),
+        ("digits?fraction=1.5", "bad fraction"),
+        ("digits?fraction=x", "bad fraction"),
+        ("digits?seed=-1", "bad seed"),
+        ("digits?seed=1&seed=2", "given twice"),
+        ("digits?classes=7", "single class"),
+        ("iris?classes=0&fraction=0.5", "single class"),
+        ("iris?fraction=0.01", "at least 10"),
+        ("", "empty dataset spec"),
+    ],
+)
 def test_bad_specs(spec: str, match: str) -> None:
     _raises_one_line(spec, match=match)
 
@@ -141,6 +153,7 @@ def test_label_rejected_for_builtin() -> None:
 
 
 # ---- split / sample / describe ----------------------------------------------------------
+
 
 def test_split_is_deterministic_and_stratified(digits: Dataset) -> None:
     train, val = split_dataset(digits, 0.2, seed=0)
@@ -187,6 +200,7 @@ def test_describe_is_plain_json(digits: Dataset) -> None:
 
 # ---- user files ---------------------------------------------------------------------------
 
+
 def _digits_frame(digits: Dataset, n: int = 120):
     import pandas as pd
 
@@ -196,10 +210,12 @@ def _digits_frame(digits: Dataset, n: int = 120):
 
 
 def test_npz_round_trips(tmp_path: Path, digits: Dataset) -> None:
-    for X, shape, kind, tol in [(digits.X[:100].reshape(100, 64), (64,), "tabular", 1e-6),
-                                ((digits.X[:100, 0] * 255).astype(np.uint8), (1, 8, 8), "image", 1 / 255),
-                                (digits.X[:100], (1, 8, 8), "image", 1e-6),
-                                (np.repeat(digits.X[:100], 3, 1).transpose(0, 2, 3, 1), (3, 8, 8), "image", 1e-6)]:
+    for X, shape, kind, tol in [
+        (digits.X[:100].reshape(100, 64), (64,), "tabular", 1e-6),
+        ((digits.X[:100, 0] * 255).astype(np.uint8), (1, 8, 8), "image", 1 / 255),
+        (digits.X[:100], (1, 8, 8), "image", 1e-6),
+        (np.repeat(digits.X[:100], 3, 1).transpose(0, 2, 3, 1), (3, 8, 8), "image", 1e-6),
+    ]:
         path = tmp_path / "d.npz"
         np.savez(path, X=X, y=digits.y[:100])
         ds = load_dataset(str(path))
@@ -265,6 +281,7 @@ def test_image_folder_resizes_and_caps(tmp_path: Path) -> None:
 
 
 # ---- file errors --------------------------------------------------------------------------
+
 
 def test_file_errors(tmp_path: Path, digits: Dataset) -> None:
     _raises_one_line(str(tmp_path / "missing.csv"), match="dataset file not found: ")

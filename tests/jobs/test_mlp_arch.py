@@ -18,8 +18,24 @@ def test_the_space_is_conditional_on_depth() -> None:
 
 
 def test_a_study_runs_bo_with_the_arc_kernel_and_logs_active_params_only(store, cli) -> None:
-    res = cli("start", "--dataset", "iris", "--job", "mlp-arch", "--trials", "4", "--n-init", "3", "--epochs", "1",
-              "--warm-start", "none", "--study-name", "arch", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp-arch",
+        "--trials",
+        "4",
+        "--n-init",
+        "3",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "arch",
+        *store.args,
+    )
     assert res.code == 0, res.err
     kb = store.kb()
     study = kb.find_study("arch")
@@ -33,8 +49,24 @@ def test_a_study_runs_bo_with_the_arc_kernel_and_logs_active_params_only(store, 
         params = client.get_run(t.trial_id).data.params
         depth = int(t.config["num_layers"])
         assert {k for k in params if k.startswith("units_")} == {f"units_{i}" for i in range(1, depth + 1)}
-    plain = cli("start", "--dataset", "iris", "--job", "mlp", "--trials", "1", "--epochs", "1", "--kernel", "arc",
-                "--warm-start", "none", "--study-name", "no-arc", *store.args)
+    plain = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--kernel",
+        "arc",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "no-arc",
+        *store.args,
+    )
     assert plain.code == 2 and "--kernel arc needs a search space with conditional" in plain.err
 
 
@@ -45,16 +77,45 @@ def test_an_mlp_arch_study_warm_starts_from_mlp_history(store, cli) -> None:
 
     from agent.pipeline.bootstrap import run_bootstrap
 
-    summary = run_bootstrap("mlp", ["wine", "breast-cancer?fraction=0.3&seed=2"], configs=6, epochs=1, seed=0,
-                            tracking_uri=store.uri, artifact_root=store.artifacts, echo=lambda _: None)
+    summary = run_bootstrap(
+        "mlp",
+        ["wine", "breast-cancer?fraction=0.3&seed=2"],
+        configs=6,
+        epochs=1,
+        seed=0,
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        echo=lambda _: None,
+    )
     assert summary["studies"] == 2
-    res = cli("start", "--dataset", "wine?fraction=0.6&seed=4", "--job", "mlp-arch", "--trials", "3", "--n-init", "2",
-              "--epochs", "1", "--warm-start", "handcrafted", "--k", "1", "--surrogate", "rgpe",
-              "--study-name", "arch-warm", *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "wine?fraction=0.6&seed=4",
+        "--job",
+        "mlp-arch",
+        "--trials",
+        "3",
+        "--n-init",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "handcrafted",
+        "--k",
+        "1",
+        "--surrogate",
+        "rgpe",
+        "--study-name",
+        "arch-warm",
+        *store.args,
+    )
     assert res.code == 0, res.err
     line = next(x for x in res.out.splitlines() if x.startswith("warm start"))
-    assert ("history of job mlp shares 4 hyperparameters with this space "
-            "(learning_rate, momentum, batch_size, num_layers); 15 others are left") in line
+    assert (
+        "history of job mlp shares 4 hyperparameters with this space "
+        "(learning_rate, momentum, batch_size, num_layers); 15 others are left"
+    ) in line
     kb = store.kb()
     study = kb.find_study("arch-warm")
     trials = kb.trials(study)

@@ -7,8 +7,18 @@ from pathlib import Path
 
 
 def test_artifact_root_of_an_existing_experiment_cannot_move(store, cli, tmp_path: Path) -> None:
-    base = ["--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "1", "--warm-start", "none",
-            "--tracking-uri", store.uri]
+    base = [
+        "--dataset",
+        "iris",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "1",
+        "--warm-start",
+        "none",
+        "--tracking-uri",
+        store.uri,
+    ]
     res = cli("create", *base, "--artifact-root", str(tmp_path / "first"), "--study-name", "a")
     assert res.code == 0, res.err
     res = cli("create", *base, "--artifact-root", str(tmp_path / "first"), "--study-name", "b")  # same root: fine

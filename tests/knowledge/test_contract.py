@@ -11,7 +11,6 @@ added to ``BACKENDS`` gets the whole suite.
 from __future__ import annotations
 
 import json
-
 import math
 import os
 import shutil
@@ -21,9 +20,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,8 +44,10 @@ from agent.knowledge.base import (
 BACKENDS = ["memory", "sqlite", "server"]
 LOCAL = ["memory", "sqlite"]
 SERVER_START_S = 60
-SPACE = [{"kind": "float", "name": "lr", "low": 1e-4, "high": 0.1, "log": True},
-         {"kind": "int", "name": "layers", "low": 1, "high": 5, "log": False}]
+SPACE = [
+    {"kind": "float", "name": "lr", "low": 1e-4, "high": 0.1, "log": True},
+    {"kind": "int", "name": "layers", "low": 1, "high": 5, "log": False},
+]
 
 
 # -- backends ------------------------------------------------------------------------------------
@@ -66,8 +68,11 @@ def _free_port() -> int:
 
 
 def _wants_server(request: pytest.FixtureRequest) -> bool:
-    return any(getattr(item, "callspec", None) is not None and item.callspec.params.get("backend") == "server"
-               for item in request.session.items if item.module is request.module)
+    return any(
+        getattr(item, "callspec", None) is not None and item.callspec.params.get("backend") == "server"
+        for item in request.session.items
+        if item.module is request.module
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -81,10 +86,24 @@ def server_process(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-         f"sqlite:///{root / 'server.db'}", "--artifacts-destination", str(root / "art"),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'server.db'}",
+            "--artifacts-destination",
+            str(root / "art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
     )
     yield proc, f"http://127.0.0.1:{port}", time.time() + SERVER_START_S
     os.killpg(proc.pid, signal.SIGTERM)
@@ -139,12 +158,28 @@ def job() -> str:
 
 
 def settings(job: str, dataset: str = "iris", **over: Any) -> dict[str, Any]:
-    return StudySettings(job="mlp", job_name=job, dataset=dataset, dataset_name=dataset, fingerprint=f"fp-{dataset}",
-                         space_signature="sig", metric="val_loss", mode="min", trials=4, **over).to_dict()
+    return StudySettings(
+        job="mlp",
+        job_name=job,
+        dataset=dataset,
+        dataset_name=dataset,
+        fingerprint=f"fp-{dataset}",
+        space_signature="sig",
+        metric="val_loss",
+        mode="min",
+        trials=4,
+        **over,
+    ).to_dict()
 
 
-def new_study(kb: KnowledgeBase, job: str, name: str = "s", dataset: str = "iris",
-              sample: tuple[Any, Any] | None = None, **over: Any) -> StudyRecord:
+def new_study(
+    kb: KnowledgeBase,
+    job: str,
+    name: str = "s",
+    dataset: str = "iris",
+    sample: tuple[Any, Any] | None = None,
+    **over: Any,
+) -> StudyRecord:
     summary = {"source": dataset, "kind": "tabular", "n": 150, "ratio": 0.25, "label": None}
     return kb.create_study(f"{job}-{name}", settings(job, dataset, **over), SPACE, summary, sample, "a test study")
 
@@ -333,9 +368,13 @@ def test_trial_logger_writes_epoch_metrics_in_batches(kb: KnowledgeBase, job: st
     logger = kb.trial_logger(study, trial)
     client, sizes = logger.experiment, []
     real = client.log_batch
-    client.log_batch = lambda run_id, metrics=(), **kw: (metrics and sizes.append(len(metrics)),
-                                                         real(run_id, metrics=metrics, **kw))[1]
-    logger.log_hyperparams({"lr": 0.1, "layers": 2, "batch_size": 16})  # params written first do not hold the first epoch back
+    client.log_batch = lambda run_id, metrics=(), **kw: (
+        metrics and sizes.append(len(metrics)),
+        real(run_id, metrics=metrics, **kw),
+    )[1]
+    logger.log_hyperparams(
+        {"lr": 0.1, "layers": 2, "batch_size": 16}
+    )  # params written first do not hold the first epoch back
     for step in range(200):
         logger.log_metrics({"val_loss": 1.0 / (step + 1), "train_loss": 2.0 / (step + 1)}, step=step)
     assert sizes[0] == 2 and sum(sizes) < 400  # the first epoch alone; the rest still gathered
@@ -350,9 +389,14 @@ def test_unknown_ids_raise_store_error(kb: KnowledgeBase, job: str) -> None:
     study = new_study(kb, job)
     trial = kb.start_trial(study, 0, {"lr": 0.1}, "sobol")
     ghost = replace(study, study_id="0" * 32)
-    for call in (lambda: kb.trials(ghost), lambda: kb.start_trial(ghost, 0, {}, "x"), lambda: kb.study_tags(ghost),
-                 lambda: kb.update_study(ghost, "running"), lambda: kb.set_study_tags(ghost, {"a": "b"}),
-                 lambda: kb.finish_trial(study, replace(trial, trial_id="0" * 32), 1.0, TRIAL_OK)):
+    for call in (
+        lambda: kb.trials(ghost),
+        lambda: kb.start_trial(ghost, 0, {}, "x"),
+        lambda: kb.study_tags(ghost),
+        lambda: kb.update_study(ghost, "running"),
+        lambda: kb.set_study_tags(ghost, {"a": "b"}),
+        lambda: kb.finish_trial(study, replace(trial, trial_id="0" * 32), 1.0, TRIAL_OK),
+    ):
         with pytest.raises(StoreError):
             call()
 
@@ -360,10 +404,25 @@ def test_unknown_ids_raise_store_error(kb: KnowledgeBase, job: str) -> None:
 # -- imported evaluations and history ------------------------------------------------------------
 def _history_view(history: list[Any]) -> list[tuple[Any, ...]]:
     """HistoricalDataset contents without the backend's study ids."""
-    return [(h.key, h.name, h.source, h.kind, h.job, h.space_signature, h.fingerprint, h.metric, h.mode, h.studies,
-             dict(h.summary), [(dict(e.config), e.value, e.val_error) for e in h.evaluations], h.sample,
-             None if h.metafeatures is None else {k: repr(v) for k, v in h.metafeatures.items()})  # nan == nan
-            for h in history]
+    return [
+        (
+            h.key,
+            h.name,
+            h.source,
+            h.kind,
+            h.job,
+            h.space_signature,
+            h.fingerprint,
+            h.metric,
+            h.mode,
+            h.studies,
+            dict(h.summary),
+            [(dict(e.config), e.value, e.val_error) for e in h.evaluations],
+            h.sample,
+            None if h.metafeatures is None else {k: repr(v) for k, v in h.metafeatures.items()},
+        )  # nan == nan
+        for h in history
+    ]
 
 
 def test_import_evaluations_reads_back_as_in_every_backend(kb: KnowledgeBase, job: str) -> None:
@@ -375,8 +434,18 @@ def test_import_evaluations_reads_back_as_in_every_backend(kb: KnowledgeBase, jo
 
     space = SearchSpace.from_dict(SPACE)
     rng = np.random.default_rng(0)
-    table = pd.DataFrame([{"task": task, "lr": float(10 ** rng.uniform(-4, -1)), "layers": int(rng.integers(1, 6)),
-                           "value": float(rng.random())} for task in ("b", "a") for _ in range(3)])
+    table = pd.DataFrame(
+        [
+            {
+                "task": task,
+                "lr": float(10 ** rng.uniform(-4, -1)),
+                "layers": int(rng.integers(1, 6)),
+                "value": float(rng.random()),
+            }
+            for task in ("b", "a")
+            for _ in range(3)
+        ]
+    )
     reference = open_knowledge_base("memory:")
     for store in (kb, reference):
         assert import_table(store, table, space, job, "acc", "max")["rows"] == 6
@@ -387,7 +456,14 @@ def test_import_evaluations_reads_back_as_in_every_backend(kb: KnowledgeBase, jo
     got = load_history(kb, job=job)
     assert _history_view(got) == _history_view(load_history(reference, job=job))
     a = got[0]
-    assert (a.name, a.kind, a.source, a.mode, a.studies, a.sample) == ("a", "external", "a", "max", (f"import-{job}-a",), None)
+    assert (a.name, a.kind, a.source, a.mode, a.studies, a.sample) == (
+        "a",
+        "external",
+        "a",
+        "max",
+        (f"import-{job}-a",),
+        None,
+    )
     assert [e.value for e in a.evaluations] == list(table[table.task == "a"]["value"])
     assert a.metafeatures is not None and a.metafeatures["n"] == 3.0 and math.isnan(a.metafeatures["skew"])
 
@@ -403,13 +479,18 @@ def test_imported_studies_carry_a_dataset_summary_sample_and_gaps(kb: KnowledgeB
     sample = (np.arange(12, dtype=np.float32).reshape(6, 2), np.array([0, 1, 0, 1, 0, 1]))
     summary = {"source": "r:carData", "kind": "tabular", "num_classes": 2, "name": "r:carData/Wells"}
     for store in (kb, reference):
-        store.import_evaluations(f"starter-{job}-w", settings(job, "r:carData/Wells"), SPACE, configs, values, "starter",
-                                 summary, sample)
+        store.import_evaluations(
+            f"starter-{job}-w", settings(job, "r:carData/Wells"), SPACE, configs, values, "starter", summary, sample
+        )
     record = kb.find_study(f"starter-{job}-w")
     assert record.status == "finished" and kb.dataset_summary(record)["source"] == "r:carData"
     trials = kb.trials(record)
     assert [(t.number, t.state, t.origin, t.value) for t in trials] == [
-        (0, TRIAL_OK, "import", 0.5), (1, TRIAL_OK, "import", None), (2, TRIAL_OK, "import", None), (3, TRIAL_OK, "import", 0.7)]
+        (0, TRIAL_OK, "import", 0.5),
+        (1, TRIAL_OK, "import", None),
+        (2, TRIAL_OK, "import", None),
+        (3, TRIAL_OK, "import", 0.7),
+    ]
     assert [dict(t.config) for t in trials] == configs
     X, y = kb.load_dataset_sample(record.study_id)
     np.testing.assert_array_equal(X, sample[0])

@@ -15,11 +15,30 @@ def test_import_round_trip(store, cli, tmp_path) -> None:
     space = SearchSpace([Float("lr", 1e-4, 1e-1, log=True), Int("layers", 1, 5)])
     (tmp_path / "space.json").write_text(json.dumps({"params": space.to_dict()}))
     rng = np.random.default_rng(0)
-    rows = [{"task": t, "lr": float(10 ** rng.uniform(-4, -1)), "layers": int(rng.integers(1, 6)), "value": float(rng.random())}
-            for t in ("a", "b") for _ in range(5)]
+    rows = [
+        {
+            "task": t,
+            "lr": float(10 ** rng.uniform(-4, -1)),
+            "layers": int(rng.integers(1, 6)),
+            "value": float(rng.random()),
+        }
+        for t in ("a", "b")
+        for _ in range(5)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
-    res = cli("import", str(tmp_path / "t.csv"), "--space", str(tmp_path / "space.json"), "--job-name", "ext",
-              "--metric", "acc", "--mode", "max", *store.args)
+    res = cli(
+        "import",
+        str(tmp_path / "t.csv"),
+        "--space",
+        str(tmp_path / "space.json"),
+        "--job-name",
+        "ext",
+        "--metric",
+        "acc",
+        "--mode",
+        "max",
+        *store.args,
+    )
     assert res.code == 0, res.err
     assert json.loads(res.out)["rows"] == 10
     history = load_history(store.kb(), job="ext", with_samples=False)
@@ -30,8 +49,12 @@ def test_import_round_trip(store, cli, tmp_path) -> None:
 
 
 def test_import_rejects_a_table_without_the_space_columns(store, cli, tmp_path) -> None:
-    (tmp_path / "space.json").write_text(json.dumps([{"kind": "float", "name": "lr", "low": 0.1, "high": 1.0, "log": False}]))
+    (tmp_path / "space.json").write_text(
+        json.dumps([{"kind": "float", "name": "lr", "low": 0.1, "high": 1.0, "log": False}])
+    )
     pd.DataFrame([{"task": "a", "value": 1.0}]).to_csv(tmp_path / "t.csv", index=False)
-    res = cli("import", str(tmp_path / "t.csv"), "--space", str(tmp_path / "space.json"), "--job-name", "x", *store.args)
+    res = cli(
+        "import", str(tmp_path / "t.csv"), "--space", str(tmp_path / "space.json"), "--job-name", "x", *store.args
+    )
     assert res.code == 2 and "lr" in res.err
     assert not (store.root / "mlflow.db").exists()

@@ -42,7 +42,10 @@ def test_mlflow_uris_and_paths_open_mlflow_without_creating_the_store(tmp_path: 
     uri = f"sqlite:///{tmp_path / 'a.db'}"
     kb = open_knowledge_base(uri, str(tmp_path / "art"))
     assert isinstance(kb, MlflowKnowledgeBase) and kb.tracking_uri == uri and kb.artifact_root == str(tmp_path / "art")
-    for folder in (str(tmp_path / "runs"), (tmp_path / "runs").as_uri()):  # MLflow's file store: refused, with what to use
+    for folder in (
+        str(tmp_path / "runs"),
+        (tmp_path / "runs").as_uri(),
+    ):  # MLflow's file store: refused, with what to use
         with pytest.raises(StoreError, match="folder store.*sqlite:///"):
             open_knowledge_base(folder)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'env.db'}")
@@ -59,12 +62,19 @@ def test_unknown_schemes_are_one_line_store_errors() -> None:
 
 
 def test_importing_and_using_it_loads_neither_mlflow_nor_lightning() -> None:
-    code = ("import sys; from agent.knowledge import open_knowledge_base; kb = open_knowledge_base('memory:'); "
-            "from tests.knowledge.test_contract import new_study; s = new_study(kb, 'j'); "
-            "kb.finish_trial(s, kb.start_trial(s, 0, {'lr': 0.1}, 'x'), 1.0, 'ok'); "
-            "print(sorted(m for m in ('mlflow', 'lightning', 'torch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2]).stdout
+    code = (
+        "import sys; from agent.knowledge import open_knowledge_base; kb = open_knowledge_base('memory:'); "
+        "from tests.knowledge.test_contract import new_study; s = new_study(kb, 'j'); "
+        "kb.finish_trial(s, kb.start_trial(s, 0, {'lr': 0.1}, 'x'), 1.0, 'ok'); "
+        "print(sorted(m for m in ('mlflow', 'lightning', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -114,7 +124,11 @@ def test_model_runs_keep_params_metrics_and_artifact_bytes(kb: InMemoryKnowledge
     logger.log_metrics({"train_loss": 0.5}, step=3)
     kb.finish_model_run(run_id, {"score": 1.0, "nan": float("nan")}, [str(tmp_path / "index.json")])
     run = kb.model_run(run_id)
-    assert (run.kind, dict(run.params), dict(run.metrics)) == ("extractor", {"steps": "5"}, {"train_loss": 0.5, "score": 1.0})
+    assert (run.kind, dict(run.params), dict(run.metrics)) == (
+        "extractor",
+        {"steps": "5"},
+        {"train_loss": 0.5, "score": 1.0},
+    )
     assert dict(run.artifacts) == {"model/index.json": b"{}"} and run.finished
 
 
@@ -130,22 +144,29 @@ def test_trial_logger_records_every_epoch_of_a_real_trainer(kb: InMemoryKnowledg
             self.save_hyperparameters()
             self.net = torch.nn.Sequential(torch.nn.Linear(2, width), torch.nn.ReLU(), torch.nn.Linear(width, 1))
 
-        def training_step(self, batch, _):  # noqa: ANN001, ANN202
+        def training_step(self, batch, _):
             return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
 
-        def validation_step(self, batch, _):  # noqa: ANN001, ANN202
+        def validation_step(self, batch, _):
             self.log("val_loss", torch.nn.functional.mse_loss(self.net(batch[0]), batch[1]))
 
-        def configure_optimizers(self):  # noqa: ANN202
+        def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
     torch.manual_seed(0)
     data = DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=8)
     study = new_study(kb, "j")
     trial = kb.start_trial(study, 0, {"lr": 0.1}, "sobol")
-    trainer = pl.Trainer(max_epochs=3, logger=kb.trial_logger(study, trial), accelerator="cpu", devices=1,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         log_every_n_steps=1)
+    trainer = pl.Trainer(
+        max_epochs=3,
+        logger=kb.trial_logger(study, trial),
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
     trainer.fit(Tiny(lr=0.1), data, data)
     history = kb.metric_history(trial, "val_loss")
     assert [step for step, _ in history] == [1, 3, 5]  # one per epoch, at the optimiser's step

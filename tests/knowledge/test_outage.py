@@ -28,10 +28,25 @@ def _free_port() -> int:
 
 def _server(tmp: Path, port: int) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp / 'server.db'}",
-                             "--artifacts-destination", str(tmp / "server-art"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp / "server-art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -64,7 +79,7 @@ class _Server:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
-    def up(self) -> "_Server":
+    def up(self) -> _Server:
         if self.proc.poll() is not None:
             self.proc = _server(self.tmp, self.port)  # same store, same port
         return self
@@ -76,7 +91,7 @@ class _Server:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):  # noqa: ANN201
+def shared(tmp_path_factory):
     server = _Server(tmp_path_factory.mktemp("server"))
     yield server
     server.stop()
@@ -87,22 +102,48 @@ def server(shared: _Server) -> _Server:
     return shared.up()
 
 
-def _runs_of(client, name: str) -> list[tuple[str, str]]:  # noqa: ANN001
+def _runs_of(client, name: str) -> list[tuple[str, str]]:
     """(run name, status) of every run in the server's store whose name is study ``name``'s."""
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    return sorted((r.info.run_name, r.info.status) for r in runs
-                  if r.info.run_name == name or r.info.run_name.startswith(f"{name}/"))
+    return sorted(
+        (r.info.run_name, r.info.status)
+        for r in runs
+        if r.info.run_name == name or r.info.run_name.startswith(f"{name}/")
+    )
 
 
 def _agent(url: str, name: str, trials: int, epochs: int = EPOCHS, **env: str) -> subprocess.Popen[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")} | env
-    return subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "wine", "--job",
-                             "agent.jobs.examples:logistic", "--trials", str(trials), "--epochs", str(epochs),
-                             "--warm-start", "none", "--study-name", name, "--tracking-uri", url],
-                            cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "start",
+            "--dataset",
+            "wine",
+            "--job",
+            "agent.jobs.examples:logistic",
+            "--trials",
+            str(trials),
+            "--epochs",
+            str(epochs),
+            "--warm-start",
+            "none",
+            "--study-name",
+            name,
+            "--tracking-uri",
+            url,
+        ],
+        cwd=REPO,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def _read(stream, lines: list[str]) -> threading.Thread:  # noqa: ANN001
+def _read(stream, lines: list[str]) -> threading.Thread:
     t = threading.Thread(target=lambda: lines.extend(stream), daemon=True)
     t.start()
     return t
@@ -159,16 +200,23 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) ->
         steps = {m.step for m in client.get_metric_history(t.trial_id, "val_loss")}
         assert len(steps) == EPOCHS, (t.number, len(steps))
     # and nothing else: no second run of a creation whose answer the outage lost, none left RUNNING
-    assert _runs_of(client, "outage") == [("outage", "FINISHED")] + [(f"outage/trial-{n}", "FINISHED") for n in (1, 2, 3)]
+    assert _runs_of(client, "outage") == [("outage", "FINISHED")] + [
+        (f"outage/trial-{n}", "FINISHED") for n in (1, 2, 3)
+    ]
 
 
-def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:  # noqa: ANN001
+def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:
     """Training does not stop or fail for the store: a trial's logger keeps what it cannot write."""
     from agent.knowledge.base import StudyRecord, TrialRecord
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     kb = MlflowKnowledgeBase.__new__(MlflowKnowledgeBase)  # no server to check at construction: none runs
-    kb._tracking_uri, kb.artifact_root, kb._root_given, kb._client_instance = f"http://127.0.0.1:{_free_port()}", None, False, None
+    kb._tracking_uri, kb.artifact_root, kb._root_given, kb._client_instance = (
+        f"http://127.0.0.1:{_free_port()}",
+        None,
+        False,
+        None,
+    )
     kb.__dict__["_experiments"] = {"s": "1"}
     study = StudyRecord("s", "S", "job", "wine", "fp", "sig", "running", {})
     logger = kb.trial_logger(study, TrialRecord("r", 0, "running", {"lr": 0.1}, None, "init:sobol"))
@@ -255,10 +303,10 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(server: _Server) ->
     each trial once and OK with all its epochs, no second run left RUNNING, one model version."""
     import numpy as np
     import torch
-    from mlflow import MlflowClient
 
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+    from mlflow import MlflowClient
 
     port = server.port
     proxy = _LosingProxy(port, [b"/runs/create", b"/runs/create", b"/runs/log-inputs"], every=6)
@@ -281,8 +329,15 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(server: _Server) ->
         proxy.every = 0
         proxy.left.append(b"/model-versions/create")
         example = np.zeros((2, 3), dtype=np.float32)
-        version = kb.register_model(study, trials[0], torch.nn.Linear(3, 2), example, np.zeros((2, 2), dtype=np.float32),
-                                    "lossy-model", {"tune_agent.study": "lossy"})
+        version = kb.register_model(
+            study,
+            trials[0],
+            torch.nn.Linear(3, 2),
+            example,
+            np.zeros((2, 2), dtype=np.float32),
+            "lossy-model",
+            {"tune_agent.study": "lossy"},
+        )
         assert any(b"/model-versions/create" in line for line in proxy.lost)
         # a meta-model run's Lightning logger: its writes are retried too (MLflow's own retries are off)
         run_id, logger = kb.start_model_run("lossy-meta", {"steps": 2}, "a meta-model run")
@@ -293,8 +348,9 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(server: _Server) ->
         proxy.every = 0
 
         client = MlflowClient(f"http://127.0.0.1:{port}")  # the server itself, past the proxy
-        assert _runs_of(client, "lossy") == [
-            ("lossy", "FINISHED")] + [(f"lossy/trial-{n}", "FINISHED") for n in (1, 2, 3)]
+        assert _runs_of(client, "lossy") == [("lossy", "FINISHED")] + [
+            (f"lossy/trial-{n}", "FINISHED") for n in (1, 2, 3)
+        ]
         for t in trials:
             assert len(client.get_metric_history(t.trial_id, "val_loss")) == 5, t.number  # each epoch once
         assert len(client.get_run(study.study_id).inputs.dataset_inputs) == 1  # its dataset logged once
@@ -314,13 +370,19 @@ def test_a_cut_answer_is_an_unreachable_server_and_a_5xx_a_server_error() -> Non
     from agent.knowledge.mlflow.retry import server_error, unreachable
 
     url = "http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch"
-    cut = MlflowException(f"API request to {url} failed with exception ('Connection broken: IncompleteRead(0 bytes "
-                          "read, 52 more expected)', IncompleteRead(0 bytes read, 52 more expected))")
-    reset = MlflowException(f"API request to {url} failed with exception ('Connection aborted.', "
-                            "ConnectionResetError(104, 'Connection reset by peer'))")
+    cut = MlflowException(
+        f"API request to {url} failed with exception ('Connection broken: IncompleteRead(0 bytes "
+        "read, 52 more expected)', IncompleteRead(0 bytes read, 52 more expected))"
+    )
+    reset = MlflowException(
+        f"API request to {url} failed with exception ('Connection aborted.', "
+        "ConnectionResetError(104, 'Connection reset by peer'))"
+    )
     assert unreachable(cut) and unreachable(reset)
-    busy = MlflowException("API request to endpoint /api/2.0/mlflow/runs/create failed with error code 503 != 200",
-                           error_code=TEMPORARILY_UNAVAILABLE)
+    busy = MlflowException(
+        "API request to endpoint /api/2.0/mlflow/runs/create failed with error code 503 != 200",
+        error_code=TEMPORARILY_UNAVAILABLE,
+    )
     internal = MlflowException("database is locked", error_code=INTERNAL_ERROR)
     refused = MlflowException("API request failed with error code 403 != 200", error_code=PERMISSION_DENIED)
     assert server_error(busy) and server_error(internal)

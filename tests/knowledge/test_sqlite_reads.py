@@ -17,7 +17,7 @@ TOY = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "yahpo_toy"
 JOB = f"yahpo:{TOY}"
 
 
-def _store_with_everything(store, cli, tmp_path: Path) -> None:  # noqa: ANN001
+def _store_with_everything(store, cli, tmp_path: Path) -> None:
     from agent.jobs import load_job
 
     job = load_job(JOB)
@@ -25,18 +25,65 @@ def _store_with_everything(store, cli, tmp_path: Path) -> None:  # noqa: ANN001
     U = job.space.snap(rng.random((12, job.space.dim)))
     y = np.asarray(job.evaluate_many(U, job.task("t2")))
     pd.DataFrame([{"task": "src-a", **job.space.decode(u), "value": float(v)} for u, v in zip(U, y)]).to_csv(
-        tmp_path / "history.csv", index=False)
+        tmp_path / "history.csv", index=False
+    )
     (tmp_path / "space.json").write_text(json.dumps({"params": job.space.to_dict()}))
-    assert cli("import", str(tmp_path / "history.csv"), "--space", str(tmp_path / "space.json"), "--job-name",
-               job.name, "--metric", job.metric, "--mode", job.mode, *store.args).code == 0
-    assert cli("start", "--job", JOB, "--dataset", "t1", "--trials", "4", "--warm-start", "none",
-               "--study-name", "done", *store.args).code == 0
-    assert cli("create", "--job", JOB, "--dataset", "t1", "--trials", "5", "--warm-start", "none",
-               "--study-name", "open's", *store.args).code == 0  # a quote in the name: the filters quote it
+    assert (
+        cli(
+            "import",
+            str(tmp_path / "history.csv"),
+            "--space",
+            str(tmp_path / "space.json"),
+            "--job-name",
+            job.name,
+            "--metric",
+            job.metric,
+            "--mode",
+            job.mode,
+            *store.args,
+        ).code
+        == 0
+    )
+    assert (
+        cli(
+            "start",
+            "--job",
+            JOB,
+            "--dataset",
+            "t1",
+            "--trials",
+            "4",
+            "--warm-start",
+            "none",
+            "--study-name",
+            "done",
+            *store.args,
+        ).code
+        == 0
+    )
+    assert (
+        cli(
+            "create",
+            "--job",
+            JOB,
+            "--dataset",
+            "t1",
+            "--trials",
+            "5",
+            "--warm-start",
+            "none",
+            "--study-name",
+            "open's",
+            *store.args,
+        ).code
+        == 0
+    )  # a quote in the name: the filters quote it
     for _ in range(3):
         assert cli("ask", "open's", "--tracking-uri", store.uri).code == 0
     assert cli("tell", "open's", "1", "--value", "0.25", "--tracking-uri", store.uri).code == 0
-    assert cli("tell", "open's", "2", "--failed", "diverged", "--tracking-uri", store.uri).code == 0  # trial 3 stays pending
+    assert (
+        cli("tell", "open's", "2", "--failed", "diverged", "--tracking-uri", store.uri).code == 0
+    )  # trial 3 stays pending
     from mlflow import MlflowClient
 
     client = MlflowClient(store.uri)  # a run deleted in the UI: neither search may find it
@@ -44,7 +91,7 @@ def _store_with_everything(store, cli, tmp_path: Path) -> None:  # noqa: ANN001
     client.delete_run(kb.trials(kb.find_study("done"))[-1].trial_id)
 
 
-def test_every_read_is_the_same_through_sqlite_as_through_mlflow(store, cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_every_read_is_the_same_through_sqlite_as_through_mlflow(store, cli, tmp_path: Path) -> None:
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
     from agent.knowledge.mlflow.sqlite_reads import SqliteReads
 
@@ -69,18 +116,39 @@ def test_every_read_is_the_same_through_sqlite_as_through_mlflow(store, cli, tmp
     assert fast._client._client is None  # all of that without MLflow's client
 
 
-def test_best_and_history_read_an_embedded_store_without_importing_mlflow(store, cli, tmp_path: Path) -> None:  # noqa: ANN001
-    assert cli("start", "--job", JOB, "--dataset", "t1", "--trials", "3", "--warm-start", "none",
-               "--study-name", "s", *store.args).code == 0
+def test_best_and_history_read_an_embedded_store_without_importing_mlflow(store, cli, tmp_path: Path) -> None:
+    assert (
+        cli(
+            "start",
+            "--job",
+            JOB,
+            "--dataset",
+            "t1",
+            "--trials",
+            "3",
+            "--warm-start",
+            "none",
+            "--study-name",
+            "s",
+            *store.args,
+        ).code
+        == 0
+    )
     expected = json.loads(cli("best", "s", "--tracking-uri", store.uri).out)
-    probe = ("import sys, runpy\n"
-             "sys.argv = ['tune-agent', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('agent.cli', run_name='__main__')\n"
-             "except SystemExit as e:\n    assert not e.code, e.code\n"
-             "print('MLFLOW' if 'mlflow' in sys.modules else 'NO-MLFLOW', file=sys.stderr)\n")
+    probe = (
+        "import sys, runpy\n"
+        "sys.argv = ['tune-agent', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('agent.cli', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('MLFLOW' if 'mlflow' in sys.modules else 'NO-MLFLOW', file=sys.stderr)\n"
+    )
     for args in (["best", "s"], ["history"]):
-        done = subprocess.run([sys.executable, "-c", probe, *args, "--tracking-uri", store.uri],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args, "--tracking-uri", store.uri],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stderr.strip().splitlines()[-1] == "NO-MLFLOW", args
         if args[0] == "best":
@@ -102,15 +170,46 @@ def test_the_installed_mlflow_makes_stores_of_a_revision_read_here(tmp_path: Pat
     assert revision(tmp_path / "missing.db") is None
 
 
-def test_bench_reading_times_each_command_against_a_baseline(store, cli, tmp_path: Path) -> None:  # noqa: ANN001
+def test_bench_reading_times_each_command_against_a_baseline(store, cli, tmp_path: Path) -> None:
     import agent
 
-    assert cli("start", "--job", JOB, "--dataset", "t1", "--trials", "2", "--warm-start", "none",
-               "--study-name", "s", *store.args).code == 0
+    assert (
+        cli(
+            "start",
+            "--job",
+            JOB,
+            "--dataset",
+            "t1",
+            "--trials",
+            "2",
+            "--warm-start",
+            "none",
+            "--study-name",
+            "s",
+            *store.args,
+        ).code
+        == 0
+    )
     out = tmp_path / "reading.json"
     code = Path(agent.__file__).resolve().parents[1]  # this code again, as the baseline's folder
-    res = cli("bench", "reading", "--tracking-uri", store.uri, "--study", "s", "--repeats", "1", "--baseline", str(code),
-              "--dataset", "iris", "--job", "mlp", "--out", str(out))
+    res = cli(
+        "bench",
+        "reading",
+        "--tracking-uri",
+        store.uri,
+        "--study",
+        "s",
+        "--repeats",
+        "1",
+        "--baseline",
+        str(code),
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--out",
+        str(out),
+    )
     assert res.code == 0, res.err
     report = json.loads(out.read_text())
     assert set(report["this_over_baseline"]) == {"best", "history", "report", "report --rebuild", "neighbors", "doctor"}

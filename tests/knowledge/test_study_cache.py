@@ -9,8 +9,15 @@ from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
 
 def _settings(name: str) -> dict[str, object]:
-    return {"job_name": "cachejob", "dataset_name": name, "fingerprint": name * 4, "space_signature": "s",
-            "mode": "min", "metric": "loss", "seed": 0}
+    return {
+        "job_name": "cachejob",
+        "dataset_name": name,
+        "fingerprint": name * 4,
+        "space_signature": "s",
+        "mode": "min",
+        "metric": "loss",
+        "seed": 0,
+    }
 
 
 def _view(kb: MlflowKnowledgeBase) -> list[tuple[str, str, float | None, str | None]]:
@@ -19,9 +26,9 @@ def _view(kb: MlflowKnowledgeBase) -> list[tuple[str, str, float | None, str | N
 
 def _searches(kb: MlflowKnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
-    search = kb._search  # noqa: SLF001 - counts the store queries a listing makes
+    search = kb._search
 
-    def counting(flt: str, ids: list[str] | None = None):  # noqa: ANN202
+    def counting(flt: str, ids: list[str] | None = None):
         seen.append(flt)
         return search(flt, ids)
 
@@ -106,21 +113,23 @@ def test_a_version_tag_write_that_loses_a_race_is_retried(store, tmp_path, monke
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     kb = store.kb()
     study = kb.create_study("race", _settings("r"), [], {"kind": "tabular"}, None, "")
-    real = kb._client.set_experiment_tag  # noqa: SLF001 - the store call the race breaks
+    real = kb._client.set_experiment_tag
     calls: list[str] = []
 
     def clashing_once(experiment_id: str, key: str, value: str) -> None:
         calls.append(value)
         if len(calls) == 1:
             real(experiment_id, key, "the-other-agents-version")  # the other agent's insert lands first
-            raise MlflowException('(psycopg.errors.UniqueViolation) duplicate key value violates unique '
-                                  'constraint "experiment_tag_pk"', error_code="BAD_REQUEST")
+            raise MlflowException(
+                '(psycopg.errors.UniqueViolation) duplicate key value violates unique constraint "experiment_tag_pk"',
+                error_code="BAD_REQUEST",
+            )
         real(experiment_id, key, value)
 
-    monkeypatch.setattr(kb._client, "set_experiment_tag", clashing_once)  # noqa: SLF001
+    monkeypatch.setattr(kb._client, "set_experiment_tag", clashing_once)
     kb.update_study(study, "finished", 0.5, {"x": 1})
     assert len(calls) == 2 and calls[0] == calls[1]  # the same new version, written on the second try
-    tags = kb._client.get_experiment(kb._experiment_of(study)).tags  # noqa: SLF001
+    tags = kb._client.get_experiment(kb._experiment_of(study)).tags
     assert tags[study_cache.VERSION_TAG] == calls[1]
     assert _view(kb) == [("race", "finished", 0.5, None)]
 
@@ -128,7 +137,7 @@ def test_a_version_tag_write_that_loses_a_race_is_retried(store, tmp_path, monke
         calls.append(value)
         raise MlflowException("PERMISSION_DENIED: not allowed", error_code="PERMISSION_DENIED")
 
-    monkeypatch.setattr(kb._client, "set_experiment_tag", refused)  # noqa: SLF001
+    monkeypatch.setattr(kb._client, "set_experiment_tag", refused)
     before = len(calls)
     with pytest.raises(StoreError):
         kb.update_study(study, "finished", 0.25, {"x": 2})

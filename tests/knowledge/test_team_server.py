@@ -44,16 +44,32 @@ pytestmark = pytest.mark.skipif(not _pg_available(), reason="PostgreSQL binaries
 
 
 @contextlib.contextmanager
-def serving(auth: bool = False):  # noqa: ANN201
+def serving(auth: bool = False):
     """`tune-agent server` in a folder PostgreSQL's own user can reach (pytest's tmp is private to root)."""
     from agent.ops.team_server import wait_until_up
 
     data = Path(tempfile.mkdtemp(prefix="tune-agent-server-", dir="/tmp"))
     data.chmod(0o755)
     port, pg_port = _free_port(), _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port", str(port),
-                             "--pg-port", str(pg_port), *(["--auth"] if auth else [])], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "server",
+            "--data-dir",
+            str(data),
+            "--port",
+            str(port),
+            "--pg-port",
+            str(pg_port),
+            *(["--auth"] if auth else []),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_until_up(url, 180, proc), proc.stdout.read() if proc.poll() is not None else "server not up"
@@ -66,7 +82,7 @@ def serving(auth: bool = False):  # noqa: ANN201
 
 
 @pytest.fixture(scope="module")
-def team_server():  # noqa: ANN201
+def team_server():
     """One auth-enabled server for the module (starting one costs ~20 s); the last test stops it."""
     with serving(auth=True) as server:
         yield server
@@ -80,13 +96,36 @@ def _admin(data: Path) -> dict[str, str]:
 
 def _agent(url: str, dataset: str, name: str, **creds: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")} | creds
-    return subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", dataset, "--job",
-                             "agent.jobs.examples:logistic", "--trials", "3", "--epochs", "1", "--warm-start", "none",
-                             "--study-name", name, "--tracking-uri", url], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "start",
+            "--dataset",
+            dataset,
+            "--job",
+            "agent.jobs.examples:logistic",
+            "--trials",
+            "3",
+            "--epochs",
+            "1",
+            "--warm-start",
+            "none",
+            "--study-name",
+            name,
+            "--tracking-uri",
+            url,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:  # noqa: ANN001
+def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
     from agent.ops.team_server import pg_binary
@@ -107,9 +146,20 @@ def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None
         assert sorted(t.number for t in trials) == [0, 1, 2], d  # every trial once
         assert all(t.state == TRIAL_OK for t in trials)
     # the runs are rows in PostgreSQL, and the dataset samples went through MLflow's artifact proxy
-    psql = [pg_binary("psql"), "-h", "127.0.0.1", "-p", str(pg_port), "-U", "tune_agent", "-d", "mlflow", "-tAc",
-            "SELECT count(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid WHERE t.key = 'tune_agent.kind' "
-            "AND t.value IN ('study', 'trial')"]
+    psql = [
+        pg_binary("psql"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(pg_port),
+        "-U",
+        "tune_agent",
+        "-d",
+        "mlflow",
+        "-tAc",
+        "SELECT count(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid WHERE t.key = 'tune_agent.kind' "
+        "AND t.value IN ('study', 'trial')",
+    ]
     password = (data / "auth" / "postgres_password").read_text().strip()
     rows = subprocess.run(psql, capture_output=True, text=True, check=True, env={**os.environ, "PGPASSWORD": password})
     assert int(rows.stdout.strip()) == 4 * 4
@@ -127,27 +177,35 @@ def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None
     assert {kb.find_study(f"team-{d}").dataset for d in datasets} <= names, names
     # without the password PostgreSQL refuses everyone, MLflow's login cannot be gone around
     bare = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"PGPASSFILE": os.devnull}
-    refused = subprocess.run([*psql[:-1], "SELECT 1"], capture_output=True, text=True, env=bare, stdin=subprocess.DEVNULL)
+    refused = subprocess.run(
+        [*psql[:-1], "SELECT 1"], capture_output=True, text=True, env=bare, stdin=subprocess.DEVNULL
+    )
     assert refused.returncode != 0 and "password" in refused.stderr
     assert (data / "auth").stat().st_mode & 0o777 == 0o700
     for secret in (data / "auth").iterdir():
         assert secret.stat().st_mode & 0o777 == 0o600, secret.name
     assert any(p.name.endswith(".npz") or p.suffix == ".json" for p in (data / "artifacts").rglob("*"))
     # a fifth process reading the history sees the four finished studies
-    res = subprocess.run([sys.executable, "-m", "agent.cli", "history", "--tracking-uri", url], cwd=REPO,
-                         capture_output=True, text=True, timeout=120, env={**os.environ, **admin})
+    res = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "history", "--tracking-uri", url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **admin},
+    )
     assert res.returncode == 0, res.stderr
     assert all(f"team-{d}" in res.stdout for d in datasets)
 
 
-def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner(team_server, cli, monkeypatch) -> None:  # noqa: ANN001
+def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner(team_server, cli, monkeypatch) -> None:
     """A wrong password gets one line and exit 2. A second user's study goes to that user's own
     experiment; the user reads the admin's studies (history, warm start) but cannot log to, tag or
     delete their runs, the server refuses (403), and a command that would is one line, exit 2.
     (In this process, through the real entry point: a fresh process per refusal cost ~10 s each.)"""
-    import mlflow
     from mlflow.server import get_app_client
 
+    import mlflow
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
 
     url, data, _, _ = team_server
@@ -158,15 +216,33 @@ def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner
         monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
         monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
 
-    def start(name: str, user: str, password: str):  # noqa: ANN202
+    def start(name: str, user: str, password: str):
         as_user(user, password)
-        return cli("start", "--dataset", "wine", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
-                   "--warm-start", "none", "--study-name", name, "--tracking-uri", url)
+        return cli(
+            "start",
+            "--dataset",
+            "wine",
+            "--job",
+            "agent.jobs.examples:logistic",
+            "--trials",
+            "2",
+            "--epochs",
+            "1",
+            "--warm-start",
+            "none",
+            "--study-name",
+            name,
+            "--tracking-uri",
+            url,
+        )
 
     wrong = start("wrong-password", "admin", "nope")
     assert wrong.code == 2
-    assert wrong.err.strip().splitlines()[-1].startswith(
-        f"tune-agent: error: tracking server {url} refused the request as user 'admin' (401)")
+    assert (
+        wrong.err.strip()
+        .splitlines()[-1]
+        .startswith(f"tune-agent: error: tracking server {url} refused the request as user 'admin' (401)")
+    )
     assert "Traceback" not in wrong.err
 
     as_user(*admin.values())
@@ -181,9 +257,11 @@ def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner
     client = mlflow.MlflowClient(url)
     assert client.get_experiment(client.get_run(bobs.study_id).info.experiment_id).name.endswith("/bob")
     trial = kb.trials(theirs)[0]
-    for attempt in (lambda: client.log_metric(trial.trial_id, "objective", 999.0),
-                    lambda: client.set_tag(trial.trial_id, "tune_agent.state", "ok"),
-                    lambda: client.delete_run(trial.trial_id)):
+    for attempt in (
+        lambda: client.log_metric(trial.trial_id, "objective", 999.0),
+        lambda: client.set_tag(trial.trial_id, "tune_agent.state", "ok"),
+        lambda: client.delete_run(trial.trial_id),
+    ):
         with pytest.raises(mlflow.exceptions.MlflowException) as refused:
             attempt()
         assert "PERMISSION_DENIED" in str(refused.value) or "403" in str(refused.value)
@@ -199,7 +277,9 @@ def client_experiment(url: str, study: str) -> str:
     import mlflow
 
     client = mlflow.MlflowClient(url)
-    run = client.search_runs([e.experiment_id for e in client.search_experiments()], f"attributes.run_name = '{study}'")[0]
+    run = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], f"attributes.run_name = '{study}'"
+    )[0]
     return run.info.experiment_id
 
 
@@ -209,12 +289,29 @@ def test_a_killed_server_leaves_nothing_running_and_a_second_start_says_so() -> 
     from agent.ops.team_server import TeamServer
 
     with serving() as (url, data, pg_port, proc):
-        second = subprocess.run([sys.executable, "-m", "agent.cli", "server", "--data-dir", str(data), "--port",
-                                 str(_free_port()), "--pg-port", str(_free_port())], cwd=REPO, capture_output=True,
-                                text=True, timeout=120)
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent.cli",
+                "server",
+                "--data-dir",
+                str(data),
+                "--port",
+                str(_free_port()),
+                "--pg-port",
+                str(_free_port()),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert second.returncode == 2 and "--stop" in second.stderr and len(second.stderr.strip().splitlines()) == 1
-        pids = [int((data / "postgres" / "postmaster.pid").read_text().split()[0]),
-                int((data / "logs" / "mlflow.pid").read_text())]
+        pids = [
+            int((data / "postgres" / "postmaster.pid").read_text().split()[0]),
+            int((data / "logs" / "mlflow.pid").read_text()),
+        ]
         proc.kill()
         proc.wait(timeout=30)
         deadline = time.monotonic() + 60
@@ -233,11 +330,9 @@ def _running(pid: int) -> bool:
     return not (status.exists() and "zombie" in status.read_text())
 
 
-def test_sigterm_stops_mlflow_and_postgres(team_server) -> None:  # noqa: ANN001
+def test_sigterm_stops_mlflow_and_postgres(team_server) -> None:
     _, data, _, proc = team_server
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=90) == 0  # a guard against a hang, not a speed claim
     assert "tracking server and PostgreSQL stopped" in proc.stdout.read()
     assert not (data / "postgres" / "postmaster.pid").exists()
-
-

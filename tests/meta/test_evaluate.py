@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.pipeline.evaluation_tables import best_rows, rank_correlation, source_folds, summarise, table_regrets
 from agent.meta.neighbours import distinct_first
 from agent.pipeline.evaluation import portfolio_rows
+from agent.pipeline.evaluation_tables import best_rows, rank_correlation, source_folds, summarise, table_regrets
 
 
 def test_source_folds_keep_each_source_whole_and_balance_datasets() -> None:
@@ -26,9 +26,7 @@ def test_distinct_first_takes_one_dataset_per_source_before_a_second() -> None:
 
 
 def test_best_rows_and_portfolio_on_a_table() -> None:
-    E = np.array([[0.1, 0.5, 0.9, 0.3],
-                  [0.2, 0.4, 0.1, 0.8],
-                  [0.1, 0.6, 0.9, 0.7]])
+    E = np.array([[0.1, 0.5, 0.9, 0.3], [0.2, 0.4, 0.1, 0.8], [0.1, 0.6, 0.9, 0.7]])
     assert best_rows(E, [0, 2], 2) == [0, 1]  # dataset 2's best (row 0) is taken: its next best
     R = table_regrets(E)
     assert R.min() == 0.0 and R.max() == 1.0 and R[0, 0] == 0.0
@@ -46,7 +44,9 @@ def test_rank_correlation_is_one_when_features_order_like_targets() -> None:
 
 def test_summarise_reports_regret_and_a_paired_test_against_cold() -> None:
     rng = np.random.default_rng(0)
-    per = [{"cold": np.array([0.5, 0.4, 0.3]) + rng.random(3) * 0.1, "warm": np.array([0.1, 0.05, 0.0])} for _ in range(12)]
+    per = [
+        {"cold": np.array([0.5, 0.4, 0.3]) + rng.random(3) * 0.1, "warm": np.array([0.1, 0.05, 0.0])} for _ in range(12)
+    ]
     out = summarise(per)
     assert out["warm"]["regret@1"] == 0.1 and out["cold"]["regret@1"] > 0.5
     assert out["warm"]["p_vs_cold@1"] < 0.01 and "p_vs_cold@1" not in out["cold"]

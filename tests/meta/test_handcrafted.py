@@ -11,9 +11,9 @@ from sklearn.datasets import load_breast_cancer, load_digits, load_iris
 
 from agent.meta.handcrafted import (
     HANDCRAFTED_NAMES,
+    HANDCRAFTED_VERSION,
     LANDMARK_NAMES,
     handcrafted_metafeatures,
-    HANDCRAFTED_VERSION,
     is_current,
     metafeature_matrix,
     standardise_columns,
@@ -60,8 +60,14 @@ def test_random_images_random_labels() -> None:
 def test_summary_overrides_sizes() -> None:
     data = load_iris()
     X, y = _sample(data.data, data.target, n=60)
-    summary = {"n": 150000, "log_n": math.log(150000), "n_features": 4, "num_classes": 3,
-               "instances_per_feature": 37500.0, "class_entropy": 1.2}
+    summary = {
+        "n": 150000,
+        "log_n": math.log(150000),
+        "n_features": 4,
+        "num_classes": 3,
+        "instances_per_feature": 37500.0,
+        "class_entropy": 1.2,
+    }
     mf = handcrafted_metafeatures(X, y, summary=summary)
     assert mf["log_n_instances"] == pytest.approx(math.log(150000))
     assert mf["log_instances_per_feature"] == pytest.approx(math.log(37500.0))

@@ -12,14 +12,8 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from agent.errors import DatasetError
-from agent.meta.siamese import (
-    DatasetSample,
-    ExtractorConfig,
-    ExtractorError,
-    MetaFeatureExtractor,
-    MetaFeatureNet,
-)
 from agent.meta.extractor_train import train_extractor
+from agent.meta.siamese import DatasetSample, ExtractorConfig, ExtractorError, MetaFeatureExtractor, MetaFeatureNet
 
 
 class RecordingLogger(Logger):
@@ -172,15 +166,17 @@ def test_save_load_round_trip_and_embed_speed(aggregator: str, tmp_path: Path) -
     config = ExtractorConfig(aggregator=aggregator, steps=2, tau=16, pairs_per_step=2, log_every=1)
     extractor, _ = train_extractor(samples, group_distances(samples) + 1 - np.eye(3), config)
     rng = np.random.default_rng(1)
-    mnist_like = DatasetSample("m", rng.random((256, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 256),
-                               "image", 10)
+    mnist_like = DatasetSample(
+        "m", rng.random((256, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 256), "image", 10
+    )
     path = tmp_path / "extractor.pt"
     extractor.save(path)
     loaded = MetaFeatureExtractor.load(path)
     assert loaded.scale == extractor.scale and loaded.config == extractor.config
     for s in (*samples, mnist_like):
-        np.testing.assert_array_equal(loaded.embed(s.X, s.y, s.kind, s.num_classes),
-                                      extractor.embed(s.X, s.y, s.kind, s.num_classes))
+        np.testing.assert_array_equal(
+            loaded.embed(s.X, s.y, s.kind, s.num_classes), extractor.embed(s.X, s.y, s.kind, s.num_classes)
+        )
 
 
 def test_bad_inputs_raise_project_errors(tmp_path: Path) -> None:

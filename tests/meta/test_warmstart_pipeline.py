@@ -18,15 +18,38 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(900)  # the module fixture bootstraps and runs `dvc repro` once
 
-SPECS = ["wine", "wine?fraction=0.5&seed=1", "iris", "iris?fraction=0.6&seed=1",
-         "breast-cancer?fraction=0.3&seed=2", "breast-cancer?fraction=0.2&seed=1"]
+SPECS = [
+    "wine",
+    "wine?fraction=0.5&seed=1",
+    "iris",
+    "iris?fraction=0.6&seed=1",
+    "breast-cancer?fraction=0.3&seed=2",
+    "breast-cancer?fraction=0.2&seed=1",
+]
 TINY = {
     "export": {"job": "mlp", "min_datasets": 4},
     "distances": {"normalisation": "rank", "emd": False},
-    "meta_features": {"aggregator": "mean", "meta_dim": 8, "hidden": 16, "tau": 16, "pairs_per_step": 4,
-                      "steps": 25, "lr": 0.003, "weight_decay": 0.0, "seed": 0},
-    "transfer": {"hidden": 16, "heads": 2, "meta_steps": 10, "inner_steps": 1, "inner_lr": 0.001,
-                 "outer_lr": 0.003, "n_initial": 2, "seed": 0},
+    "meta_features": {
+        "aggregator": "mean",
+        "meta_dim": 8,
+        "hidden": 16,
+        "tau": 16,
+        "pairs_per_step": 4,
+        "steps": 25,
+        "lr": 0.003,
+        "weight_decay": 0.0,
+        "seed": 0,
+    },
+    "transfer": {
+        "hidden": 16,
+        "heads": 2,
+        "meta_steps": 10,
+        "inner_steps": 1,
+        "inner_lr": 0.001,
+        "outer_lr": 0.003,
+        "n_initial": 2,
+        "seed": 0,
+    },
     "evaluate": {"k": 2, "budget": 4, "folds": 2, "seeds": 1, "acquisition": "ei", "wings": [], "workers": 1},
 }
 
@@ -54,7 +77,7 @@ def _dvc(repo: Path, store, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):  # noqa: ANN201
+def built(tmp_path_factory):
     """A tiny bootstrapped store and a repo copy whose pipeline has been reproduced."""
     from tests.conftest import Store
 
@@ -62,8 +85,16 @@ def built(tmp_path_factory):  # noqa: ANN201
     store = Store(root)
     from agent.pipeline.bootstrap import run_bootstrap
 
-    summary = run_bootstrap("mlp", SPECS, configs=6, epochs=1, seed=0, tracking_uri=store.uri,
-                            artifact_root=store.artifacts, echo=lambda _: None)
+    summary = run_bootstrap(
+        "mlp",
+        SPECS,
+        configs=6,
+        epochs=1,
+        seed=0,
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        echo=lambda _: None,
+    )
     assert summary["studies"] == len(SPECS)
     repo = _repo_copy(root / "repo")
     res = _dvc(repo, store, "repro")
@@ -83,9 +114,18 @@ def test_bootstrap_shares_one_configuration_set(built) -> None:
 
 def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
     store, repo = built
-    for path in ("models/metafeature_extractor.pt", "models/metafeature_index.json", "data/distances.json", "models/tnp.pt",
-                 "models/warm_start.json", "models/source_models.jsonl",
-                 "metrics/warmstart.json", "metrics/train_metafeatures.json", "plots/regret.csv", "plots/regret.png"):
+    for path in (
+        "models/metafeature_extractor.pt",
+        "models/metafeature_index.json",
+        "data/distances.json",
+        "models/tnp.pt",
+        "models/warm_start.json",
+        "models/source_models.jsonl",
+        "metrics/warmstart.json",
+        "metrics/train_metafeatures.json",
+        "plots/regret.csv",
+        "plots/regret.png",
+    ):
         assert (repo / path).exists(), path
     report = json.loads((repo / "metrics/warmstart.json").read_text())
     assert report["datasets"] == len(SPECS) and report["sources"] == 3 and report["folds"] == 2
@@ -99,8 +139,12 @@ def test_pipeline_outputs_and_second_repro_is_a_no_op(built) -> None:
     from agent.tuning.published import scope_of
 
     record = store.kb().current_meta_models(scope_of("mlp", load_job("mlp").space))  # `dvc repro` published them
-    assert record is not None and {"files/metafeature_extractor.pt", "files/metafeature_index.json", "files/tnp.pt",
-                                   "files/warm_start.json"} <= set(record.files), record
+    assert record is not None and {
+        "files/metafeature_extractor.pt",
+        "files/metafeature_index.json",
+        "files/tnp.pt",
+        "files/warm_start.json",
+    } <= set(record.files), record
     assert any(name.startswith("source_models/") for name in record.files)
     journal = [json.loads(line) for line in (repo / "data/evaluate/journal.jsonl").read_text().splitlines()]
     assert sorted(e["target"] for e in journal) == sorted(SPECS)  # every dataset was a target once
@@ -128,9 +172,16 @@ def test_evaluate_resumes_from_its_journal(built, tmp_path) -> None:
     lines = (journal / "journal.jsonl").read_text().splitlines()
     (journal / "journal.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:40])
     said: list[str] = []
-    report = stage_evaluate(TINY["evaluate"], TINY["meta_features"], tmp_path / "warmstart.json", tmp_path / "plots",
-                            export=repo / "data/export", distances=repo / "data/distances.json", journal=journal,
-                            progress=said.append)
+    report = stage_evaluate(
+        TINY["evaluate"],
+        TINY["meta_features"],
+        tmp_path / "warmstart.json",
+        tmp_path / "plots",
+        export=repo / "data/export",
+        distances=repo / "data/distances.json",
+        journal=journal,
+        progress=said.append,
+    )
     assert f"{len(SPECS) - 1} of {len(SPECS)} targets already" in " ".join(said), said
     assert sum("evaluate: [" in line for line in said) == 1  # one target replayed
     committed = json.loads((repo / "metrics/warmstart.json").read_text())
@@ -140,8 +191,22 @@ def test_evaluate_resumes_from_its_journal(built, tmp_path) -> None:
 
 def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
     store, repo = built
-    args = ["--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--trials", "3", "--epochs", "1",
-            "--tracking-uri", store.uri, "--artifact-root", store.artifacts, "--models-dir", str(repo / "models")]
+    args = [
+        "--dataset",
+        "wine?fraction=0.7&seed=3",
+        "--job",
+        "mlp",
+        "--trials",
+        "3",
+        "--epochs",
+        "1",
+        "--tracking-uri",
+        store.uri,
+        "--artifact-root",
+        store.artifacts,
+        "--models-dir",
+        str(repo / "models"),
+    ]
     res = cli("neighbors", *args[:4], "--warm-start", "handcrafted", "--k", "2", "--tracking-uri", store.uri)
     assert res.code == 0, res.err
     assert res.out.splitlines()[1].split()[1].startswith("wine")
@@ -162,7 +227,10 @@ def test_warm_started_study_picks_the_planted_neighbour(built, cli) -> None:
 
     note = MlflowClient(store.uri).get_run(study.study_id).data.tags["mlflow.note.content"]
     first = record["neighbours"][0]
-    assert "| neighbour | distance | best val_loss |" in note and f"| `{first['name']}` | {first['distance']:.4g} |" in note
+    assert (
+        "| neighbour | distance | best val_loss |" in note
+        and f"| `{first['name']}` | {first['distance']:.4g} |" in note
+    )
     # A study reopened in another command (resume, ask) gets the same seeds from its run's record.
     assert cli("create", *args, "--warm-start", "handcrafted", "--k", "2", "--study-name", "warm-ask").code == 0
     asked = json.loads(cli("ask", "warm-ask", "--tracking-uri", store.uri).out)
@@ -179,9 +247,25 @@ def test_auto_uses_the_meta_features_the_evaluation_chose(built, cli, tmp_path) 
     assert choice["method"] in ("learned", "handcrafted") and "rank correlation" in choice["why"]
     models = tmp_path / "models"
     shutil.copytree(repo / "models", models)
-    base = ["start", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--trials", "1", "--epochs", "1",
-            "--tracking-uri", store.uri, "--artifact-root", store.artifacts, "--models-dir", str(models),
-            "--warm-start", "auto"]
+    base = [
+        "start",
+        "--dataset",
+        "wine?fraction=0.7&seed=3",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--tracking-uri",
+        store.uri,
+        "--artifact-root",
+        store.artifacts,
+        "--models-dir",
+        str(models),
+        "--warm-start",
+        "auto",
+    ]
     kb = store.kb()
     for method in ("handcrafted", "learned"):
         (models / "warm_start.json").write_text(json.dumps({"method": method, "why": f"{method} won here"}))
@@ -194,23 +278,55 @@ def test_auto_uses_the_meta_features_the_evaluation_chose(built, cli, tmp_path) 
 def test_hts_takes_the_source_study_it_is_told(built, cli) -> None:
     store, _ = built
     source = next(s for s in store.kb().list_studies() if s.name.startswith("bootstrap-") and s.dataset == "iris")
-    base = ["start", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--trials", "1", "--epochs", "1",
-            "--tracking-uri", store.uri, "--artifact-root", store.artifacts, "--sampler", "hts"]
+    base = [
+        "start",
+        "--dataset",
+        "wine?fraction=0.7&seed=3",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--tracking-uri",
+        store.uri,
+        "--artifact-root",
+        store.artifacts,
+        "--sampler",
+        "hts",
+    ]
     res = cli(*base, "--source", source.name, "--study-name", "hts-told")
     assert res.code == 0, res.err
     assert f"source iris (--source {source.name})" in res.out
     settings = store.kb().find_study("hts-told").settings
     assert settings["source"] == source.name  # a resume plans the same source
     bad = cli(*base, "--source", "no-such-study", "--study-name", "hts-bad")
-    assert bad.code == 2 and "--source: no study named 'no-such-study'" in bad.err and store.kb().find_study("hts-bad") is None
+    assert (
+        bad.code == 2
+        and "--source: no study named 'no-such-study'" in bad.err
+        and store.kb().find_study("hts-bad") is None
+    )
     wrong = cli(*base[:-2], "--source", source.name)
     assert wrong.code == 2 and "--source names the source study of --sampler hts" in wrong.err
 
 
 def test_fallbacks_say_so_in_one_line(built, cli, tmp_path) -> None:
     store, _ = built
-    base = ["start", "--dataset", "iris?fraction=0.5&seed=7", "--job", "mlp", "--trials", "1", "--epochs", "1",
-            "--tracking-uri", store.uri, "--artifact-root", store.artifacts]
+    base = [
+        "start",
+        "--dataset",
+        "iris?fraction=0.5&seed=7",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--tracking-uri",
+        store.uri,
+        "--artifact-root",
+        store.artifacts,
+    ]
     # a folder without models/: the extractor `dvc repro` published to the store is fetched and used
     res = cli(*base, "--warm-start", "learned", "--models-dir", str(tmp_path / "none"), "--study-name", "fb1")
     assert res.code == 0, res.err
@@ -252,26 +368,68 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
     (tmp_path / "fresh").mkdir()
     fresh = Store(tmp_path / "fresh")
     models = tmp_path / "models"
-    res = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts,
-              "--models-dir", str(models))
+    res = cli(
+        "bootstrap",
+        "--starter",
+        str(starter),
+        "--tracking-uri",
+        fresh.uri,
+        "--artifact-root",
+        fresh.artifacts,
+        "--models-dir",
+        str(models),
+    )
     assert res.code == 0, res.err
     assert json.loads(res.out.splitlines()[-1])["imported"] == len(SPECS)
     # built once, here (bootstrap datasets that rank the shared configurations alike are one fit)
     assert re.search(rf"source models: {len(SPECS)} sources, [1-{len(SPECS)}] GP\(s\) fitted", res.out), res.out
     assert (models / "source_models.jsonl").is_file()
 
-    def view(kb):  # noqa: ANN001, ANN202
-        return [(h.key, h.name, h.source, dict(h.summary), [(dict(e.config), e.value) for e in h.evaluations],
-                 h.sample[0].tolist(), h.sample[1].tolist(), h.metafeatures is not None)
-                for h in load_history(kb, job="mlp") if h.studies[0].startswith("bootstrap-")]
+    def view(kb):
+        return [
+            (
+                h.key,
+                h.name,
+                h.source,
+                dict(h.summary),
+                [(dict(e.config), e.value) for e in h.evaluations],
+                h.sample[0].tolist(),
+                h.sample[1].tolist(),
+                h.metafeatures is not None,
+            )
+            for h in load_history(kb, job="mlp")
+            if h.studies[0].startswith("bootstrap-")
+        ]
 
     assert view(fresh.kb()) == view(store.kb())
-    again = cli("bootstrap", "--starter", str(starter), "--tracking-uri", fresh.uri, "--artifact-root", fresh.artifacts,
-                "--models-dir", str(models))
+    again = cli(
+        "bootstrap",
+        "--starter",
+        str(starter),
+        "--tracking-uri",
+        fresh.uri,
+        "--artifact-root",
+        fresh.artifacts,
+        "--models-dir",
+        str(models),
+    )
     assert f"{len(SPECS)} sources, 0 GP(s) fitted" in again.out
-    assert json.loads(again.out.splitlines()[-1]) | {"seconds": 0} == {"imported": 0, "skipped": len(SPECS), "seconds": 0}
-    res = cli("neighbors", "--dataset", "wine?fraction=0.7&seed=3", "--job", "mlp", "--warm-start", "handcrafted",
-              "--tracking-uri", fresh.uri)
+    assert json.loads(again.out.splitlines()[-1]) | {"seconds": 0} == {
+        "imported": 0,
+        "skipped": len(SPECS),
+        "seconds": 0,
+    }
+    res = cli(
+        "neighbors",
+        "--dataset",
+        "wine?fraction=0.7&seed=3",
+        "--job",
+        "mlp",
+        "--warm-start",
+        "handcrafted",
+        "--tracking-uri",
+        fresh.uri,
+    )
     assert res.code == 0 and "wine" in res.out.splitlines()[1]
     bad = cli("bootstrap", "--starter", str(tmp_path / "none.npz"), "--tracking-uri", fresh.uri)
     assert bad.code == 2 and "starter history not found" in bad.err
@@ -282,9 +440,28 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     store, _ = built
     params = tmp_path / "params.yaml"  # the fold meta-models' training kept short: their quality is not tested here
     params.write_text("meta_features: {steps: 20, pairs_per_step: 4}\ntransfer: {meta_steps: 20}\n")
-    args = ("bench", "warmstart", "--tracking-uri", store.uri, "--targets", "2", "--seeds", "1", "--trials", "3",
-            "--epochs", "1", "--workers", "1", "--methods", "cold,default,learned,tnp", "--out", str(tmp_path),
-            "--params", str(params))
+    args = (
+        "bench",
+        "warmstart",
+        "--tracking-uri",
+        store.uri,
+        "--targets",
+        "2",
+        "--seeds",
+        "1",
+        "--trials",
+        "3",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--methods",
+        "cold,default,learned,tnp",
+        "--out",
+        str(tmp_path),
+        "--params",
+        str(params),
+    )
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "warmstart_e2e.json").read_text())
@@ -296,7 +473,9 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     tnps = sorted(root.glob("*/fold-*/tnp.json"))
     assert len(tnps) == 2 and "tnp without" in res.out
     assert all(json.loads(p.read_text())["sources"] == 4 for p in tnps)  # 6 datasets, 2 of the held-out source
-    journal = [json.loads(line) for line in next((tmp_path / "data" / "bench-runs").glob("*.jsonl")).read_text().splitlines()]
+    journal = [
+        json.loads(line) for line in next((tmp_path / "data" / "bench-runs").glob("*.jsonl")).read_text().splitlines()
+    ]
     learned = [o for row in journal if row["method"] == "learned" for o in row["result"]["origins"]]
     assert learned and not any(o.startswith("warm:handcrafted") for o in learned), learned  # no fallback
     assert "p_vs_cold@1" in report["methods"]["default"] and "p_vs_cold@1" not in report["methods"]["cold"]
@@ -322,8 +501,27 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
 def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> None:
     """`bench hts`: real cold and HTS studies on the target, the source alone as history, a journal."""
     store, _ = built
-    args = ("bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "wine", "--seeds", "1", "--trials", "4",
-            "--n-init", "2", "--epochs", "1", "--workers", "1", "--out", str(tmp_path))
+    args = (
+        "bench",
+        "hts",
+        "--tracking-uri",
+        store.uri,
+        "--pair",
+        "iris",
+        "wine",
+        "--seeds",
+        "1",
+        "--trials",
+        "4",
+        "--n-init",
+        "2",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "hts_pairs_m2.json").read_text())
@@ -333,16 +531,23 @@ def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> N
     assert len(cold) == len(hts) == 4 and np.all(np.diff(cold) <= 0) and np.all(np.diff(hts) <= 0)
     assert pair["cold_final"] == pytest.approx(cold[-1], abs=1e-5)
     assert pair["ratio"] is None or pair["ratio"] == pytest.approx(pair["cold_trials"] / pair["hts_trials"], abs=0.01)
-    journal = [json.loads(line) for line in next((tmp_path / "data" / "bench-runs").glob("hts_pairs-*.jsonl")).read_text().splitlines()]
+    journal = [
+        json.loads(line)
+        for line in next((tmp_path / "data" / "bench-runs").glob("hts_pairs-*.jsonl")).read_text().splitlines()
+    ]
     origins = next(r["result"]["origins"] for r in journal if r["method"] == "hts")
-    assert origins[:2] == ["init:lhs", "init:lhs"] and origins[2].startswith("hts:iris"), origins  # mapped from the source
+    assert origins[:2] == ["init:lhs", "init:lhs"] and origins[2].startswith("hts:iris"), (
+        origins
+    )  # mapped from the source
     anchored = next(r["result"]["origins"] for r in journal if r["method"] == "hts-anchored")
     assert anchored[2].startswith("hts-anchored:iris"), anchored
     assert set(pair["anchored"]) == {"hts_final", "cold_trials", "hts_trials", "ratio", "seeds_reached"}
     assert set(pair["mean_curves"]) == {"cold", "hts", "hts-anchored"}
     again = cli(*args)
     assert again.code == 0 and "1 (pair, seed) already in" in again.out
-    missing = cli("bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "no-such-dataset", "--out", str(tmp_path))
+    missing = cli(
+        "bench", "hts", "--tracking-uri", store.uri, "--pair", "iris", "no-such-dataset", "--out", str(tmp_path)
+    )
     assert missing.code == 2 and "no bootstrap study of no-such-dataset" in missing.err
 
 
@@ -370,9 +575,16 @@ def test_the_metafeature_data_bench_trains_on_extra_datasets_and_resumes(built, 
     _, repo = built
     (tmp_path / "extra").mkdir()
     extra_store = Store(tmp_path / "extra")
-    run_bootstrap("mlp", ["wine?fraction=0.7&seed=3", "iris?fraction=0.8&seed=2", "digits?classes=0-2&fraction=0.2"],
-                  configs=6, epochs=1, seed=0, tracking_uri=extra_store.uri, artifact_root=extra_store.artifacts,
-                  echo=lambda _: None)
+    run_bootstrap(
+        "mlp",
+        ["wine?fraction=0.7&seed=3", "iris?fraction=0.8&seed=2", "digits?classes=0-2&fraction=0.2"],
+        configs=6,
+        epochs=1,
+        seed=0,
+        tracking_uri=extra_store.uri,
+        artifact_root=extra_store.artifacts,
+        echo=lambda _: None,
+    )
     extra = tmp_path / "extra_export"
     assert export_history(open_knowledge_base(extra_store.uri, extra_store.artifacts), extra, "mlp") == 3
     said: list[str] = []

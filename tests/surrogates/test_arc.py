@@ -14,14 +14,16 @@ from agent.surrogates.arc import make_arc_kernel, resolve_kernel
 
 
 def depth_space() -> SearchSpace:
-    return SearchSpace([
-        Float("lr", 1e-4, 1e-1, log=True),
-        Int("layers", 1, 3),
-        Int("units_2", 16, 512, log=True, condition=Condition("layers", (2, 3))),
-        Float("dropout_3", 0.0, 0.8, condition=Condition("units_2", tuple(range(16, 513)))),  # chained
-        Categorical("act", ("relu", "tanh")),
-        Float("mom_tanh", 0.1, 0.99, condition=Condition("act", ("tanh",))),
-    ])
+    return SearchSpace(
+        [
+            Float("lr", 1e-4, 1e-1, log=True),
+            Int("layers", 1, 3),
+            Int("units_2", 16, 512, log=True, condition=Condition("layers", (2, 3))),
+            Float("dropout_3", 0.0, 0.8, condition=Condition("units_2", tuple(range(16, 513)))),  # chained
+            Categorical("act", ("relu", "tanh")),
+            Float("mom_tanh", 0.1, 0.99, condition=Condition("act", ("tanh",))),
+        ]
+    )
 
 
 def test_activity_read_from_the_cube_matches_the_space_also_between_bins() -> None:
@@ -33,7 +35,9 @@ def test_activity_read_from_the_cube_matches_the_space_also_between_bins() -> No
     got = kernel.active(torch.as_tensor(U)).numpy().astype(bool)
     assert (got == expected).mean() > 0.995  # only exact bin edges may differ
     snapped = space.snap(U)
-    assert (kernel.active(torch.as_tensor(snapped)).numpy().astype(bool) == space.active_mask(snapped)[:, kernel.cond]).all()
+    assert (
+        kernel.active(torch.as_tensor(snapped)).numpy().astype(bool) == space.active_mask(snapped)[:, kernel.cond]
+    ).all()
 
 
 def test_embedding_distances_follow_eq_4() -> None:
@@ -57,7 +61,7 @@ def test_a_gp_with_the_arc_kernel_fits_and_ranks_depths() -> None:
     rng = np.random.default_rng(1)
     U = space.snap(rng.random((40, space.dim)))
     depth = np.array([space.decode(u)["layers"] for u in U])
-    y = -(depth - 2.0) ** 2 + 0.1 * rng.normal(size=len(U))  # two layers are best
+    y = -((depth - 2.0) ** 2) + 0.1 * rng.normal(size=len(U))  # two layers are best
     X = torch.as_tensor(U)
     model = fit_gp(X, torch.as_tensor(y).reshape(-1, 1), covar_module=make_arc_kernel(space))
     test = space.snap(rng.random((200, space.dim)))
@@ -82,12 +86,37 @@ def test_bench_arc_makes_the_table_from_real_studies(store, cli, tmp_path) -> No
     """Tiny version of paper 002's Table 1: two BO studies of mlp-arch on iris, six models, 3 folds."""
     import json
 
-    args = ("bench", "arc", "--dataset", "iris", "--studies", "2", "--trials", "8", "--epochs", "1", "--folds", "3",
-            "--bo-seeds", "1", "--out", str(tmp_path), *store.args)
+    args = (
+        "bench",
+        "arc",
+        "--dataset",
+        "iris",
+        "--studies",
+        "2",
+        "--trials",
+        "8",
+        "--epochs",
+        "1",
+        "--folds",
+        "3",
+        "--bo-seeds",
+        "1",
+        "--out",
+        str(tmp_path),
+        *store.args,
+    )
     res = cli(*args)
     assert res.code == 0, res.err
     report = json.loads((tmp_path / "metrics" / "arc.json").read_text())
-    assert set(report["models"]) == {"separate_linear", "separate_gp", "separate_arc_gp", "linear", "gp", "arc_gp", "arc_gp_mode"}
+    assert set(report["models"]) == {
+        "separate_linear",
+        "separate_gp",
+        "separate_arc_gp",
+        "linear",
+        "gp",
+        "arc_gp",
+        "arc_gp_mode",
+    }
     assert all(np.isfinite(v["original"][0]) and np.isfinite(v["log"][0]) for v in report["models"].values())
     assert report["paper_table_1"]["arc_gp"] == {"original": 0.421, "log": 0.335}
     assert "16 finished trials" in report["protocol"]
@@ -104,7 +133,8 @@ def test_arc_kernel_gps_stack_into_one_batched_prediction() -> None:
     means and covariances as each GP's own posterior, to rounding."""
     from agent.surrogates.arc import make_arc_kernel
     from agent.surrogates.gp_stack import _GPStack, _ModelLoop, _predictor
-    from agent.surrogates.rgpe import RGPE, fit_source_gps
+    from agent.surrogates.rgpe import RGPE
+    from agent.surrogates.source_gp import fit_source_gps
 
     space = depth_space()
     rng = np.random.default_rng(0)

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from agent.space import Float, SearchSpace
-from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
 from agent.surrogates.gp import fit_gp
+from agent.surrogates.neighbour_mean import NeighbourMean, fit_neighbour_surface
 
 
 def f(U: np.ndarray) -> np.ndarray:
@@ -40,16 +40,26 @@ def test_neighbour_prior_drives_a_bo_step_towards_the_neighbours_optimum() -> No
 def _gp_step(space: SearchSpace, neighbour: tuple, U: np.ndarray, y: np.ndarray) -> np.ndarray:
     """One step of the product's sampler on the gp surrogate whose prior mean is ``neighbour``'s surface."""
     from agent.config import StudySettings
+    from agent.samplers.bo import BoSampler
     from agent.surrogates.contract import SourceTask, SurrogateInputs
     from agent.surrogates.gp import normal_scores
     from agent.surrogates.specs import GpSurrogate
-    from agent.samplers.bo import BoSampler
 
     source = SourceTask("n", "neighbour", neighbour[0], normal_scores(neighbour[1]))
     surrogate = GpSurrogate(SurrogateInputs(space, (source,), prior_mean="neighbours", neighbour_keys=("n",)))
     assert surrogate.mean_kind == "neighbours"
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=10, n_init=1)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=space.signature(),
+        metric="m",
+        mode="max",
+        trials=10,
+        n_init=1,
+    )
     u, _ = BoSampler(space, settings, surrogate).propose(U, y, U, 1, 0, np.random.default_rng(0))
     return u
 

@@ -11,8 +11,9 @@ import torch
 from botorch.acquisition import LogExpectedImprovement
 from botorch.optim import optimize_acqf
 
-from agent.surrogates.rgpe import RGPE, build_rgpe, fit_source_gps, rgpe_weights
 from agent.surrogates.gp import torch_threads
+from agent.surrogates.rgpe import RGPE, build_rgpe, rgpe_weights
+from agent.surrogates.source_gp import fit_source_gps
 
 D = 2
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agent.surrogates.rgpe import fit_source_gps, rgpe_weights
+from agent.surrogates.rgpe import rgpe_weights
+from agent.surrogates.source_gp import fit_source_gps
 
 
 def f(U: np.ndarray) -> np.ndarray:
@@ -29,7 +30,7 @@ def test_shuffled_source_is_dropped_once_there_is_evidence() -> None:
 
 
 def test_source_without_a_surface_is_not_informative() -> None:
-    from agent.surrogates.rgpe import informative, source_signal
+    from agent.surrogates.source_gp import informative, source_signal
 
     rng = np.random.default_rng(1)
     U = rng.random((60, 2))
@@ -50,15 +51,26 @@ def _run(name: str, sources: tuple, models_dir, seed: int, steps: int = 10) -> l
     """``steps`` suggestions of the product's sampler on the surrogate ``name``."""
     from agent.config import StudySettings
     from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.samplers.bo import BoSampler
     from agent.space import Float, SearchSpace
     from agent.surrogates import registry
     from agent.surrogates.contract import SurrogateInputs
-    from agent.samplers.bo import BoSampler
 
     space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
     surrogate = registry.prepare(registry.Resolution(name), SurrogateInputs(space, sources, models_dir, seed=seed))
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=steps, n_init=5, seed=seed)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=space.signature(),
+        metric="m",
+        mode="max",
+        trials=steps,
+        n_init=5,
+        seed=seed,
+    )
     sampler, trials = BoSampler(space, settings, surrogate), []
     for number in range(steps):
         s = sampler.suggest(number, trials)
@@ -76,10 +88,10 @@ def test_rgpe_over_noise_history_runs_as_gp(tmp_path) -> None:
 
 def test_tnp_stands_aside_when_the_history_is_noise(tmp_path) -> None:
     """The TNP attends only to informative sources; with none it runs as gp, without loading a net."""
+    from agent.pipeline.metamodels import tnp_settings, train_tnp
+    from agent.space import Float, SearchSpace
     from agent.surrogates import registry
     from agent.surrogates.contract import SurrogateInputs
-    from agent.space import Float, SearchSpace
-    from agent.pipeline.metamodels import tnp_settings, train_tnp
 
     rng = np.random.default_rng(4)
     tasks = [(U, rng.random(40)) for U in (rng.random((40, 2)) for _ in range(4))]
@@ -88,6 +100,12 @@ def test_tnp_stands_aside_when_the_history_is_noise(tmp_path) -> None:
     # A history with a surface keeps its sources in the bank.
     space = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
     faithful = _sources([(U_, f(U_)) for U_, _ in tasks])
-    train_tnp(list(faithful), "j", space.signature(), tmp_path / "net", tnp_settings({"meta_steps": 5, "hidden": 16, "heads": 2}))
+    train_tnp(
+        list(faithful),
+        "j",
+        space.signature(),
+        tmp_path / "net",
+        tnp_settings({"meta_steps": 5, "hidden": 16, "heads": 2}),
+    )
     surrogate = registry.prepare(registry.Resolution("tnp"), SurrogateInputs(space, faithful[1:], tmp_path / "net"))
     assert surrogate.name == "tnp" and len(surrogate.bank) == 3

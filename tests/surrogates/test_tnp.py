@@ -12,13 +12,21 @@ import torch
 from botorch.acquisition import LogExpectedImprovement
 from botorch.optim import optimize_acqf
 
+from agent.surrogates.gp import torch_threads
 from agent.surrogates.tnp import TNP, SourceBank, TNPConfig, TNPModel, build_tnp_model
 from agent.surrogates.tnp_train import meta_train_tnp
-from agent.surrogates.gp import torch_threads
 
 CONFIG = TNPConfig(
-    hidden=32, heads=4, meta_steps=250, meta_batch=1, memory_tasks=3, memory_points=15,
-    context_max=12, target_extra=12, n_initial=4, seed=0,
+    hidden=32,
+    heads=4,
+    meta_steps=250,
+    meta_batch=1,
+    memory_tasks=3,
+    memory_points=15,
+    context_max=12,
+    target_extra=12,
+    n_initial=4,
+    seed=0,
 )
 
 

@@ -5,21 +5,32 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.errors import TuneAgentError
-from agent.space import INACTIVE, Categorical, Condition, Float, Int, SearchSpace
 from agent.config import INIT_METHODS, StudySettings
-from agent.surrogates.gp import impute_failures
-from agent.surrogates.gp import ucb_beta
-from agent.samplers.design import initial_design
+from agent.errors import TuneAgentError
 from agent.samplers.acquisition import build_acquisition, optimize_on_space, structural_fixings
+from agent.samplers.design import initial_design
+from agent.space import INACTIVE, Categorical, Condition, Float, Int, SearchSpace
+from agent.surrogates.gp import impute_failures, ucb_beta
 from agent.tuning.study import cold_sampler
 
 
 def propose_next(space: SearchSpace, U: np.ndarray, y: np.ndarray, acq: str, iteration: int, seed: int) -> np.ndarray:
     """One BO step of the product's sampler on the cold GP."""
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=len(y) + 1,
-                             n_init=1, acq=acq, random_every=0, seed=seed)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=space.signature(),
+        metric="m",
+        mode="max",
+        trials=len(y) + 1,
+        n_init=1,
+        acq=acq,
+        random_every=0,
+        seed=seed,
+    )
     u, _ = cold_sampler(space, settings).propose(U, y, U, iteration, seed, np.random.default_rng(seed))
     return u
 
@@ -93,9 +104,19 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     assert not any(np.allclose(fresh, row) for row in U)
 
     def settings(every: int) -> StudySettings:
-        return StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=12, n_init=2,
-                             random_every=every)
+        return StudySettings(
+            job="j",
+            job_name="j",
+            dataset="d",
+            dataset_name="d",
+            fingerprint="f",
+            space_signature=space.signature(),
+            metric="m",
+            mode="max",
+            trials=12,
+            n_init=2,
+            random_every=every,
+        )
 
     f = lambda u: -((u[0] - 0.7) ** 2)  # noqa: E731
     origins = {}
@@ -136,15 +157,16 @@ def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
     """The sampler hands every other step to the surrogate's fallback (the target's own GP) while
     the transfer model has not improved for five BO steps, and only then."""
     from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.samplers.bo import FALLBACK_ORIGIN, BoSampler
     from agent.surrogates.contract import StepModel, Surrogate, SurrogateInputs
     from agent.surrogates.gp import fit_gp
     from agent.surrogates.specs import GpSurrogate
-    from agent.samplers.bo import FALLBACK_ORIGIN, BoSampler
 
     space = SearchSpace([Float("x", 0.0, 1.0), Float("z", 0.0, 1.0)])
 
     class Stubborn(Surrogate):
         """A transfer-like surrogate (no interleaved random steps) whose GP sees the target."""
+
         name, interleave_random = "stubborn", False
 
         def step_model(self, train_X, train_Y, state):  # type: ignore[no-untyped-def]
@@ -153,8 +175,18 @@ def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
         def fallback(self) -> Surrogate:
             return GpSurrogate(SurrogateInputs(space, seed=0))
 
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=20, n_init=1)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=space.signature(),
+        metric="m",
+        mode="max",
+        trials=20,
+        n_init=1,
+    )
     sampler = BoSampler(space, settings, Stubborn())
     history = [TrialRecord("0", 0, TRIAL_OK, {"x": 0.5, "z": 0.5}, 1.0, "init:sobol")]
     history += [TrialRecord(str(i), i, TRIAL_OK, {"x": 0.1 * i, "z": 0.9}, 0.0, "bo:logei") for i in range(1, 6)]
@@ -166,17 +198,25 @@ def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
 
 def _layered_space() -> SearchSpace:
     deep = lambda k: Condition("layers", tuple(range(k, 4)))  # noqa: E731
-    return SearchSpace([Float("lr", 0.0, 1.0), Int("layers", 1, 3),
-                        Float("w1", 0.0, 1.0), Float("w2", 0.0, 1.0, condition=deep(2)),
-                        Float("w3", 0.0, 1.0, condition=deep(3))])
+    return SearchSpace(
+        [
+            Float("lr", 0.0, 1.0),
+            Int("layers", 1, 3),
+            Float("w1", 0.0, 1.0),
+            Float("w2", 0.0, 1.0, condition=deep(2)),
+            Float("w3", 0.0, 1.0, condition=deep(3)),
+        ]
+    )
 
 
 def test_structures_fix_the_parent_and_every_inactive_dimension() -> None:
     space = _layered_space()
     fixings = structural_fixings(space)
-    assert fixings == [{1: Int("layers", 1, 3).to_unit(1), 3: INACTIVE, 4: INACTIVE},
-                       {1: Int("layers", 1, 3).to_unit(2), 4: INACTIVE},
-                       {1: Int("layers", 1, 3).to_unit(3)}]
+    assert fixings == [
+        {1: Int("layers", 1, 3).to_unit(1), 3: INACTIVE, 4: INACTIVE},
+        {1: Int("layers", 1, 3).to_unit(2), 4: INACTIVE},
+        {1: Int("layers", 1, 3).to_unit(3)},
+    ]
     assert structural_fixings(SearchSpace([Float("x", 0.0, 1.0), Int("k", 0, 10)])) is None
     cats = structural_fixings(SearchSpace([Float("x", 0.0, 1.0), Categorical("c", ("a", "b"))]))
     assert cats == [{1: 0.25}, {1: 0.75}]
@@ -196,9 +236,20 @@ def test_a_conditional_space_is_searched_per_structure(kernel: str) -> None:
     U = space.snap(rng.random((14, space.dim)))
     configs = [space.decode(u) for u in U]
     y = np.array([-(c["layers"] != 2) - (c["w1"] - 0.3) ** 2 for c in configs])  # depth 2 is best
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=20,
-                             n_init=1, seed=0, kernel=kernel)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=space.signature(),
+        metric="m",
+        mode="max",
+        trials=20,
+        n_init=1,
+        seed=0,
+        kernel=kernel,
+    )
     sampler = cold_sampler(space, settings)
     X = torch.as_tensor(U, dtype=torch.double)
     Y = torch.as_tensor(y, dtype=torch.double).reshape(-1, 1)

@@ -7,11 +7,11 @@ import numpy as np
 
 from agent.config import StudySettings
 from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.samplers.bo import BoSampler
+from agent.samplers.hts import HtsSampler
 from agent.space import Float, SearchSpace
 from agent.surrogates.contract import SourceTask, SurrogateInputs
 from agent.surrogates.specs import GpSurrogate
-from agent.samplers.bo import BoSampler
-from agent.samplers.hts import HtsSampler
 
 SPACE = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])
 
@@ -21,9 +21,20 @@ def _target(u: np.ndarray) -> float:
 
 
 def _sampler(anchored: bool) -> HtsSampler:
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=SPACE.signature(), metric="m", mode="max", trials=20, n_init=4,
-                             random_every=0, seed=0)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=SPACE.signature(),
+        metric="m",
+        mode="max",
+        trials=20,
+        n_init=4,
+        random_every=0,
+        seed=0,
+    )
     U = np.random.default_rng(3).random((30, 2))
     source = SourceTask("k", "source", U, -((U - 0.2) ** 2).sum(1))  # the source's optimum is far away
     after = BoSampler(SPACE, settings, GpSurrogate(SurrogateInputs(SPACE, seed=0))) if anchored else None

@@ -9,22 +9,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from dataclasses import replace
 
 from agent.config import StudySettings
+from agent.samplers.bo import BoSampler
 from agent.space import Float, SearchSpace
 from agent.surrogates.contract import SurrogateInputs
 from agent.surrogates.specs import GpSurrogate
-from agent.samplers.bo import BoSampler
 
 TOY = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "yahpo_toy"
 REPO = Path(__file__).resolve().parents[2]
@@ -32,9 +32,21 @@ RAY_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO)
 
 
 def _sampler(space: SearchSpace, surrogate: GpSurrogate | None = None, pending: str = "auto") -> BoSampler:
-    settings = StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f",
-                             space_signature=space.signature(), metric="m", mode="max", trials=20, n_init=1,
-                             random_every=0, seed=0, pending=pending)
+    settings = StudySettings(
+        job="j",
+        job_name="j",
+        dataset="d",
+        dataset_name="d",
+        fingerprint="f",
+        space_signature=space.signature(),
+        metric="m",
+        mode="max",
+        trials=20,
+        n_init=1,
+        random_every=0,
+        seed=0,
+        pending=pending,
+    )
     return BoSampler(space, settings, surrogate or GpSurrogate(SurrogateInputs(space, seed=0)))
 
 
@@ -65,7 +77,7 @@ def test_a_liar_surrogate_sees_running_trials_as_worst_observations() -> None:
     class Recording(GpSurrogate):
         pending = "liar"
 
-        def step_model(self, train_X, train_Y, state):  # noqa: ANN001, ANN201
+        def step_model(self, train_X, train_Y, state):
             seen.append((len(train_X), float(train_Y[-1])))
             return super().step_model(train_X, train_Y, state)
 
@@ -84,8 +96,8 @@ def test_the_believer_keeps_the_mean_and_shrinks_the_variance_at_running_points(
     point predicts the same mean there with far less variance, its hyperparameters untouched."""
     import torch
 
-    from agent.surrogates.gp import fit_gp
     from agent.samplers.acquisition import believed
+    from agent.surrogates.gp import fit_gp
 
     space, U, y = _bowl()
     model = fit_gp(torch.as_tensor(U), torch.as_tensor(y).reshape(-1, 1))
@@ -101,8 +113,9 @@ def test_the_believer_keeps_the_mean_and_shrinks_the_variance_at_running_points(
 def test_a_believer_step_pushes_the_next_proposal_away() -> None:
     space, U, y = _bowl()
     first, _ = _sampler(space).propose(U, y, U, 1, 7, np.random.default_rng(7))
-    second, origin = _sampler(space, pending="believer").propose(U, y, U, 1, 7, np.random.default_rng(7),
-                                                                 pending=first[None, :])
+    second, origin = _sampler(space, pending="believer").propose(
+        U, y, U, 1, 7, np.random.default_rng(7), pending=first[None, :]
+    )
     assert origin == "bo:logei"
     assert np.linalg.norm(second - first) > 0.05
 
@@ -118,8 +131,8 @@ def test_a_model_botorch_cannot_condition_is_refitted_on_its_belief() -> None:
     pending = np.array([[0.6, 0.6], [0.1, 0.9]])
 
     class Unconditionable(GpSurrogate):
-        def step_model(self, train_X, train_Y, state):  # noqa: ANN001, ANN201
-            seen.append((len(train_X), train_Y[len(U):].numpy().reshape(-1)))
+        def step_model(self, train_X, train_Y, state):
+            seen.append((len(train_X), train_Y[len(U) :].numpy().reshape(-1)))
             step = super().step_model(train_X, train_Y, state)
 
             def refuse(*_: object, **__: object) -> None:
@@ -137,10 +150,17 @@ def test_a_model_botorch_cannot_condition_is_refitted_on_its_belief() -> None:
     np.testing.assert_allclose(seen[1][1], first_mean[0])
 
 
-@pytest.mark.parametrize(("setting", "declared", "used"), [
-    ("auto", "joint", "joint"), ("auto", "liar", "liar"), ("believer", "joint", "believer"),
-    ("liar", "joint", "liar"), ("joint", "liar", "liar"), ("believer", "liar", "believer"),
-])
+@pytest.mark.parametrize(
+    ("setting", "declared", "used"),
+    [
+        ("auto", "joint", "joint"),
+        ("auto", "liar", "liar"),
+        ("believer", "joint", "believer"),
+        ("liar", "joint", "liar"),
+        ("joint", "liar", "liar"),
+        ("believer", "liar", "believer"),
+    ],
+)
 def test_the_pending_setting_applies_where_the_posterior_allows(setting: str, declared: str, used: str) -> None:
     from agent.samplers.bo import pending_strategy
 
@@ -154,24 +174,43 @@ def test_an_unknown_pending_setting_is_refused() -> None:
     from agent.errors import TuneAgentError
 
     with pytest.raises(TuneAgentError, match="--pending must be one of auto, joint, believer, liar"):
-        StudySettings(job="j", job_name="j", dataset="d", dataset_name="d", fingerprint="f", space_signature="s",
-                      metric="m", mode="max", trials=2, pending="fantasy")
+        StudySettings(
+            job="j",
+            job_name="j",
+            dataset="d",
+            dataset_name="d",
+            fingerprint="f",
+            space_signature="s",
+            metric="m",
+            mode="max",
+            trials=2,
+            pending="fantasy",
+        )
 
 
 @pytest.mark.parametrize("pending", ["auto", "believer", "liar"])
-def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # noqa: ANN001
+def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:
     """Four trials in flight on the toy benchmark job: every slot told once, none left running,
     whichever way the running trials enter the BO step."""
     from agent.config import StudyRequest
-    from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
-    from agent.execution.runner import run_study
-    from agent.tuning.service import prepare_study
     from agent.execution.resources import ExecutionSettings
+    from agent.execution.runner import run_study
     from agent.execution.workers import QueuedExecutor, make_executor
+    from agent.knowledge.base import TRIAL_OK
+    from agent.tuning.service import prepare_study
 
-    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=12, seed=0, study_name="queued", warm_start="none",
-                      tracking_uri=store.uri, artifact_root=store.artifacts, pending=pending)
+    req = StudyRequest(
+        dataset="t1",
+        job=f"yahpo:{TOY}",
+        trials=12,
+        seed=0,
+        study_name="queued",
+        warm_start="none",
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+        pending=pending,
+    )
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     executor = make_executor(study, job, data, None, ExecutionSettings(workers=4))
     assert isinstance(executor, QueuedExecutor) and executor.capacity == 4
@@ -184,30 +223,45 @@ def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:  # no
     assert len(keys) == 12  # no two workers were given the same configuration
 
 
-def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:  # noqa: ANN001
+def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:
     """The loop keeps the study's trials itself instead of reading them back after every ask and
     tell: after each tell its list is the store's, order included, with a killed earlier run of a
     slot (a resumed study) before that slot's re-run."""
     from agent.config import StudyRequest
-    from agent.knowledge.base import TRIAL_KILLED
     from agent.execution.progress import SilentReporter
-    from agent.execution.runner import run_study
-    from agent.tuning.service import prepare_study
     from agent.execution.resources import ExecutionSettings
+    from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
+    from agent.knowledge.base import TRIAL_KILLED
+    from agent.tuning.service import prepare_study
 
-    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=8, seed=0, study_name="kept", warm_start="none",
-                      tracking_uri=store.uri, artifact_root=store.artifacts)
+    req = StudyRequest(
+        dataset="t1",
+        job=f"yahpo:{TOY}",
+        trials=8,
+        seed=0,
+        study_name="kept",
+        warm_start="none",
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+    )
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     study.tell(study.ask(), state=TRIAL_KILLED, failed="killed before the loop")  # slot 0 runs again
     seen: list[tuple[list[object], list[object]]] = []
 
     class Comparing(SilentReporter):
-        def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
+        def trial_finished(self, trial, best, trials) -> None:
             seen.append((list(trials), study.trials()))
 
-    run_study(study, job, data, None, Comparing(), trace_plot=False,
-              executor=make_executor(study, job, data, None, ExecutionSettings(workers=3)))
+    run_study(
+        study,
+        job,
+        data,
+        None,
+        Comparing(),
+        trace_plot=False,
+        executor=make_executor(study, job, data, None, ExecutionSettings(workers=3)),
+    )
     assert len(seen) == 8
     for kept, stored in seen:
         assert kept == stored
@@ -221,20 +275,35 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def ray_cluster(tmp_path: Path):  # noqa: ANN201
+def ray_cluster(tmp_path: Path):
     """A real Ray cluster on 127.0.0.1: a head and one worker node (one CPU each), torn down after."""
     ray = Path(sys.executable).parent / "ray"
     if not ray.exists():
         pytest.skip("the ray command line is not installed beside this python")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0",
-           "CRASH_MARKER": str(tmp_path / "crashed")}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": str(REPO),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "CRASH_MARKER": str(tmp_path / "crashed"),
+    }
     port = _free_port()
     common = ["--num-cpus", "1", "--disable-usage-stats"]
     try:
-        subprocess.run([str(ray), "start", "--head", "--port", str(port),
-                        "--include-dashboard=false", *common], env=env, check=True, capture_output=True, timeout=120)
-        subprocess.run([str(ray), "start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1",
-                        "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [str(ray), "start", "--head", "--port", str(port), "--include-dashboard=false", *common],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [str(ray), "start", "--address", f"127.0.0.1:{port}", "--num-cpus", "1", "--disable-usage-stats"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield f"127.0.0.1:{port}", env
     finally:
         _kill_cluster(port)  # this cluster's processes only: any other Ray on the machine is left alone
@@ -277,8 +346,10 @@ def _kill_cluster(port: int, names: tuple[str, ...] = ()) -> None:
             pass
 
 
-@pytest.mark.timeout(1200)  # its studies' own limit is 900 s: at load 5 on 2 cores (two busy loops beside the suite) it took over 480 s
-def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.mark.timeout(
+    1200
+)  # its studies' own limit is 900 s: at load 5 on 2 cores (two busy loops beside the suite) it took over 480 s
+def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, tmp_path: Path) -> None:
     """Two trials at a time on a head and a worker node. The job's module is not on the nodes: the
     study stops in one line that names --ray-working-dir, and resumes with it. Then the first
     trial's worker SIGKILLs itself: it runs again on a fresh worker, and the study ends with every
@@ -292,9 +363,26 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
     shutil.copy(REPO / "tests" / "tuning" / "crash_job.py", jobs / "crash_job.py")
 
     def doctor(*args: str) -> dict:
-        run = subprocess.run([sys.executable, "-m", "agent.cli", "doctor", "--json", "--ray-address", address,
-                              "--job", "crash_job:job", *args, *store.args],
-                             env=env, cwd=REPO, capture_output=True, text=True, timeout=480)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agent.cli",
+                "doctor",
+                "--json",
+                "--ray-address",
+                address,
+                "--job",
+                "crash_job:job",
+                *args,
+                *store.args,
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=480,
+        )
         return {c["name"]: c for c in json.loads(run.stdout)}
 
     # what a user checks first: both nodes up, each has what a trial needs, but not the job's module
@@ -302,24 +390,79 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
     assert checks["ray cluster"]["status"] == "ok", checks
     assert "2 node(s) alive, 2 CPUs" in checks["ray cluster"]["detail"]
     assert checks["ray nodes"]["status"] == "ok" and "installed on 2 of 2 node(s)" in checks["ray nodes"]["detail"]
-    assert checks["ray trials at once"]["status"] == "warn" and "no node has 2 CPUs" in checks["ray trials at once"]["detail"]
+    assert (
+        checks["ray trials at once"]["status"] == "warn"
+        and "no node has 2 CPUs" in checks["ray trials at once"]["detail"]
+    )
     code = checks["ray job code"]
-    assert code["status"] == "fail" and "'crash_job' not found on 2 of 2" in code["detail"] and "--ray-working-dir" in code["detail"]
+    assert (
+        code["status"] == "fail"
+        and "'crash_job' not found on 2 of 2" in code["detail"]
+        and "--ray-working-dir" in code["detail"]
+    )
     checks = doctor("--ray-working-dir", str(jobs))  # shipped as `start` would: found, and 2 one-CPU trials fit
     assert checks["ray job code"]["status"] == "ok" and checks["ray trials at once"]["detail"].startswith("2 trial(s)")
-    common = ["--dataset", "iris", "--job", "crash_job:job", "--trials", "5", "--epochs", "2", "--workers", "2",
-              "--ray-address", address, "--warm-start", "none", "--study-name", "on-ray", *store.args]
-    run = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(jobs)!r}); "
-                          "from agent.cli import main; main(sys.argv[1:])", "start", *common],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    common = [
+        "--dataset",
+        "iris",
+        "--job",
+        "crash_job:job",
+        "--trials",
+        "5",
+        "--epochs",
+        "2",
+        "--workers",
+        "2",
+        "--ray-address",
+        address,
+        "--warm-start",
+        "none",
+        "--study-name",
+        "on-ray",
+        *store.args,
+    ]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(jobs)!r}); from agent.cli import main; main(sys.argv[1:])",
+            "start",
+            *common,
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 2, run.stderr[-2000:]
     (line,) = run.stderr.strip().splitlines()
-    assert "no module named 'crash_job'" in line and "--ray-working-dir DIR" in line and "tune-agent resume on-ray" in line
+    assert (
+        "no module named 'crash_job'" in line and "--ray-working-dir DIR" in line and "tune-agent resume on-ray" in line
+    )
     assert not Path(env["CRASH_MARKER"]).exists()  # no trial ran
     # shipped with --ray-working-dir (Ray's runtime_env), the same study resumes and finishes
-    run = subprocess.run([sys.executable, "-m", "agent.cli", "resume", "on-ray", "--workers", "2", "--ray-address",
-                          address, "--ray-working-dir", str(jobs), *store.args],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "resume",
+            "on-ray",
+            "--workers",
+            "2",
+            "--ray-address",
+            address,
+            "--ray-working-dir",
+            str(jobs),
+            *store.args,
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "running 2 trial(s) at once on the Ray cluster at" in run.stdout
     assert "running trials enter each BO step as pending points of the acquisition" in run.stdout
@@ -339,7 +482,7 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
 
 
 @pytest.mark.timeout(1200)  # Ray's start and two workers' imports on a busy machine
-def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> None:  # noqa: ANN001
+def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> None:
     """Six trials, two at a time, each reserving a quarter of a GPU: they train in two worker
     processes, each keeping torch, Lightning, the job and the data from one trial to the next. Ray
     runs a *task* that reserves a GPU in a fresh process every time (its ``max_calls=1`` default
@@ -360,8 +503,17 @@ def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> 
         def accelerator(self) -> str:  # reserve the share, train on the CPU
             return "cpu"
 
-    req = StudyRequest(dataset="iris", job="mlp", trials=6, epochs=1, seed=0, study_name="gpu-share",
-                       warm_start="none", tracking_uri=store.uri, artifact_root=store.artifacts)
+    req = StudyRequest(
+        dataset="iris",
+        job="mlp",
+        trials=6,
+        epochs=1,
+        seed=0,
+        study_name="gpu-share",
+        warm_start="none",
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+    )
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         study, job, data, split = prepare_study(req, echo=lambda _: None)
@@ -378,17 +530,42 @@ def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> 
 
 
 @pytest.mark.timeout(1200)  # a Ray cluster on a busy machine: see above
-def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> None:  # noqa: ANN001
+def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> None:
     """--cpus-per-trial 2 on a cluster of one-CPU nodes: the study says no node fits and waits (as
     for an autoscaler); a two-CPU node joins, the study says so and finishes."""
     from agent.knowledge.base import TRIAL_OK
 
     address, env = ray_cluster
-    study = subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
-                              "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1", "--ray-address", address,
-                              "--cpus-per-trial", "2", "--warm-start", "none", "--study-name", "waits", *store.args],
-                             env={**env, "PYTHONUNBUFFERED": "1"}, cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    study = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "start",
+            "--dataset",
+            "iris",
+            "--job",
+            "agent.jobs.examples:logistic",
+            "--trials",
+            "2",
+            "--epochs",
+            "1",
+            "--ray-address",
+            address,
+            "--cpus-per-trial",
+            "2",
+            "--warm-start",
+            "none",
+            "--study-name",
+            "waits",
+            *store.args,
+        ],
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         for line in study.stdout:
@@ -397,8 +574,13 @@ def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> 
                 break
         assert f"no node of the Ray cluster at {address} has 2 CPUs a trial" in lines[-1], "".join(lines)
         ray = Path(sys.executable).parent / "ray"
-        subprocess.run([str(ray), "start", "--address", address, "--num-cpus", "2", "--disable-usage-stats"],
-                       env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [str(ray), "start", "--address", address, "--num-cpus", "2", "--disable-usage-stats"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         out, err = study.communicate(timeout=600)
     finally:
         if study.poll() is None:
@@ -409,8 +591,10 @@ def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> 
     assert sorted(t.number for t in trials) == [0, 1] and all(t.state == TRIAL_OK for t in trials)
 
 
-@pytest.mark.timeout(1200)  # its studies' own limit is 900 s: at load 5 on 2 cores (two busy loops beside the suite) it took over 480 s
-def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.mark.timeout(
+    1200
+)  # its studies' own limit is 900 s: at load 5 on 2 cores (two busy loops beside the suite) it took over 480 s
+def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store, tmp_path: Path) -> None:
     """`start --workers 2 --cpus-per-trial 3` on a local instance: Ray started on a background
     thread (its processes would die with that thread, were it to end), its workers warmed, every
     trial logged once, trained on three torch threads in a Ray worker, and nothing from Ray's start
@@ -419,11 +603,36 @@ def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store,
 
     threads = tmp_path / "threads"
     threads.mkdir()
-    run = subprocess.run([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
-                          "tests.tuning.threads_job:job", "--trials", "4", "--epochs", "2", "--workers", "2",
-                          "--cpus-per-trial", "3", "--warm-start", "none", "--study-name", "local-ray", *store.args],
-                         env={**RAY_ENV, "THREADS_DIR": str(threads)}, cwd=REPO, capture_output=True, text=True,
-                         timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "start",
+            "--dataset",
+            "iris",
+            "--job",
+            "tests.tuning.threads_job:job",
+            "--trials",
+            "4",
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--cpus-per-trial",
+            "3",
+            "--warm-start",
+            "none",
+            "--study-name",
+            "local-ray",
+            *store.args,
+        ],
+        env={**RAY_ENV, "THREADS_DIR": str(threads)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "running 2 trial(s) at once on a local Ray instance, 3 CPUs each, 1 more asked ahead" in run.stdout
     assert "SIGTERM handler" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
@@ -446,7 +655,7 @@ err = io.StringIO()
 with contextlib.redirect_stderr(err):
     try:
         main(["start", "--dataset", "no-such-dataset", "--job", "mlp", "--workers", "2", "--warm-start", "none",
-              "--tracking-uri", "sqlite:///{tmp_path / 'mlflow.db'}"])
+              "--tracking-uri", "sqlite:///{tmp_path / "mlflow.db"}"])
         code = 0
     except SystemExit as exc:
         code = exc.code
@@ -456,7 +665,9 @@ for t in began:
 print(json.dumps({{"exit": code, "output": err.getvalue().strip(), "began": len(began),
                   "ended": not any(t.is_alive() for t in began), "ray": ray.is_initialized()}}))
 """
-    run = subprocess.run([sys.executable, "-c", script], env=RAY_ENV, cwd=REPO, capture_output=True, text=True, timeout=200)
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=RAY_ENV, cwd=REPO, capture_output=True, text=True, timeout=200
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen["exit"] == 2
@@ -465,17 +676,43 @@ print(json.dumps({{"exit": code, "output": err.getvalue().strip(), "began": len(
 
 
 @pytest.mark.slow
-def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_cluster, store) -> None:  # noqa: ANN001
+def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_cluster, store) -> None:
     """SIGKILL of the head's GCS and every raylet mid-study: within seconds (not Ray's own 60 s and a
     log line) the study closes its running trials as killed and says how to resume, exit 2; the
     resume, on this machine without Ray, finishes the budget with every slot once."""
     from agent.knowledge.base import COUNTED_STATES, TRIAL_KILLED, TRIAL_RUNNING
 
     address, env = ray_cluster
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "start", "--dataset", "iris", "--job",
-                             "agent.jobs.examples:logistic", "--trials", "8", "--epochs", "400", "--workers", "2",
-                             "--ray-address", address, "--warm-start", "none", "--study-name", "head", *store.args],
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "start",
+            "--dataset",
+            "iris",
+            "--job",
+            "agent.jobs.examples:logistic",
+            "--trials",
+            "8",
+            "--epochs",
+            "400",
+            "--workers",
+            "2",
+            "--ray-address",
+            address,
+            "--warm-start",
+            "none",
+            "--study-name",
+            "head",
+            *store.args,
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     for line in proc.stdout:  # type: ignore[union-attr]
         lines.append(line)
@@ -487,12 +724,19 @@ def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_clust
     assert time.monotonic() - killed_at < 45  # Ray alone would end the driver after 60 s, with its own log line
     assert proc.returncode == 2, err[-2000:]
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"tune-agent: error: the Ray cluster at {address} is gone") and "tune-agent resume head" in last
+    assert (
+        last.startswith(f"tune-agent: error: the Ray cluster at {address} is gone") and "tune-agent resume head" in last
+    )
     kb = store.kb()
     trials = kb.trials(kb.find_study("head"))
     assert not any(t.state == TRIAL_RUNNING for t in trials) and any(t.state == TRIAL_KILLED for t in trials)
-    resumed = subprocess.run([sys.executable, "-m", "agent.cli", "resume", "head", *store.args], cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "resume", "head", *store.args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     counted = sorted(t.number for t in kb.trials(kb.find_study("head")) if t.state in COUNTED_STATES)
     assert counted == list(range(8))  # the full budget, no slot twice
@@ -508,8 +752,10 @@ def test_tpe_sees_running_trials_only_through_its_constant_liar() -> None:
     space, U, y = _bowl()
     settings = replace(_sampler(space).settings, trials=40, n_init=5, random_every=4, sampler="tpe", pending="liar")
     rng = np.random.default_rng(0)
-    trials = [TrialRecord(f"t{i}", i, TRIAL_OK, space.decode(u), float(-((u - 0.6) ** 2).sum()), "random")
-              for i, u in enumerate(rng.random((24, 2)))]
+    trials = [
+        TrialRecord(f"t{i}", i, TRIAL_OK, space.decode(u), float(-((u - 0.6) ** 2).sum()), "random")
+        for i, u in enumerate(rng.random((24, 2)))
+    ]
     sampler = TpeSampler(space, settings)
     first = sampler.suggest(24, trials).config
     assert sampler.suggest(24, trials).config == first
@@ -532,31 +778,39 @@ def test_a_parallel_study_says_how_running_trials_are_used() -> None:
     assert "random search" in pending_note(RandomSampler(space, settings))
 
 
-def _events(store, name: str, ahead: int, timeout: float | None = None, training: float = 0.0):  # noqa: ANN001, ANN202
+def _events(store, name: str, ahead: int, timeout: float | None = None, training: float = 0.0):
     """A 9-trial toy study on 3 simulated workers; each trial ``training`` seconds (the wait)."""
     from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
-    from agent.execution.runner import run_study
-    from agent.tuning.service import prepare_study
     from agent.execution.resources import ExecutionSettings
+    from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
+    from agent.tuning.service import prepare_study
 
-    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name=name, warm_start="none",
-                      tracking_uri=store.uri, artifact_root=store.artifacts)
+    req = StudyRequest(
+        dataset="t1",
+        job=f"yahpo:{TOY}",
+        trials=9,
+        seed=0,
+        study_name=name,
+        warm_start="none",
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+    )
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     events: list[tuple[str, int, int]] = []
 
     class Recording(SilentReporter):
-        def trial_started(self, trial) -> None:  # noqa: ANN001
+        def trial_started(self, trial) -> None:
             events.append(("start", trial.number, sum(t.state == "running" for t in study.trials())))
 
-        def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
+        def trial_finished(self, trial, best, trials) -> None:
             events.append(("end", trial.number, 0))
 
     executor = make_executor(study, job, data, None, ExecutionSettings(workers=3, ask_ahead=ahead))
     finish = executor.wait
 
-    def training_wait():  # noqa: ANN202
+    def training_wait():
         time.sleep(training)
         return finish()
 
@@ -565,7 +819,7 @@ def _events(store, name: str, ahead: int, timeout: float | None = None, training
     return study, events, timing
 
 
-def test_asked_ahead_trials_start_before_the_finished_one_is_told(store) -> None:  # noqa: ANN001
+def test_asked_ahead_trials_start_before_the_finished_one_is_told(store) -> None:
     """With --ask-ahead 1 one trial more than the workers is asked and held: when a trial ends,
     the held one starts before the ended one is told (and the next asked). With 0, a trial starts
     only after the one whose worker it takes was told, knowing its result."""
@@ -582,7 +836,7 @@ def test_asked_ahead_trials_start_before_the_finished_one_is_told(store) -> None
             assert (at["start", n] < at["end", n - 3]) == (ahead == 1), (ahead, events)
 
 
-def test_a_timeout_closes_the_trials_asked_ahead_and_the_study_resumes(store) -> None:  # noqa: ANN001
+def test_a_timeout_closes_the_trials_asked_ahead_and_the_study_resumes(store) -> None:
     """A trial asked ahead that no worker started before --timeout is closed as killed, so its
     slot stays free: nothing is left running and the slots left are the resume's."""
     from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
@@ -606,7 +860,7 @@ def test_a_bo_step_fits_once_for_asks_that_differ_only_in_running_trials() -> No
     fits: list[int] = []
     step_model = sampler.surrogate.step_model
 
-    def counted(X, Y, state):  # noqa: ANN001, ANN202
+    def counted(X, Y, state):
         fits.append(len(X))
         return step_model(X, Y, state)
 
@@ -619,28 +873,36 @@ def test_a_bo_step_fits_once_for_asks_that_differ_only_in_running_trials() -> No
     assert fits == [8, 9]
 
 
-def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> None:  # noqa: ANN001
+def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> None:
     """Workers that free up while the driver is busy are drained: every trial that ended is told,
     then the free slots are asked for, on one fit of the model."""
     from agent.config import StudyRequest
-    from agent.knowledge.base import TRIAL_OK
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
-    from agent.tuning.service import prepare_study
     from agent.execution.workers import QueuedExecutor
+    from agent.knowledge.base import TRIAL_OK
+    from agent.tuning.service import prepare_study
 
     class Together(QueuedExecutor):
-        def poll(self):  # noqa: ANN202 - the trials started together end together
+        def poll(self):
             return self._done.popleft() if self._done else None
 
-    req = StudyRequest(dataset="t1", job=f"yahpo:{TOY}", trials=9, seed=0, study_name="together", warm_start="none",
-                      tracking_uri=store.uri, artifact_root=store.artifacts)
+    req = StudyRequest(
+        dataset="t1",
+        job=f"yahpo:{TOY}",
+        trials=9,
+        seed=0,
+        study_name="together",
+        warm_start="none",
+        tracking_uri=store.uri,
+        artifact_root=store.artifacts,
+    )
     study, job, data, _ = prepare_study(req, echo=lambda _: None)
     fits: list[int] = []
     surrogate = study.sampler.surrogate
     step_model = surrogate.step_model
 
-    def counted(X, Y, state):  # noqa: ANN001, ANN202
+    def counted(X, Y, state):
         fits.append(len(X))
         return step_model(X, Y, state)
 
@@ -648,14 +910,15 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
     events: list[str] = []
 
     class Recording(SilentReporter):
-        def trial_started(self, trial) -> None:  # noqa: ANN001
+        def trial_started(self, trial) -> None:
             events.append("start")
 
-        def trial_finished(self, trial, best, trials) -> None:  # noqa: ANN001
+        def trial_finished(self, trial, best, trials) -> None:
             events.append("end")
 
-    timing = run_study(study, job, data, None, Recording(), trace_plot=False,
-                       executor=Together(study, job, data, None, 3, ask_ahead=0))
+    timing = run_study(
+        study, job, data, None, Recording(), trace_plot=False, executor=Together(study, job, data, None, 3, ask_ahead=0)
+    )
     trials = study.trials()
     assert sorted(t.number for t in trials) == list(range(9)) and all(t.state == TRIAL_OK for t in trials)
     assert events == ["start"] * 3 + (["end"] * 3 + ["start"] * 3) * 2 + ["end"] * 3
@@ -664,7 +927,7 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
     assert len(bo_steps) >= 2 and len(fits) < len(bo_steps)  # trials 7-9 were asked on one fit
 
 
-def test_torch_threads_sets_the_threads_of_trials_trained_here(store, cli) -> None:  # noqa: ANN001
+def test_torch_threads_sets_the_threads_of_trials_trained_here(store, cli) -> None:
     """--torch-threads N: every trial of a --workers 1 study trains on N torch threads, and the
     process's own count is back afterwards; with Ray workers the option is refused in one line."""
     import torch
@@ -673,12 +936,39 @@ def test_torch_threads_sets_the_threads_of_trials_trained_here(store, cli) -> No
 
     before = torch.get_num_threads()
     job.seen.clear()
-    result = cli("start", "--dataset", "wine", "--job", "tests.tuning.threads_job:job", "--trials", "2", "--epochs", "1",
-                 "--warm-start", "none", "--torch-threads", "1", "--tracking-uri", store.uri,
-                 "--artifact-root", store.artifacts)
+    result = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "tests.tuning.threads_job:job",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--torch-threads",
+        "1",
+        "--tracking-uri",
+        store.uri,
+        "--artifact-root",
+        store.artifacts,
+    )
     assert result.code == 0, result.err
     assert job.seen == [1, 1] and torch.get_num_threads() == before
-    refused = cli("start", "--dataset", "wine", "--job", "mlp", "--workers", "2", "--torch-threads", "2",
-                  "--tracking-uri", store.uri)
+    refused = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "mlp",
+        "--workers",
+        "2",
+        "--torch-threads",
+        "2",
+        "--tracking-uri",
+        store.uri,
+    )
     assert refused.code == 2 and "--torch-threads" in refused.err and "--cpus-per-trial threads" in refused.err
     assert len(refused.err.strip().splitlines()) == 1

@@ -16,7 +16,7 @@ JOB = f"yahpo:{TOY}"
 
 
 @pytest.fixture
-def history(store, cli, tmp_path: Path):  # noqa: ANN201
+def history(store, cli, tmp_path: Path):
     """Two source tasks imported with `tune-agent import` (the toy's task t2, and a noisy copy)."""
     from agent.jobs import load_job
 
@@ -24,21 +24,37 @@ def history(store, cli, tmp_path: Path):  # noqa: ANN201
     rng = np.random.default_rng(0)
     U = job.space.snap(rng.random((30, job.space.dim)))
     y = np.asarray(job.evaluate_many(U, job.task("t2")))
-    rows = [{"task": name, **job.space.decode(u), "value": float(v + noise)}
-            for name, noise in (("src-a", 0.0), ("src-b", 0.01)) for u, v in zip(U, y)]
+    rows = [
+        {"task": name, **job.space.decode(u), "value": float(v + noise)}
+        for name, noise in (("src-a", 0.0), ("src-b", 0.01))
+        for u, v in zip(U, y)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "history.csv", index=False)
     (tmp_path / "space.json").write_text(json.dumps({"params": job.space.to_dict()}))
-    res = cli("import", str(tmp_path / "history.csv"), "--space", str(tmp_path / "space.json"), "--job-name", job.name,
-              "--metric", job.metric, "--mode", job.mode, *store.args)
+    res = cli(
+        "import",
+        str(tmp_path / "history.csv"),
+        "--space",
+        str(tmp_path / "space.json"),
+        "--job-name",
+        job.name,
+        "--metric",
+        job.metric,
+        "--mode",
+        job.mode,
+        *store.args,
+    )
     assert res.code == 0, res.err
     return job
 
 
-def _train(job, store, models: Path, steps: int) -> None:  # noqa: ANN001
+def _train(job, store, models: Path, steps: int) -> None:
     from agent.pipeline.metamodels import history_sources, tnp_settings, train_tnp
 
     sources = history_sources(store.kb(), job.name, job.space)
-    train_tnp(sources, job.name, job.space.signature(), models, tnp_settings({"meta_steps": steps, "hidden": 16, "heads": 2}))
+    train_tnp(
+        sources, job.name, job.space.signature(), models, tnp_settings({"meta_steps": steps, "hidden": 16, "heads": 2})
+    )
 
 
 def _ask(cli, store, name: str) -> dict:
@@ -50,8 +66,24 @@ def _ask(cli, store, name: str) -> dict:
 def test_resume_rebuilds_the_planned_tnp_and_refuses_a_changed_one(history, store, cli, tmp_path: Path) -> None:
     models = tmp_path / "models"
     _train(history, store, models, steps=3)
-    res = cli("create", "--job", JOB, "--dataset", "t1", "--trials", "5", "--surrogate", "tnp", "--warm-start", "none",
-              "--models-dir", str(models), "--study-name", "planned", *store.args)
+    res = cli(
+        "create",
+        "--job",
+        JOB,
+        "--dataset",
+        "t1",
+        "--trials",
+        "5",
+        "--surrogate",
+        "tnp",
+        "--warm-start",
+        "none",
+        "--models-dir",
+        str(models),
+        "--study-name",
+        "planned",
+        *store.args,
+    )
     assert res.code == 0, res.err
     first = _ask(cli, store, "planned")
     assert first["origin"] == "init:tnp"  # the TNP's learned initial configuration
@@ -71,8 +103,20 @@ def test_resume_rebuilds_the_planned_tnp_and_refuses_a_changed_one(history, stor
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
 def test_random_and_tpe_samplers_run_product_studies(history, store, cli, sampler: str) -> None:
-    res = cli("start", "--job", JOB, "--dataset", "t1", "--trials", "4", "--sampler", sampler,
-              "--study-name", f"s-{sampler}", *store.args)
+    res = cli(
+        "start",
+        "--job",
+        JOB,
+        "--dataset",
+        "t1",
+        "--trials",
+        "4",
+        "--sampler",
+        sampler,
+        "--study-name",
+        f"s-{sampler}",
+        *store.args,
+    )
     assert res.code == 0, res.err
     kb = store.kb()
     trials = kb.trials(kb.find_study(f"s-{sampler}"))

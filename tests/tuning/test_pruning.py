@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
-from agent.space import Float, SearchSpace
 from agent.execution.pruning import Pruner, PruningState, study_curves
+from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.samplers.base import encoded
+from agent.space import Float, SearchSpace
 
 
 def test_asha_rungs_grow_by_eta_and_keep_the_top_third() -> None:
@@ -38,16 +38,36 @@ def test_a_pruned_value_is_a_bound_never_better_than_the_worst_finished_trial() 
     def trial(n: int, state: str, value: float) -> TrialRecord:
         return TrialRecord(str(n), n, state, {"x": n / 10}, value, "bo:logei", extra={"curve_1": value})
 
-    trials = [trial(0, TRIAL_OK, 0.30), trial(1, TRIAL_OK, 0.50), trial(2, TRIAL_PRUNED, 0.20),
-              trial(3, TRIAL_PRUNED, 0.90)]
+    trials = [
+        trial(0, TRIAL_OK, 0.30),
+        trial(1, TRIAL_OK, 0.50),
+        trial(2, TRIAL_PRUNED, 0.20),
+        trial(3, TRIAL_PRUNED, 0.90),
+    ]
     _, y = encoded(space, trials, (TRIAL_OK, TRIAL_PRUNED), sign=-1.0)  # minimised loss, maximised here
     np.testing.assert_allclose(y, [-0.30, -0.50, -0.50, -0.90])
     assert study_curves(trials) == {1: [0.30, 0.50, 0.20, 0.90]}
 
 
-def test_an_asha_study_prunes_and_keeps_pruned_trials_out_of_the_best(store, cli) -> None:  # noqa: ANN001
-    res = cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "8", "--epochs", "3",
-              "--pruner", "asha", "--warm-start", "none", "--study-name", "pruned", *store.args)
+def test_an_asha_study_prunes_and_keeps_pruned_trials_out_of_the_best(store, cli) -> None:
+    res = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "agent.jobs.examples:logistic",
+        "--trials",
+        "8",
+        "--epochs",
+        "3",
+        "--pruner",
+        "asha",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "pruned",
+        *store.args,
+    )
     assert res.code == 0, res.err
     kb = store.kb()
     study = kb.find_study("pruned")

@@ -15,7 +15,7 @@ import pytest
 from tests.tuning.test_source_models import N_SOURCES, _plan, _starter_entries, history  # noqa: F401 - fixture
 
 
-def _store(kb, models: Path):  # noqa: ANN001, ANN202
+def _store(kb, models: Path):
     from agent.jobs import load_job
     from agent.tuning.published import open_source_models
 
@@ -23,7 +23,7 @@ def _store(kb, models: Path):  # noqa: ANN001, ANN202
     return open_source_models(kb, models, "mlp", load_job("mlp").space, lines.append), lines
 
 
-def test_a_second_folder_plans_from_the_published_version_without_fitting(history, tmp_path: Path) -> None:  # noqa: F811
+def test_a_second_folder_plans_from_the_published_version_without_fitting(history, tmp_path: Path) -> None:
     from agent.jobs import load_job
     from agent.surrogates.contract import SourceFits
     from agent.tuning.published import scope_of
@@ -50,7 +50,7 @@ def test_a_second_folder_plans_from_the_published_version_without_fitting(histor
     assert update_for_job(history, tmp_path / "C" / "models", "mlp")["published"] == 1
 
 
-def test_studies_ending_at_once_both_publish_their_additions(history, tmp_path: Path) -> None:  # noqa: F811
+def test_studies_ending_at_once_both_publish_their_additions(history, tmp_path: Path) -> None:
     from agent.jobs import load_job
     from agent.knowledge.starter import write_entries
     from agent.tuning.published import publish_added
@@ -83,8 +83,9 @@ def test_studies_ending_at_once_both_publish_their_additions(history, tmp_path: 
     assert len(planned.plan.source_keys) == N_SOURCES + 2
 
 
-def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(history, tmp_path: Path,  # noqa: F811
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(
+    history, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agent.jobs import load_job
     from agent.knowledge.meta_cache import default_root, fetch
     from agent.tuning.published import scope_of
@@ -103,7 +104,7 @@ def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(histor
     record = history.current_meta_models(scope)  # the store's own copy damaged: left out, in one line
     original = history.fetch_meta_model_file
 
-    def damaged(rec, name, target):  # noqa: ANN001, ANN202
+    def damaged(rec, name, target):
         original(rec, name, target)
         Path(target).write_text("not what its name says\n")
 
@@ -116,7 +117,7 @@ def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(histor
     assert default_root() == tmp_path / "other-cache"
 
 
-def test_a_cache_others_can_write_is_not_trusted(history, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_a_cache_others_can_write_is_not_trusted(history, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from agent.knowledge.meta_cache import cache_root
 
     shared = tmp_path / "shared-cache"
@@ -147,40 +148,81 @@ def test_the_in_memory_store_keeps_versions_as_mlflow_does() -> None:
         assert (Path(tmp) / "out" / "tnp.json").read_text() == "{}\n"
 
 
-def test_neighbors_prints_what_start_seeds_from_and_origins_are_explained_once(history, store, cli,  # noqa: F811
-                                                                               tmp_path: Path) -> None:
+def test_neighbors_prints_what_start_seeds_from_and_origins_are_explained_once(
+    history, store, cli, tmp_path: Path
+) -> None:
     import json
 
-    res = cli("neighbors", "--dataset", "digits?fraction=0.4&seed=5", "--job", "mlp", "--json", "--models-dir", str(tmp_path / "m"),
-              "--tracking-uri", store.uri)
+    res = cli(
+        "neighbors",
+        "--dataset",
+        "digits?fraction=0.4&seed=5",
+        "--job",
+        "mlp",
+        "--json",
+        "--models-dir",
+        str(tmp_path / "m"),
+        "--tracking-uri",
+        store.uri,
+    )
     assert res.code == 0, res.err
     listed = json.loads(res.out)["neighbours"]
     assert listed
-    res = cli("start", "--dataset", "digits?fraction=0.4&seed=5", "--job", "mlp", "--trials", "3", "--epochs", "1",
-              "--study-name", "nb",
-              "--models-dir", str(tmp_path / "m"), *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "digits?fraction=0.4&seed=5",
+        "--job",
+        "mlp",
+        "--trials",
+        "3",
+        "--epochs",
+        "1",
+        "--study-name",
+        "nb",
+        "--models-dir",
+        str(tmp_path / "m"),
+        *store.args,
+    )
     assert res.code == 0, res.err
     recorded = json.loads(store.kb().study_tags(store.kb().find_study("nb"))["warm_start"])["neighbours"]
     assert [(n["dataset"], n["distance"]) for n in listed] == [(n["name"], n["distance"]) for n in recorded]
     assert "record(s) published to version 1" in res.out  # the plan's source fits and its own source, for everyone
     # each kind of origin tag is explained on its first trial, once
     assert res.out.count("]: the best configuration of a neighbouring historical dataset") == 1, res.out
-    assert "]: a Bayesian-optimisation step (acquisition logei)" in res.out or "]: a point of the initial design" in res.out
+    assert (
+        "]: a Bayesian-optimisation step (acquisition logei)" in res.out
+        or "]: a point of the initial design" in res.out
+    )
 
 
 def test_every_origin_a_sampler_gives_has_an_explanation() -> None:
     from agent.samplers.origins import explain_origin
 
-    for origin in ("warm:handcrafted:wine", "init:sobol", "init:lhs", "init:rgpe", "init:cold-fallback", "bo:logei",
-                   "bo:target-gp", "random", "random:interleaved", "random:hts-exhausted", "tpe", "hts:iris",
-                   "import", "init:table"):
+    for origin in (
+        "warm:handcrafted:wine",
+        "init:sobol",
+        "init:lhs",
+        "init:rgpe",
+        "init:cold-fallback",
+        "bo:logei",
+        "bo:target-gp",
+        "random",
+        "random:interleaved",
+        "random:hts-exhausted",
+        "tpe",
+        "hts:iris",
+        "import",
+        "init:table",
+    ):
         line = explain_origin(origin)
         assert line and "a step of the study's sampler" not in line, origin
     assert "cold one" in explain_origin("init:cold-fallback") and "Sobol" in explain_origin("init:sobol")
 
 
 def test_bootstrap_from_an_empty_folder_into_a_new_store_folder_then_start_from_another(
-        cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's path, at test scale: a starter file (the packaged one's first studies) imported
     from an empty folder into a store whose folder does not exist yet, published; then a study from
     a second empty folder fits no source GP."""
@@ -195,14 +237,36 @@ def test_bootstrap_from_an_empty_folder_into_a_new_store_folder_then_start_from_
     (tmp_path / "B").mkdir()
     uri = f"sqlite:///{tmp_path / 'new' / 'dir' / 'mlflow.db'}"
     monkeypatch.chdir(tmp_path / "A")
-    res = cli("bootstrap", "--starter", str(tmp_path / "small.npz"), "--tracking-uri", uri,
-              "--artifact-root", str(tmp_path / "art"))
+    res = cli(
+        "bootstrap",
+        "--starter",
+        str(tmp_path / "small.npz"),
+        "--tracking-uri",
+        uri,
+        "--artifact-root",
+        str(tmp_path / "art"),
+    )
     assert res.code == 0, res.err
     assert f"tracking store folder {tmp_path / 'new' / 'dir'} did not exist: made it" in res.out
     assert "published as version 1" in res.out
     monkeypatch.chdir(tmp_path / "B")
-    res = cli("start", "--dataset", "digits?fraction=0.4&seed=5", "--job", "mlp", "--trials", "2", "--epochs", "1",
-              "--surrogate", "rgpe", "--tracking-uri", uri, "--artifact-root", str(tmp_path / "art"))
+    res = cli(
+        "start",
+        "--dataset",
+        "digits?fraction=0.4&seed=5",
+        "--job",
+        "mlp",
+        "--trials",
+        "2",
+        "--epochs",
+        "1",
+        "--surrogate",
+        "rgpe",
+        "--tracking-uri",
+        uri,
+        "--artifact-root",
+        str(tmp_path / "art"),
+    )
     assert res.code == 0, res.err
     assert "fetching version 1" in res.out and "source models: fitting" not in res.out, res.out
     assert "no trained meta-feature extractor" not in res.out
@@ -224,10 +288,12 @@ def test_a_version_of_another_engine_and_a_store_that_cannot_say_are_one_line_ea
     assert got.record is not None and len([x for x in lines if "built by engine 0.0" in x]) == 1, lines
 
     class Refusing(InMemoryKnowledgeBase):
-        def current_meta_models(self, scope: str):  # noqa: ANN201
+        def current_meta_models(self, scope: str):
             raise StoreError("tracking server http://x unreachable")
 
     lines = []
     got = fetch_current(Refusing(), "mlp", space, lines.append)
     assert got.record is None and lines == [
-        "meta-models: the store's could not be read (tracking server http://x unreachable); what is missing is built here"]
+        "meta-models: the store's could not be read (tracking server http://x unreachable); what is missing is "
+        "built here"
+    ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.pipeline.replay import replay_order
 from agent.samplers.design import initial_design
 from agent.space import Float, Int, SearchSpace
-from agent.pipeline.replay import replay_order
 
 
 def test_replay_picks_distinct_table_rows_init_first_and_finds_the_optimum() -> None:

@@ -27,11 +27,29 @@ def test_the_sampler_names_and_the_registry_agree() -> None:
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
-def test_every_sampler_keeps_the_contract(name: str, history, store, cli, tmp_path: Path) -> None:  # noqa: F811
+def test_every_sampler_keeps_the_contract(name: str, history, store, cli, tmp_path: Path) -> None:
     job = history
     study = f"contract-{name}"
-    res = cli("create", "--job", JOB, "--dataset", "t1", "--trials", "5", "--sampler", name, "--warm-start", "none",
-              "--n-init", "2", "--models-dir", str(tmp_path / "models"), "--study-name", study, *store.args)
+    res = cli(
+        "create",
+        "--job",
+        JOB,
+        "--dataset",
+        "t1",
+        "--trials",
+        "5",
+        "--sampler",
+        name,
+        "--warm-start",
+        "none",
+        "--n-init",
+        "2",
+        "--models-dir",
+        str(tmp_path / "models"),
+        "--study-name",
+        study,
+        *store.args,
+    )
     assert res.code == 0, res.err
 
     def ask() -> dict:
@@ -63,4 +81,6 @@ def test_every_sampler_keeps_the_contract(name: str, history, store, cli, tmp_pa
     trials = kb.trials(record)
     assert len(trials) == 5 and all(np.isfinite(t.value) for t in trials)
     assert record.status == "finished"
-    assert REGISTRY[name].plan != "sources" or any(t.origin.startswith("hts") for t in trials), [t.origin for t in trials]
+    assert REGISTRY[name].plan != "sources" or any(t.origin.startswith("hts") for t in trials), [
+        t.origin for t in trials
+    ]

@@ -29,7 +29,7 @@ def _starter_entries(first: int, count: int) -> tuple[list[dict], list[dict]]:
 
 
 @pytest.fixture
-def history(store):  # noqa: ANN201
+def history(store):
     from agent.knowledge.starter import write_entries
 
     entries, space = _starter_entries(0, N_SOURCES)
@@ -38,15 +38,25 @@ def history(store):  # noqa: ANN201
     return kb
 
 
-def _plan(kb, models: Path, fits=None, surrogate: str = "rgpe"):  # noqa: ANN001, ANN202
+def _plan(kb, models: Path, fits=None, surrogate: str = "rgpe"):
     from agent.config import StudySettings
     from agent.jobs import load_job
     from agent.tuning.plan import plan_sampler
 
     job = load_job("mlp")
-    settings = StudySettings(job="mlp", job_name=job.name, dataset="wine", dataset_name="wine", fingerprint="new",
-                             space_signature=job.space.signature(), metric="val_loss", mode="min", trials=5,
-                             models_dir=str(models), surrogate=surrogate)
+    settings = StudySettings(
+        job="mlp",
+        job_name=job.name,
+        dataset="wine",
+        dataset_name="wine",
+        fingerprint="new",
+        space_signature=job.space.signature(),
+        metric="val_loss",
+        mode="min",
+        trials=5,
+        models_dir=str(models),
+        surrogate=surrogate,
+    )
     lines: list[str] = []
     planned = plan_sampler(kb, job.space, settings, None, surrogate, "new", fits, progress=lines.append)
     return planned, lines
@@ -71,7 +81,9 @@ def test_current_source_models_mean_zero_fits_and_the_same_plan(history, tmp_pat
     assert planned.plan.initial == fresh.plan.initial  # the same portfolio start
     import torch
 
-    X = torch.rand(64, planned.surrogate.inputs.space.dim, dtype=torch.double, generator=torch.Generator().manual_seed(0))
+    X = torch.rand(
+        64, planned.surrogate.inputs.space.dim, dtype=torch.double, generator=torch.Generator().manual_seed(0)
+    )
     for a, b in zip(planned.surrogate.models, fresh.surrogate.models):
         with torch.no_grad():
             assert torch.equal(a.posterior(X).mean, b.posterior(X).mean)  # loaded = fitted, bit for bit
@@ -126,8 +138,22 @@ def test_a_study_that_ends_stores_its_dataset_as_a_source(history, store, cli, t
 
     models = tmp_path / "models"
     update_for_job(history, models, "mlp")
-    res = cli("start", "--dataset", "iris?fraction=0.3", "--job", "mlp", "--trials", "5", "--epochs", "1",
-              "--surrogate", "rgpe", "--models-dir", str(models), *store.args)
+    res = cli(
+        "start",
+        "--dataset",
+        "iris?fraction=0.3",
+        "--job",
+        "mlp",
+        "--trials",
+        "5",
+        "--epochs",
+        "1",
+        "--surrogate",
+        "rgpe",
+        "--models-dir",
+        str(models),
+        *store.args,
+    )
     assert res.code == 0, res.err
     assert "source models: 1 GP(s) fitted" in res.out
     assert "fitting" not in res.out  # the history's sources were all stored
@@ -135,8 +161,9 @@ def test_a_study_that_ends_stores_its_dataset_as_a_source(history, store, cli, t
     assert len(SourceModelStore(models)) == N_SOURCES + 1
 
 
-def test_a_history_larger_than_the_surrogate_attends_to_keeps_the_most_relevant(history, tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_history_larger_than_the_surrogate_attends_to_keeps_the_most_relevant(
+    history, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agent.jobs import load_job
     from agent.surrogates.contract import SourceFits
     from agent.surrogates.source_store import SourceModelStore

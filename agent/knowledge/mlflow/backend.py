@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from agent.knowledge import layout
-from agent.knowledge.base import (
-    TRIAL_RUNNING,
-    StudyRecord,
-    TrialRecord,
-)
+from agent.knowledge.base import TRIAL_RUNNING, StudyRecord, TrialRecord
 from agent.knowledge.mlflow.meta_models import MlflowMetaModels
 from agent.knowledge.mlflow.registry import MlflowModels
-from agent.knowledge.mlflow.store_file import (
-    T,
-)
+from agent.knowledge.mlflow.store_file import T
 from agent.knowledge.mlflow.studies import MlflowStudies
 
 
@@ -33,9 +28,7 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels, MlflowMetaModels):
         records = [self._to_trial(r) for r in self._search(flt, [run.info.experiment_id])]
         return sorted(records, key=lambda t: t.number)
 
-    def start_trial(
-        self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str
-    ) -> TrialRecord:
+    def start_trial(self, study: StudyRecord, number: int, config: Mapping[str, Any], origin: str) -> TrialRecord:
         from mlflow.entities import Param
 
         exp_id = self._experiment_of(study)
@@ -77,7 +70,7 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels, MlflowMetaModels):
         if duration is not None:
             values["duration_s"] = duration
         batch = [Metric(k, float(v), now, 0) for k, v in values.items() if math.isfinite(float(v))]
-        tags = [RunTag(T + "state", state)] + ([RunTag(T + "reason", reason[:layout.REASON_LIMIT])] if reason else [])
+        tags = [RunTag(T + "state", state)] + ([RunTag(T + "reason", reason[: layout.REASON_LIMIT])] if reason else [])
         self._call(self._client.log_batch, trial.trial_id, metrics=batch, tags=tags)
         status = {"ok": "FINISHED", "pruned": "FINISHED", "failed": "FAILED"}.get(state, "KILLED")
         self._call(self._client.set_terminated, trial.trial_id, status)
@@ -99,4 +92,3 @@ class MlflowKnowledgeBase(MlflowStudies, MlflowModels, MlflowMetaModels):
         logger._experiment_id = self._experiment_of(study)
         logger._initialized = True
         return logger
-

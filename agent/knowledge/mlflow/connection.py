@@ -9,19 +9,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import (
-    TRIAL_KILLED,
-    TRIAL_RUNNING,
-    KnowledgeBase,
-    StudyRecord,
-    TrialRecord,
-)
+from agent.knowledge.base import TRIAL_KILLED, TRIAL_RUNNING, KnowledgeBase, StudyRecord, TrialRecord
 from agent.knowledge.mlflow.retry import (
     CREATE_TOKEN,
     QUICK_RETRY_SECONDS,
@@ -34,14 +29,13 @@ from agent.knowledge.mlflow.store_file import (
     DEFAULT_ARTIFACT_ROOT,
     DEFAULT_TRACKING_URI,
     T,
-    unwritable,
     _sqlite_path,
     check_reachable,
     create_sqlite_store,
     resolve_tracking_uri,
     store_exists,
+    unwritable,
 )
-
 
 # MLflow 3's UI opens an experiment in the view its kind names; without it, its GenAI view came first
 # (MLflow 3.17's UI reads the kind only behind a flag it keeps off: the sidebar's workflow, which the
@@ -60,15 +54,23 @@ def runs_view_state(space: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The runs table's state for a job's studies: each study's dataset and ``best_objective``, each
     trial's ``objective`` and hyperparameters (the trials are grouped under their study's row)."""
     names = [str(p["name"]) for p in space if "name" in p]
-    return {"selectedColumns": ["attributes.`Dataset`", "metrics.`objective`", "metrics.`best_objective`",
-                                *(f"params.`{n}`" for n in names)]}
+    return {
+        "selectedColumns": [
+            "attributes.`Dataset`",
+            "metrics.`objective`",
+            "metrics.`best_objective`",
+            *(f"params.`{n}`" for n in names),
+        ]
+    }
 
 
 def runs_view_url(base: str, experiment_id: str) -> str:
     """The MLflow UI's page of an experiment's runs in its training view with tune-agent's saved
     view (nothing else in the query: the UI drops a saved view when sort or filter keys come with it)."""
-    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
-            "&workflowType=machine_learning")
+    return (
+        f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
+        "&workflowType=machine_learning"
+    )
 
 
 def _view_tag(state: Mapping[str, Any], previous: str | None) -> str | None:
@@ -81,16 +83,18 @@ def _view_tag(state: Mapping[str, Any], previous: str | None) -> str | None:
         except (ValueError, AttributeError):
             pass
     now = int(time.time() * 1000)
-    return json.dumps({"name": "tune-agent: objective and hyperparameters", "createdAt": now, "updatedAt": now,
-                       "state": text})
+    return json.dumps(
+        {"name": "tune-agent: objective and hyperparameters", "createdAt": now, "updatedAt": now, "state": text}
+    )
 
 
 class MlflowConnection(KnowledgeBase):
     """The store's client, its retried calls, searches and experiments; what every part of
     :class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase` builds on."""
 
-    def __init__(self, tracking_uri: str | None = None, artifact_root: str | None = None,
-                 fast_reads: bool = False) -> None:
+    def __init__(
+        self, tracking_uri: str | None = None, artifact_root: str | None = None, fast_reads: bool = False
+    ) -> None:
         self._fast_reads = fast_reads  # reads of an embedded store without MLflow (:mod:`.sqlite_reads`)
         self._tracking_uri = resolve_tracking_uri(tracking_uri)
         check_reachable(self._tracking_uri)
@@ -143,12 +147,14 @@ class MlflowConnection(KnowledgeBase):
             create_sqlite_store(path)
         try:
             return MlflowClient(self.tracking_uri)
-        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors for a file that is no store
+        except Exception as exc:
             if path is None:
                 raise
             first = (str(getattr(exc, "orig", "") or exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StoreError(f"tracking store {self.tracking_uri} cannot be opened ({first}); move {path} aside "
-                             "and a new store is made on next use") from None
+            raise StoreError(
+                f"tracking store {self.tracking_uri} cannot be opened ({first}); move {path} aside "
+                "and a new store is made on next use"
+            ) from None
 
     def open(self) -> None:
         self._call(self._client.search_experiments, max_results=1)
@@ -159,7 +165,7 @@ class MlflowConnection(KnowledgeBase):
         root = self.artifact_root
         if not root or ("://" in root and not root.startswith("file:")) or self.__dict__.get("_root_checked"):
             return
-        path = Path(root[len("file://"):] if root.startswith("file://") else root)
+        path = Path(root[len("file://") :] if root.startswith("file://") else root)
         try:
             path.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=path, prefix=".tune-agent-write-check-") as probe:
@@ -167,8 +173,9 @@ class MlflowConnection(KnowledgeBase):
                 probe.flush()
                 os.fsync(probe.fileno())
         except OSError as exc:
-            raise unwritable(f"artifact root {path} is not writable", exc).hinted("give a writable --artifact-root") \
-                from None
+            raise unwritable(f"artifact root {path} is not writable", exc).hinted(
+                "give a writable --artifact-root"
+            ) from None
         self.__dict__["_root_checked"] = True  # once per process: a study checks before its preparation
 
     # -- helpers -------------------------------------------------------------------------------
@@ -200,19 +207,25 @@ class MlflowConnection(KnowledgeBase):
                 if down and attempt < len(delays):
                     delay = delays[attempt]
                     attempt += 1
-                    sys.stderr.write(f"tracking server {self.tracking_uri} unreachable, retrying ({attempt}/{len(delays)}) "
-                                     f"in {delay:g} s\n")
+                    sys.stderr.write(
+                        f"tracking server {self.tracking_uri} unreachable, retrying ({attempt}/{len(delays)}) "
+                        f"in {delay:g} s\n"
+                    )
                     sys.stderr.flush()
                     time.sleep(delay)
                     continue
                 if down:
                     self.__dict__["_gave_up"] = True
-                    raise StoreError(f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
-                                     f"retries over {time.monotonic() - first_failure:.0f} s") from None
+                    raise StoreError(
+                        f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
+                        f"retries over {time.monotonic() - first_failure:.0f} s"
+                    ) from None
                 if mlflow_error:
                     raise explain_mlflow_error(self.tracking_uri, exc) from None
-                raise unwritable(f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",
-                                 exc) from None
+                raise unwritable(
+                    f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",
+                    exc,
+                ) from None
 
     def _call_once(self, make: Any, find: Any) -> Any:
         """``make()`` through :meth:`_call`, in effect once: a server can do the work and lose its
@@ -239,8 +252,11 @@ class MlflowConnection(KnowledgeBase):
         token = uuid.uuid4().hex
         return self._call_once(
             lambda: self._client.create_run(experiment_id, run_name=run_name, tags={**tags, CREATE_TOKEN: token}),
-            lambda: next(iter(self._client.search_runs([experiment_id], f"tags.`{CREATE_TOKEN}` = '{token}'",
-                                                       max_results=1)), None))
+            lambda: next(
+                iter(self._client.search_runs([experiment_id], f"tags.`{CREATE_TOKEN}` = '{token}'", max_results=1)),
+                None,
+            ),
+        )
 
     def _retry_at_once(self, exc: BaseException) -> bool:
         """Whether a failed request earns the one silent retry at once: a server (not a sqlite
@@ -253,8 +269,11 @@ class MlflowConnection(KnowledgeBase):
 
     def _tune_experiments(self) -> list[Any]:
         """tune-agent's experiments of studies (``tune-agent/<job>``), with their tags."""
-        return [e for e in self._call(self._client.search_experiments, max_results=1000)
-                if e.name.startswith("tune-agent/") and e.name != KNOWLEDGE_EXPERIMENT]
+        return [
+            e
+            for e in self._call(self._client.search_experiments, max_results=1000)
+            if e.name.startswith("tune-agent/") and e.name != KNOWLEDGE_EXPERIMENT
+        ]
 
     def runs_view(self, job: str, space: list[Mapping[str, Any]], ui: str) -> str | None:
         """The link (:func:`runs_view_url`, the UI at ``ui``) to ``job``'s experiment with its saved
@@ -307,9 +326,11 @@ class MlflowConnection(KnowledgeBase):
 
     def _conflict(self, exp: Any, name: str, location: str | None) -> None:
         if self._root_given and location and exp.artifact_location.rstrip("/") != location.rstrip("/"):
-            raise StoreError(f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
-                             f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
-                             "another store)")
+            raise StoreError(
+                f"experiment {name!r} already keeps its artifacts in {exp.artifact_location}; "
+                f"--artifact-root {self.artifact_root} cannot move them (drop the option or use "
+                "another store)"
+            )
 
     def check_artifact_root(self, job: str) -> None:
         """An explicit ``--artifact-root`` that ``job``'s experiment cannot take, or that takes no
@@ -344,8 +365,10 @@ class MlflowConnection(KnowledgeBase):
                     pass  # another owner's experiment: theirs to tag
             return exp.experiment_id
         whose = f" by {self.owner}" if self.owner else ""
-        tags = {"mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study.",
-                EXPERIMENT_KIND: MODEL_TRAINING}
+        tags = {
+            "mlflow.note.content": f"tune-agent studies of job `{job}`{whose}: one parent run per study.",
+            EXPERIMENT_KIND: MODEL_TRAINING,
+        }
         if view is not None:
             tags[VIEW_TAG] = _view_tag(view, None) or ""
         try:
@@ -358,7 +381,7 @@ class MlflowConnection(KnowledgeBase):
             return exp.experiment_id
 
     def _to_study(self, run: Any) -> StudyRecord:
-        tags = {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}
+        tags = {k[len(T) :]: v for k, v in run.data.tags.items() if k.startswith(T)}
         return layout.study_record(run.info.run_id, run.info.start_time, tags, dict(run.data.params), run.info.run_name)
 
     def _to_trial(self, run: Any) -> TrialRecord:
@@ -383,7 +406,6 @@ class MlflowConnection(KnowledgeBase):
     def _store_key(self) -> str:
         path = _sqlite_path(self.tracking_uri)
         return f"sqlite:{path.resolve()}" if path is not None else self.tracking_uri
-
 
     def _experiment_of(self, study: StudyRecord) -> str:
         cache = self.__dict__.setdefault("_experiments", {})

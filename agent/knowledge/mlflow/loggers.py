@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from lightning.pytorch.loggers import MLFlowLogger
 
@@ -25,7 +26,11 @@ class TrialLogger(BufferedRunWrites, MLFlowLogger):
         self._write(METRICS, _metric_rows(metrics, step))
 
     def log_hyperparams(self, params: Any) -> None:
-        extra = {k: v for k, v in dict(vars(params) if not isinstance(params, Mapping) else params).items() if k not in self._known}
+        extra = {
+            k: v
+            for k, v in dict(vars(params) if not isinstance(params, Mapping) else params).items()
+            if k not in self._known
+        }
         if extra:
             self._write(MLFlowLogger.log_hyperparams, extra)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from agent.errors import StoreError
@@ -39,9 +40,11 @@ class MlflowMetaModels(MlflowConnection):
         if self.artifact_root:
             root = self.artifact_root
             location = (root if "://" in root else Path(root).resolve().as_uri()).rstrip("/") + "/knowledge"
-        tags = {"mlflow.note.content": "What tune-agent learned from the history: one run per version of a job's "
-                                       "meta-models (source models, portfolios, extractor, TNP).",
-                EXPERIMENT_KIND: MODEL_TRAINING}
+        tags = {
+            "mlflow.note.content": "What tune-agent learned from the history: one run per version of a job's "
+            "meta-models (source models, portfolios, extractor, TNP).",
+            EXPERIMENT_KIND: MODEL_TRAINING,
+        }
         try:
             return str(self._call(self._client.create_experiment, EXPERIMENT, artifact_location=location, tags=tags))
         except StoreError:
@@ -73,9 +76,16 @@ class MlflowMetaModels(MlflowConnection):
         names = tuple(sorted(homes))
         newest = tops[-1]
         tags = newest.data.tags
-        return MetaModelsRecord(newest.info.run_id, tags.get(T + "scope", ""), top, tags.get(T + "engine", ""),
-                                tags.get(T + "revision", ""), int(newest.info.start_time or 0), names,
-                                tuple(homes[n] for n in names))
+        return MetaModelsRecord(
+            newest.info.run_id,
+            tags.get(T + "scope", ""),
+            top,
+            tags.get(T + "engine", ""),
+            tags.get(T + "revision", ""),
+            int(newest.info.start_time or 0),
+            names,
+            tuple(homes[n] for n in names),
+        )
 
     def _artifact_names(self, run: Any) -> tuple[str, ...]:
         """The run's files under :data:`FOLDERS`: read off the folder itself where the artifacts
@@ -84,22 +94,36 @@ class MlflowMetaModels(MlflowConnection):
         parsed = urlparse(uri)
         if parsed.scheme in ("", "file"):
             root = Path(unquote(parsed.path) if parsed.scheme else uri)
-            return tuple(sorted(f"{folder}/{p.name}" for folder in FOLDERS if (root / folder).is_dir()
-                                for p in (root / folder).iterdir() if p.is_file()))
+            return tuple(
+                sorted(
+                    f"{folder}/{p.name}"
+                    for folder in FOLDERS
+                    if (root / folder).is_dir()
+                    for p in (root / folder).iterdir()
+                    if p.is_file()
+                )
+            )
         names: list[str] = []
         for folder in FOLDERS:
             names += [a.path for a in self._call(self._client.list_artifacts, run.info.run_id, folder) if not a.is_dir]
         return tuple(sorted(names))
 
-    def publish_meta_models(self, scope: str, engine: str, revision: str, files: Mapping[str, Path]) -> MetaModelsRecord:
+    def publish_meta_models(
+        self, scope: str, engine: str, revision: str, files: Mapping[str, Path]
+    ) -> MetaModelsRecord:
         experiment = self._knowledge_experiment(create=True)
         assert experiment is not None
         current = self._versions(scope, experiment)
         version = 1 + max((_version(r) for r in current), default=0)
-        tags = {T + "kind": KIND, T + "scope": scope, T + "version": str(version), T + "engine": engine,
-                T + "revision": revision,
-                "mlflow.note.content": f"Meta-models of `{scope}` (version {version}, history revision {revision}, "
-                                       f"engine {engine}): what tune-agent studies of this job and space load."}
+        tags = {
+            T + "kind": KIND,
+            T + "scope": scope,
+            T + "version": str(version),
+            T + "engine": engine,
+            T + "revision": revision,
+            "mlflow.note.content": f"Meta-models of `{scope}` (version {version}, history revision {revision}, "
+            f"engine {engine}): what tune-agent studies of this job and space load.",
+        }
         run = self._create_run(experiment, f"meta-models {scope} v{version}", tags)
         rid = run.info.run_id
         try:
@@ -109,8 +133,9 @@ class MlflowMetaModels(MlflowConnection):
             self._call(self._client.set_terminated, rid, "FAILED")
             raise
         self._call(self._client.set_terminated, rid, "FINISHED")
-        return MetaModelsRecord(rid, scope, version, engine, revision, int(run.info.start_time or 0),
-                                tuple(sorted(files)))
+        return MetaModelsRecord(
+            rid, scope, version, engine, revision, int(run.info.start_time or 0), tuple(sorted(files))
+        )
 
     def _log_as(self, run_id: str, name: str, path: Path) -> None:
         """Logs ``path`` as the artifact ``name`` (MLflow keeps a logged file's own base name)."""
@@ -131,8 +156,10 @@ class MlflowMetaModels(MlflowConnection):
             status = getattr(getattr(exc, "response", None), "status_code", None)
             if status in (401, 403):
                 who = self.owner or "this user"
-                raise StoreError(f"{who} has no permission to publish to {EXPERIMENT} ({status}): meta-models are "
-                                 "published by users with EDIT on it") from None
+                raise StoreError(
+                    f"{who} has no permission to publish to {EXPERIMENT} ({status}): meta-models are "
+                    "published by users with EDIT on it"
+                ) from None
             raise
 
     def add_meta_model_file(self, record: MetaModelsRecord, name: str, path: Path) -> None:

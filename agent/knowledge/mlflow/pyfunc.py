@@ -18,5 +18,5 @@ class ServingPyfunc(mlflow.pyfunc.PythonModel):
         self.inner = inner
 
     # no type hints on predict: MLflow reads them as the input schema and warns on every load
-    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201, ARG002
+    def predict(self, context, model_input, params=None):
         return self.inner.predict(model_input)

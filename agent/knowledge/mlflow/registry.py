@@ -4,29 +4,31 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import (
-    StudyRecord,
-    TrialRecord,
-)
+from agent.knowledge.base import StudyRecord, TrialRecord
 from agent.knowledge.mlflow.connection import MlflowConnection
-from agent.knowledge.mlflow.retry import (
-    CLOCK_SKEW_MS,
-)
-from agent.knowledge.mlflow.store_file import (
-    T,
-)
+from agent.knowledge.mlflow.retry import CLOCK_SKEW_MS
+from agent.knowledge.mlflow.store_file import T
 
 
 class MlflowModels(MlflowConnection):
     """The model registry (a study's best model) and the meta-model runs of the DVC pipeline."""
 
-    def register_model(self, study: StudyRecord, trial: TrialRecord, model: Any, example: Any, predictions: Any,
-                       name: str, tags: Mapping[str, str]) -> str:
+    def register_model(
+        self,
+        study: StudyRecord,
+        trial: TrialRecord,
+        model: Any,
+        example: Any,
+        predictions: Any,
+        name: str,
+        tags: Mapping[str, str],
+    ) -> str:
         from mlflow.models import infer_signature
 
         import mlflow
@@ -40,8 +42,11 @@ class MlflowModels(MlflowConnection):
         began = int(time.time() * 1000) - CLOCK_SKEW_MS
 
         def made() -> str | None:
-            versions = [v for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{trial.trial_id}'")
-                        if v.creation_timestamp >= began]
+            versions = [
+                v
+                for v in self._client.search_model_versions(f"name = '{name}' and run_id = '{trial.trial_id}'")
+                if v.creation_timestamp >= began
+            ]
             return str(max(int(v.version) for v in versions)) if versions else None
 
         def log() -> str:
@@ -50,8 +55,14 @@ class MlflowModels(MlflowConnection):
 
             # MLflow narrates the registration on stderr; the command prints the version it made
             with mlflow.start_run(run_id=trial.trial_id), contextlib.redirect_stderr(io.StringIO()):
-                info = mlflow.pyfunc.log_model(name="model", python_model=ServingPyfunc(model), signature=signature,
-                                               input_example=example, registered_model_name=name, pip_requirements=[])
+                info = mlflow.pyfunc.log_model(
+                    name="model",
+                    python_model=ServingPyfunc(model),
+                    signature=signature,
+                    input_example=example,
+                    registered_model_name=name,
+                    pip_requirements=[],
+                )
             return str(info.registered_model_version)
 
         info = self._call(self._client.get_run, trial.trial_id).info
@@ -64,9 +75,13 @@ class MlflowModels(MlflowConnection):
             self._call(self._client.set_terminated, trial.trial_id, status, end_time=ended)  # its own duration kept
         for key, value in tags.items():
             self._call(self._client.set_model_version_tag, name, version, key, str(value)[:5000])
-        self._call(self._client.update_model_version, name, version,
-                   description=f"Best configuration of tune-agent study `{study.name}` (trial {trial.number + 1}), "
-                               f"retrained with its seed and split.")
+        self._call(
+            self._client.update_model_version,
+            name,
+            version,
+            description=f"Best configuration of tune-agent study `{study.name}` (trial {trial.number + 1}), "
+            f"retrained with its seed and split.",
+        )
         return version
 
     # -- meta-model runs -----------------------------------------------------------------------
@@ -80,7 +95,9 @@ class MlflowModels(MlflowConnection):
         tags = {T + "kind": "meta-model", T + "model": kind, "mlflow.note.content": description}
         run = self._create_run(exp_id, kind, tags)
         rid = run.info.run_id
-        self._call(self._client.log_batch, rid, params=[Param(k, str(v)[:layout.PARAM_LIMIT]) for k, v in params.items()])
+        self._call(
+            self._client.log_batch, rid, params=[Param(k, str(v)[: layout.PARAM_LIMIT]) for k, v in params.items()]
+        )
         return rid, ModelRunLogger(self, tracking_uri=self.tracking_uri, run_id=rid)
 
     def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
@@ -95,4 +112,3 @@ class MlflowModels(MlflowConnection):
         for path in artifacts:
             self._call(self._client.log_artifact, run_id, path, "model")
         self._call(self._client.set_terminated, run_id, "FINISHED")
-

@@ -37,10 +37,26 @@ def retry_delays() -> tuple[float, ...]:
         return RETRY_DELAYS
     return RETRY_DELAYS[: int(raw)]
 
-_UNREACHABLE = ("connectionerror", "connection refused", "max retries exceeded", "failed to establish",
-                "remotedisconnected", "connection aborted", "read timed out", "temporarily_unavailable",
-                "connection broken", "connection reset", "remote end closed", "incompleteread",
-                "error code 502", "error code 503", "error code 504", "bad gateway", "service unavailable")
+
+_UNREACHABLE = (
+    "connectionerror",
+    "connection refused",
+    "max retries exceeded",
+    "failed to establish",
+    "remotedisconnected",
+    "connection aborted",
+    "read timed out",
+    "temporarily_unavailable",
+    "connection broken",
+    "connection reset",
+    "remote end closed",
+    "incompleteread",
+    "error code 502",
+    "error code 503",
+    "error code 504",
+    "bad gateway",
+    "service unavailable",
+)
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -74,19 +90,25 @@ def explain_mlflow_error(uri: str, exc: Exception) -> StoreError:
     if code == "UNAUTHENTICATED" or "error code 401" in text:
         user = os.environ.get("MLFLOW_TRACKING_USERNAME")
         who = f"as user {user!r}" if user else "without credentials"
-        return StoreError(f"tracking server {uri} refused the request {who} (401): set MLFLOW_TRACKING_USERNAME and "
-                          "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server")
+        return StoreError(
+            f"tracking server {uri} refused the request {who} (401): set MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) to an account on that server"
+        )
     low = text.lower()
     if "readonly database" in low or "read-only file system" in low:
-        return StoreUnwritableError(f"tracking store {uri} is read-only (attempt to write a readonly database); "
-                                    "nothing was written")
+        return StoreUnwritableError(
+            f"tracking store {uri} is read-only (attempt to write a readonly database); nothing was written"
+        )
     if "database or disk is full" in low or "no space left" in low:
-        return StoreUnwritableError(f"tracking store {uri}: its disk is full (database or disk is full); nothing was written")
+        return StoreUnwritableError(
+            f"tracking store {uri}: its disk is full (database or disk is full); nothing was written"
+        )
     if code == "PERMISSION_DENIED" or "error code 403" in text:
         user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
-        return StoreError(f"tracking server {uri}: {user} has no permission for this (403); a study can be changed "
-                          "only by its owner (everyone reads it): start your own, or ask the server's admin for EDIT on "
-                          "its experiment")
+        return StoreError(
+            f"tracking server {uri}: {user} has no permission for this (403); a study can be changed "
+            "only by its owner (everyone reads it): start your own, or ask the server's admin for EDIT on "
+            "its experiment"
+        )
     first = text.splitlines()[0] if text else type(exc).__name__
     return StoreError(f"tracking store {uri}: {first}")
-

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from agent.knowledge.mlflow.retry import METRICS_FLUSH_SECONDS, QUICK_RETRY_SECONDS, RETRY_DELAYS, unreachable
 
@@ -31,8 +32,11 @@ def metric_rows(metrics: Mapping[str, float], step: int | None, timestamp: int |
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000) if timestamp is None else int(timestamp)
-    return [Metric(key=metric_key(k), value=float(v), timestamp=now, step=step or 0)
-            for k, v in metrics.items() if not isinstance(v, str)]
+    return [
+        Metric(key=metric_key(k), value=float(v), timestamp=now, step=step or 0)
+        for k, v in metrics.items()
+        if not isinstance(v, str)
+    ]
 
 
 class BufferedRunWrites:
@@ -75,8 +79,10 @@ class BufferedRunWrites:
                 if not down:
                     raise
         if failed_at is None:
-            sys.stderr.write(f"tracking server {self._kb.tracking_uri} unreachable: keeping this trial's epoch "
-                             "metrics to write when it is back\n")
+            sys.stderr.write(
+                f"tracking server {self._kb.tracking_uri} unreachable: keeping this trial's epoch "
+                "metrics to write when it is back\n"
+            )
         self.__dict__["_failed_at"] = time.monotonic()
 
     def _flush(self) -> None:
@@ -118,10 +124,12 @@ class TrialRunWriter(BufferedRunWrites):
 
         rows = [Param(key=k, value=v) for k, v in params.items()]
         for i in range(0, len(rows), PARAM_CHUNK):
-            self.experiment.log_batch(run_id=self.run_id, params=rows[i:i + PARAM_CHUNK], **self._log_batch_kwargs)
+            self.experiment.log_batch(run_id=self.run_id, params=rows[i : i + PARAM_CHUNK], **self._log_batch_kwargs)
 
     def finalize(self, status: str = "success") -> None:
         if self._pending:
             self._kb._call(self._flush)
         ended = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}.get(status, status)
-        self._kb._call(lambda: self.experiment.get_run(self.run_id) and self.experiment.set_terminated(self.run_id, ended))
+        self._kb._call(
+            lambda: self.experiment.get_run(self.run_id) and self.experiment.set_terminated(self.run_id, ended)
+        )

@@ -20,16 +20,20 @@ import math
 import re
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from agent.errors import StoreError
 
 KNOWN_REVISIONS = frozenset({"dc11669786a5"})  # MLflow 3.17's schema head
-_CLAUSE = re.compile(r"\s*(?:tags\.`(?P<tag>[^`]+)`|attributes\.(?P<attr>status))\s*(?P<op>!?=)\s*"
-                     r"""(?:'(?P<value>[^']*)'|"(?P<dq>[^"]*)")\s*(?:and\b|$)""", re.I)
+_CLAUSE = re.compile(
+    r"\s*(?:tags\.`(?P<tag>[^`]+)`|attributes\.(?P<attr>status))\s*(?P<op>!?=)\s*"
+    r"""(?:'(?P<value>[^']*)'|"(?P<dq>[^"]*)")\s*(?:and\b|$)""",
+    re.I,
+)
 
 
 def revision(path: Path) -> str | None:
@@ -86,17 +90,32 @@ class SqliteReads:
 
     # -- experiments ---------------------------------------------------------------------------
     def _experiments(self, where: str, args: tuple) -> list[Any]:
-        rows = self._rows("select experiment_id, name, artifact_location, lifecycle_stage, creation_time, "
-                          f"last_update_time from experiments where workspace = 'default' and {where} "
-                          "order by experiment_id", args)
+        rows = self._rows(
+            "select experiment_id, name, artifact_location, lifecycle_stage, creation_time, "
+            f"last_update_time from experiments where workspace = 'default' and {where} "
+            "order by experiment_id",
+            args,
+        )
         tags: dict[str, dict[str, str]] = {}
         if rows:
             marks = ",".join("?" * len(rows))
-            for eid, key, value in self._rows(f"select experiment_id, key, value from experiment_tags "
-                                              f"where experiment_id in ({marks})", tuple(r[0] for r in rows)):
+            for eid, key, value in self._rows(
+                f"select experiment_id, key, value from experiment_tags where experiment_id in ({marks})",
+                tuple(r[0] for r in rows),
+            ):
                 tags.setdefault(str(eid), {})[key] = value
-        return [SimpleNamespace(experiment_id=str(r[0]), name=r[1], artifact_location=r[2], lifecycle_stage=r[3],
-                                creation_time=r[4], last_update_time=r[5], tags=tags.get(str(r[0]), {})) for r in rows]
+        return [
+            SimpleNamespace(
+                experiment_id=str(r[0]),
+                name=r[1],
+                artifact_location=r[2],
+                lifecycle_stage=r[3],
+                creation_time=r[4],
+                last_update_time=r[5],
+                tags=tags.get(str(r[0]), {}),
+            )
+            for r in rows
+        ]
 
     def search_experiments(self, max_results: int = 1000, **kwargs: Any) -> list[Any]:
         if kwargs:
@@ -114,21 +133,40 @@ class SqliteReads:
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
-        rows = self._rows("select run_uuid, name, status, start_time, end_time, lifecycle_stage, artifact_uri, "
-                          f"experiment_id, user_id from runs where run_uuid in ({marks})", tuple(ids))
+        rows = self._rows(
+            "select run_uuid, name, status, start_time, end_time, lifecycle_stage, artifact_uri, "
+            f"experiment_id, user_id from runs where run_uuid in ({marks})",
+            tuple(ids),
+        )
         data: dict[str, SimpleNamespace] = {r[0]: SimpleNamespace(tags={}, params={}, metrics={}) for r in rows}
         for table, field in (("tags", "tags"), ("params", "params")):
-            for rid, key, value in self._rows(f"select run_uuid, key, value from {table} where run_uuid in ({marks})",
-                                              tuple(ids)):
+            for rid, key, value in self._rows(
+                f"select run_uuid, key, value from {table} where run_uuid in ({marks})", tuple(ids)
+            ):
                 getattr(data[rid], field)[key] = value
-        for rid, key, value, nan in self._rows("select run_uuid, key, value, is_nan from latest_metrics "
-                                               f"where run_uuid in ({marks})", tuple(ids)):
+        for rid, key, value, nan in self._rows(
+            f"select run_uuid, key, value, is_nan from latest_metrics where run_uuid in ({marks})", tuple(ids)
+        ):
             data[rid].metrics[key] = math.nan if nan else float(value)
         order = {rid: i for i, rid in enumerate(ids)}
-        runs = [SimpleNamespace(
-            info=SimpleNamespace(run_id=r[0], run_uuid=r[0], run_name=r[1], status=r[2], start_time=r[3], end_time=r[4],
-                                 lifecycle_stage=r[5], artifact_uri=r[6], experiment_id=str(r[7]), user_id=r[8]),
-            data=data[r[0]]) for r in rows]
+        runs = [
+            SimpleNamespace(
+                info=SimpleNamespace(
+                    run_id=r[0],
+                    run_uuid=r[0],
+                    run_name=r[1],
+                    status=r[2],
+                    start_time=r[3],
+                    end_time=r[4],
+                    lifecycle_stage=r[5],
+                    artifact_uri=r[6],
+                    experiment_id=str(r[7]),
+                    user_id=r[8],
+                ),
+                data=data[r[0]],
+            )
+            for r in rows
+        ]
         return sorted(runs, key=lambda run: order[run.info.run_id])
 
     def get_run(self, run_id: str) -> Any:
@@ -137,21 +175,38 @@ class SqliteReads:
             raise StoreError(f"run {run_id!r} not found in {self._path}")
         return found[0]
 
-    def search_runs(self, experiment_ids: list[str], filter_string: str = "", max_results: int = 1000,
-                    order_by: list[str] | None = None, page_token: Any = None, **kwargs: Any) -> Any:
+    def search_runs(
+        self,
+        experiment_ids: list[str],
+        filter_string: str = "",
+        max_results: int = 1000,
+        order_by: list[str] | None = None,
+        page_token: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         try:
             clauses = parse_filter(filter_string)
         except ValueError:
             clauses = None
         if clauses is None or kwargs or page_token is not None or order_by not in (None, ["attributes.start_time ASC"]):
-            return self.__getattr__("search_runs")(experiment_ids, filter_string, max_results=max_results,
-                                                   order_by=order_by, page_token=page_token, **kwargs)
-        where, args = ["r.lifecycle_stage = 'active'", f"r.experiment_id in ({','.join('?' * len(experiment_ids))})"], \
-            [int(e) for e in experiment_ids]
+            return self.__getattr__("search_runs")(
+                experiment_ids,
+                filter_string,
+                max_results=max_results,
+                order_by=order_by,
+                page_token=page_token,
+                **kwargs,
+            )
+        where, args = (
+            ["r.lifecycle_stage = 'active'", f"r.experiment_id in ({','.join('?' * len(experiment_ids))})"],
+            [int(e) for e in experiment_ids],
+        )
         for kind, key, op, value in clauses:
             if kind == "tag":
-                where.append(f"{'' if op == '=' else 'not '}exists (select 1 from tags t where t.run_uuid = r.run_uuid "
-                             "and t.key = ? and t.value = ?)")
+                where.append(
+                    f"{'' if op == '=' else 'not '}exists (select 1 from tags t where t.run_uuid = r.run_uuid "
+                    "and t.key = ? and t.value = ?)"
+                )
                 args += [key, value]
             else:
                 where.append(f"r.status {op} ?")
@@ -159,11 +214,15 @@ class SqliteReads:
         if not experiment_ids:
             return _Page()
         order = "r.start_time asc, r.run_uuid asc" if order_by else "r.start_time desc, r.run_uuid asc"
-        ids = [r[0] for r in self._rows(f"select r.run_uuid from runs r where {' and '.join(where)} order by {order}",
-                                        tuple(args))]
+        ids = [
+            r[0]
+            for r in self._rows(
+                f"select r.run_uuid from runs r where {' and '.join(where)} order by {order}", tuple(args)
+            )
+        ]
         page = _Page()
         for start in range(0, len(ids), 500):  # sqlite's bound-parameter limit
-            page.extend(self._runs(ids[start:start + 500]))
+            page.extend(self._runs(ids[start : start + 500]))
         return page
 
     # -- artifacts -----------------------------------------------------------------------------

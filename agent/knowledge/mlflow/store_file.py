@@ -10,7 +10,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from agent.errors import StoreError, StoreUnwritableError
-from agent.knowledge import DEFAULT_ARTIFACT_ROOT as DEFAULT_ARTIFACT_ROOT  # the embedded store's, named by the interface
+from agent.knowledge import (
+    DEFAULT_ARTIFACT_ROOT as DEFAULT_ARTIFACT_ROOT,
+)  # the embedded store's, named by the interface
 from agent.knowledge import study_cache
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow/mlflow.db"
@@ -47,7 +49,7 @@ def create_sqlite_store(path: Path) -> None:
     """
     if path.exists():  # the usual case: no template lookup (nor a first template build) for a store that is there
         return
-    if path.parent == Path(DEFAULT_TRACKING_URI[len("sqlite:///"):]).parent and not path.parent.exists():
+    if path.parent == Path(DEFAULT_TRACKING_URI[len("sqlite:///") :]).parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)  # the embedded store's folder, in any folder a study starts in
     template = schema_template()
     try:
@@ -64,8 +66,12 @@ def unwritable(what: str, exc: OSError) -> StoreError:
     system, no permission), as the error the user can act on."""
     import errno
 
-    causes = {errno.ENOSPC: "its disk is full", errno.EDQUOT: "the disk quota is used up",
-              errno.EROFS: "its file system is read-only", errno.EACCES: "no permission to write there"}
+    causes = {
+        errno.ENOSPC: "its disk is full",
+        errno.EDQUOT: "the disk quota is used up",
+        errno.EROFS: "its file system is read-only",
+        errno.EACCES: "no permission to write there",
+    }
     cause = causes.get(exc.errno or 0)
     if cause is None:
         return StoreError(f"{what}: {exc.strerror or type(exc).__name__}")
@@ -132,8 +138,11 @@ def _copy_template(template: Path, partial: Path) -> None:
     shutil.copyfile(template, partial)
     now = int(time.time() * 1000)
     with sqlite3.connect(partial) as db:
-        db.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
-                   "WHERE experiment_id = 0", (str(Path.cwd() / "mlruns" / "0"), now, now))
+        db.execute(
+            "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+            "WHERE experiment_id = 0",
+            (str(Path.cwd() / "mlruns" / "0"), now, now),
+        )
     db.close()  # the context manager commits; closing is ours
 
 
@@ -146,7 +155,7 @@ def _dispose_engine(uri: str) -> None:
         engine = getattr(store, "engine", None)
         if engine is not None:
             engine.dispose()
-    except Exception:  # noqa: BLE001 - only tidiness is lost
+    except Exception:
         pass
 
 
@@ -167,15 +176,18 @@ def check_reachable(uri: str) -> None:
         if path is None or (not default and path.parent != Path("") and not path.parent.exists()):
             raise StoreError(f"tracking store directory does not exist: {uri}")
     elif scheme == "file" or (scheme == "" and uri):
-        raise StoreError(f"{uri} is a folder store (MLflow's file store, in maintenance mode): use a database, e.g. "
-                         f"--tracking-uri sqlite:///mlflow.db, or a tracking server's http:// address")
+        raise StoreError(
+            f"{uri} is a folder store (MLflow's file store, in maintenance mode): use a database, e.g. "
+            f"--tracking-uri sqlite:///mlflow.db, or a tracking server's http:// address"
+        )
     elif scheme not in SCHEMES:
-        raise StoreError(f"unsupported tracking URI scheme {scheme!r} in {uri} (known: sqlite:///PATH.db, http://, "
-                         "https://, memory:)")
+        raise StoreError(
+            f"unsupported tracking URI scheme {scheme!r} in {uri} (known: sqlite:///PATH.db, http://, "
+            "https://, memory:)"
+        )
 
 
 def store_exists(uri: str) -> bool:
     """False only when ``uri`` is an embedded sqlite store whose file was never created."""
     path = _sqlite_path(uri)
     return path is None or path.exists()
-

@@ -8,27 +8,16 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout, study_cache
-from agent.knowledge.base import (
-    IMPORT_ORIGIN,
-    TRIAL_OK,
-    StudyRecord,
-    TrialRecord,
-)
+from agent.knowledge.base import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord
 from agent.knowledge.mlflow.connection import MlflowConnection, runs_view_state
-from agent.knowledge.mlflow.retry import (
-    TAG_RACE_ATTEMPTS,
-    _unique_key_race,
-)
-from agent.knowledge.mlflow.store_file import (
-    INLINE_TRIALS,
-    T,
-    store_exists,
-)
+from agent.knowledge.mlflow.retry import TAG_RACE_ATTEMPTS, _unique_key_race
+from agent.knowledge.mlflow.store_file import INLINE_TRIALS, T, store_exists
 
 BEST_MARK = "**Best**"  # where a study description's closing line starts (replaced on every finish)
 
@@ -73,7 +62,7 @@ class MlflowStudies(MlflowConnection):
             # (a store that takes no write at all cannot delete it either; searches skip it, untagged)
             try:
                 self._client.delete_run(rid)
-            except Exception:  # noqa: BLE001 - the error being raised says what went wrong
+            except Exception:
                 pass
             raise
         return self._to_study(self._call(self._client.get_run, rid))
@@ -86,8 +75,13 @@ class MlflowStudies(MlflowConnection):
 
         name = str(settings["dataset_name"])
         profile = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
-        dataset = Dataset(name=name[:500], digest=str(settings["fingerprint"])[:36], source_type="tune-agent",
-                          source=json.dumps({"dataset": name}), profile=json.dumps(profile, default=str)[:4000])
+        dataset = Dataset(
+            name=name[:500],
+            digest=str(settings["fingerprint"])[:36],
+            source_type="tune-agent",
+            source=json.dumps({"dataset": name}),
+            profile=json.dumps(profile, default=str)[:4000],
+        )
         return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training")])
 
     def find_study(self, name: str) -> StudyRecord | None:
@@ -121,7 +115,9 @@ class MlflowStudies(MlflowConnection):
         stale = []
         versions: dict[str, str | None] = {}
         for e in exps:
-            version = versions[e.experiment_id] = e.tags.get(study_cache.VERSION_TAG) or self._first_version(e.experiment_id)
+            version = versions[e.experiment_id] = e.tags.get(study_cache.VERSION_TAG) or self._first_version(
+                e.experiment_id
+            )
             cached = study_cache.load(key, e.experiment_id, e.creation_time, version) if version else None
             if cached is None or not set(cached["running"]) <= set(running):
                 stale.append(e)
@@ -135,12 +131,21 @@ class MlflowStudies(MlflowConnection):
                 rows.update((r["run_id"], r) for r in ended[e.experiment_id])
                 version = versions[e.experiment_id]
                 if version:
-                    study_cache.save(key, e.experiment_id, e.creation_time, version, {
-                        "ended": ended[e.experiment_id],
-                        "running": [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id]})
+                    study_cache.save(
+                        key,
+                        e.experiment_id,
+                        e.creation_time,
+                        version,
+                        {
+                            "ended": ended[e.experiment_id],
+                            "running": [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id],
+                        },
+                    )
         rows.update(running)  # a resumed study: its fresh record wins over the cached one
         ordered = sorted(rows.values(), key=lambda r: (r["start_time"], r["run_id"]))
-        return [layout.study_record(r["run_id"], r["start_time"], r["tags"], r["params"], r["run_name"]) for r in ordered]
+        return [
+            layout.study_record(r["run_id"], r["start_time"], r["tags"], r["params"], r["run_name"]) for r in ordered
+        ]
 
     def _first_version(self, experiment_id: str) -> str | None:
         """A version for an experiment that has none (a store written before the cache): setting
@@ -182,7 +187,10 @@ class MlflowStudies(MlflowConnection):
         tags = [RunTag(T + "status", status)]
         metrics = []
         if best_value is not None:
-            tags += [RunTag(T + "best_value", repr(float(best_value))), RunTag(T + "best_config", layout.to_json(best_config))]
+            tags += [
+                RunTag(T + "best_value", repr(float(best_value))),
+                RunTag(T + "best_config", layout.to_json(best_config)),
+            ]
             now = int(time.time() * 1000)
             metrics.append(Metric("best_objective", best_value, now, 0))
             # the final best configuration, sortable in the UI's run list: numbers as metrics, the
@@ -191,7 +199,7 @@ class MlflowStudies(MlflowConnection):
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
                     metrics.append(Metric(f"best.{key}", float(value), now, 0))
                 else:
-                    tags.append(RunTag(f"best.{key}", str(value)[:layout.REASON_LIMIT]))
+                    tags.append(RunTag(f"best.{key}", str(value)[: layout.REASON_LIMIT]))
         self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
         run_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status)
         if run_status:
@@ -202,8 +210,12 @@ class MlflowStudies(MlflowConnection):
         if status == "finished" and best_value is not None:  # the description ends with the best configuration
             note = run.data.tags.get("mlflow.note.content", "").split(BEST_MARK)[0].rstrip()
             best = ", ".join(f"{k}={layout.short(v)}" for k, v in (best_config or {}).items())
-            self._call(self._client.set_tag, study.study_id, "mlflow.note.content",
-                       f"{note}\n\n{BEST_MARK} {study.settings.get('metric', 'objective')} {best_value:.6g}: {best}")
+            self._call(
+                self._client.set_tag,
+                study.study_id,
+                "mlflow.note.content",
+                f"{note}\n\n{BEST_MARK} {study.settings.get('metric', 'objective')} {best_value:.6g}: {best}",
+            )
         if run_status:
             self._studies_changed(run.info.experiment_id)
         return self._to_study(run)
@@ -231,13 +243,13 @@ class MlflowStudies(MlflowConnection):
         values = layout.split_long({k: layout.tag_value(v) for k, v in tags.items()})
         batch = [RunTag(T + k, v) for k, v in values.items()]
         for i in range(0, len(batch), 100):  # MLflow takes at most 100 tags per batch
-            self._call(self._client.log_batch, study.study_id, tags=batch[i:i + 100])
+            self._call(self._client.log_batch, study.study_id, tags=batch[i : i + 100])
         self._studies_changed(self._experiment_of(study))
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
         """The study's current tune_agent.* tags (fresh from the store)."""
         run = self._call(self._client.get_run, study.study_id)
-        return layout.join_long({k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)})
+        return layout.join_long({k[len(T) :]: v for k, v in run.data.tags.items() if k.startswith(T)})
 
     def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
         """A study's logged dataset sample ``(X, y)``, or None if it has none."""
@@ -295,16 +307,22 @@ class MlflowStudies(MlflowConnection):
         with tempfile.TemporaryDirectory() as tmp:
             path = self._call(self._client.download_artifacts, study_id, INLINE_TRIALS, tmp)
             rows = json.loads(Path(path).read_text())["trials"]
-        return [TrialRecord(f"{study_id}:{r['number']}", int(r["number"]), TRIAL_OK, r["config"], r["value"], IMPORT_ORIGIN)
-                for r in rows]
-
+        return [
+            TrialRecord(f"{study_id}:{r['number']}", int(r["number"]), TRIAL_OK, r["config"], r["value"], IMPORT_ORIGIN)
+            for r in rows
+        ]
 
 
 def _cache_row(run: Any) -> dict[str, Any]:
     """What a study record is made from, as plain data (:mod:`agent.knowledge.study_cache`)."""
-    return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "start_time": run.info.start_time or 0,
-            "run_name": run.info.run_name, "params": dict(run.data.params),
-            "tags": {k[len(T):]: v for k, v in run.data.tags.items() if k.startswith(T)}}
+    return {
+        "run_id": run.info.run_id,
+        "experiment_id": run.info.experiment_id,
+        "start_time": run.info.start_time or 0,
+        "run_name": run.info.run_name,
+        "params": dict(run.data.params),
+        "tags": {k[len(T) :]: v for k, v in run.data.tags.items() if k.startswith(T)},
+    }
 
 
 def _local_user() -> str:

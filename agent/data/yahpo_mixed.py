@@ -47,20 +47,49 @@ TREE = ["gbtree", "dart"]
 
 def _config_space(base: dict[str, Any], tasks: int) -> dict[str, Any]:
     params = [dict(p) for p in base["hyperparameters"] if p["name"] != "OpenML_task_id"]
-    params.insert(0, {"name": "task_id", "type": "categorical", "choices": [str(t) for t in range(tasks)],
-                      "default": "0", "probabilities": None})
-    params.append({"name": "booster", "type": "categorical", "choices": list(BOOSTERS), "default": "gbtree",
-                   "probabilities": None})
-    params.append({"name": "grow_policy", "type": "categorical", "choices": list(POLICIES), "default": "depthwise",
-                   "probabilities": None})
+    params.insert(
+        0,
+        {
+            "name": "task_id",
+            "type": "categorical",
+            "choices": [str(t) for t in range(tasks)],
+            "default": "0",
+            "probabilities": None,
+        },
+    )
+    params.append(
+        {
+            "name": "booster",
+            "type": "categorical",
+            "choices": list(BOOSTERS),
+            "default": "gbtree",
+            "probabilities": None,
+        }
+    )
+    params.append(
+        {
+            "name": "grow_policy",
+            "type": "categorical",
+            "choices": list(POLICIES),
+            "default": "depthwise",
+            "probabilities": None,
+        }
+    )
     params += [{"name": name, **spec} for name, spec in ADDED_CONT]
-    conditions = [{"child": "max_depth", "parent": "booster", "type": "IN", "values": TREE},
-                  {"child": "subsample", "parent": "booster", "type": "IN", "values": TREE},
-                  {"child": "grow_policy", "parent": "booster", "type": "IN", "values": TREE},
-                  {"child": "rate_drop", "parent": "booster", "type": "EQ", "value": "dart"},
-                  {"child": "alpha", "parent": "booster", "type": "EQ", "value": "gblinear"}]
-    return {"hyperparameters": params, "conditions": conditions, "forbiddens": [],
-            "python_module_version": "0.4.18", "json_format_version": 0.2}
+    conditions = [
+        {"child": "max_depth", "parent": "booster", "type": "IN", "values": TREE},
+        {"child": "subsample", "parent": "booster", "type": "IN", "values": TREE},
+        {"child": "grow_policy", "parent": "booster", "type": "IN", "values": TREE},
+        {"child": "rate_drop", "parent": "booster", "type": "EQ", "value": "dart"},
+        {"child": "alpha", "parent": "booster", "type": "EQ", "value": "gblinear"},
+    ]
+    return {
+        "hyperparameters": params,
+        "conditions": conditions,
+        "forbiddens": [],
+        "python_module_version": "0.4.18",
+        "json_format_version": 0.2,
+    }
 
 
 def _task_effects(tasks: int, seed: int) -> dict[str, np.ndarray]:
@@ -70,9 +99,16 @@ def _task_effects(tasks: int, seed: int) -> dict[str, np.ndarray]:
     return {
         "booster": rng.uniform(-4.0, 2.0, (tasks + 1, len(BOOSTERS) + 1)).astype(np.float32),  # row 0 / col 0: #na#
         "policy": rng.uniform(-1.0, 1.0, (tasks + 1, len(POLICIES) + 1)).astype(np.float32),
-        "optimum": np.stack([rng.uniform(1.0, 3.5, tasks + 1), rng.uniform(0.5, 1.0, tasks + 1),
-                             rng.uniform(0.0, 0.3, tasks + 1), rng.uniform(-3.0, 1.0, tasks + 1),
-                             rng.uniform(-1.0, 2.0, tasks + 1)], axis=1).astype(np.float32),
+        "optimum": np.stack(
+            [
+                rng.uniform(1.0, 3.5, tasks + 1),
+                rng.uniform(0.5, 1.0, tasks + 1),
+                rng.uniform(0.0, 0.3, tasks + 1),
+                rng.uniform(-3.0, 1.0, tasks + 1),
+                rng.uniform(-1.0, 2.0, tasks + 1),
+            ],
+            axis=1,
+        ).astype(np.float32),
         "weight": np.tile(np.array([[0.6, 2.0, 3.0, 0.15, 0.1]], dtype=np.float32), (tasks + 1, 1)),
     }
 
@@ -90,19 +126,31 @@ def _graph(base: Any, tasks: int, effects: dict[str, np.ndarray]) -> Any:
         node.input[:] = [{"x_cont": "base_x_cont", "x_cat": "base_x_cat"}.get(i, i) for i in node.input]
         node.output[:] = ["base_y" if o == "output" else o for o in node.output]
     n_base = 8
-    init = [numpy_helper.from_array(np.asarray(v), name) for name, v in {
-        "c_start": np.array([0], np.int64), "c_base_end": np.array([n_base], np.int64),
-        "c_axis1": np.array([1], np.int64), "c_zero": np.array([0], np.int64), "c_one": np.array([1], np.int64),
-        "c_two": np.array([2], np.int64), "c_three": np.array([3], np.int64),
-        "c_end": np.array([n_base + len(ADDED_CONT)], np.int64), "c_tasks": np.array([BASE_TASKS], np.int32),
-        "c_one_i": np.array([1], np.int32), "c_zero_i": np.array([0], np.int32),
-        "c_log2": np.array([np.log(2.0)], np.float32),
-        "c_log10": np.array([np.log(10.0)], np.float32), "c_tiny": np.array([1e-12], np.float32),
-        "t_booster": effects["booster"], "t_policy": effects["policy"], "t_optimum": effects["optimum"],
-        "t_weight": effects["weight"],
-        "t_mask": np.array([[0, 0, 0, 0, 0], [1, 1, 0, 0, 1], [1, 1, 1, 0, 1], [0, 0, 0, 1, 1]], np.float32),
-        "t_scale": _output_scale(),
-    }.items()]
+    init = [
+        numpy_helper.from_array(np.asarray(v), name)
+        for name, v in {
+            "c_start": np.array([0], np.int64),
+            "c_base_end": np.array([n_base], np.int64),
+            "c_axis1": np.array([1], np.int64),
+            "c_zero": np.array([0], np.int64),
+            "c_one": np.array([1], np.int64),
+            "c_two": np.array([2], np.int64),
+            "c_three": np.array([3], np.int64),
+            "c_end": np.array([n_base + len(ADDED_CONT)], np.int64),
+            "c_tasks": np.array([BASE_TASKS], np.int32),
+            "c_one_i": np.array([1], np.int32),
+            "c_zero_i": np.array([0], np.int32),
+            "c_log2": np.array([np.log(2.0)], np.float32),
+            "c_log10": np.array([np.log(10.0)], np.float32),
+            "c_tiny": np.array([1e-12], np.float32),
+            "t_booster": effects["booster"],
+            "t_policy": effects["policy"],
+            "t_optimum": effects["optimum"],
+            "t_weight": effects["weight"],
+            "t_mask": np.array([[0, 0, 0, 0, 0], [1, 1, 0, 0, 1], [1, 1, 1, 0, 1], [0, 0, 0, 1, 1]], np.float32),
+            "t_scale": _output_scale(),
+        }.items()
+    ]
     n = helper.make_node
     nodes = [
         n("Slice", ["x_cont", "c_start", "c_base_end", "c_axis1"], ["base_x_cont"]),
@@ -149,8 +197,12 @@ def _graph(base: Any, tasks: int, effects: dict[str, np.ndarray]) -> Any:
         n("Add", ["base_y", "effect_out"], ["output"]),
     ]
     del graph.input[:]
-    graph.input.extend([helper.make_tensor_value_info("x_cat", TensorProto.INT32, ["batch_size", 3]),
-                        helper.make_tensor_value_info("x_cont", TensorProto.FLOAT, ["batch_size", n_base + len(ADDED_CONT)])])
+    graph.input.extend(
+        [
+            helper.make_tensor_value_info("x_cat", TensorProto.INT32, ["batch_size", 3]),
+            helper.make_tensor_value_info("x_cont", TensorProto.FLOAT, ["batch_size", n_base + len(ADDED_CONT)]),
+        ]
+    )
     graph.initializer.extend(init)
     lcbench = list(graph.node)
     del graph.node[:]
@@ -166,18 +218,39 @@ def write_mixed_scenario(out: Path | str, base_folder: Path | str, tasks: int = 
     out.mkdir(parents=True, exist_ok=True)
     base_space = json.loads((base_folder / "config_space.json").read_text())
     (out / "config_space.json").write_text(json.dumps(_config_space(base_space, tasks), indent=1))
-    encoding = {"task_id": {"#na#": 0, **{str(t): t + 1 for t in range(tasks)}},
-                "booster": {"#na#": 0, **{b: i + 1 for i, b in enumerate(BOOSTERS)}},
-                "grow_policy": {"#na#": 0, **{p: i + 1 for i, p in enumerate(POLICIES)}}}
+    encoding = {
+        "task_id": {"#na#": 0, **{str(t): t + 1 for t in range(tasks)}},
+        "booster": {"#na#": 0, **{b: i + 1 for i, b in enumerate(BOOSTERS)}},
+        "grow_policy": {"#na#": 0, **{p: i + 1 for i, p in enumerate(POLICIES)}},
+    }
     (out / "encoding.json").write_text(json.dumps(encoding))
-    descriptor = {"cont_names": ["epoch", "batch_size", "learning_rate", "momentum", "weight_decay", "num_layers",
-                                 "max_units", "max_dropout", *(name for name, _ in ADDED_CONT)],
-                  "cat_names": ["task_id", "booster", "grow_policy"],
-                  "targets": ["time", "val_accuracy", "val_cross_entropy", "val_balanced_accuracy",
-                              "test_cross_entropy", "test_balanced_accuracy"],
-                  "fidelities": {"epoch": 52}, "instance_name": "task_id",
-                  "maximize": ["val_accuracy", "val_balanced_accuracy", "test_balanced_accuracy"],
-                  "default_target": "val_accuracy", "runtime_name": "time"}
+    descriptor = {
+        "cont_names": [
+            "epoch",
+            "batch_size",
+            "learning_rate",
+            "momentum",
+            "weight_decay",
+            "num_layers",
+            "max_units",
+            "max_dropout",
+            *(name for name, _ in ADDED_CONT),
+        ],
+        "cat_names": ["task_id", "booster", "grow_policy"],
+        "targets": [
+            "time",
+            "val_accuracy",
+            "val_cross_entropy",
+            "val_balanced_accuracy",
+            "test_cross_entropy",
+            "test_balanced_accuracy",
+        ],
+        "fidelities": {"epoch": 52},
+        "instance_name": "task_id",
+        "maximize": ["val_accuracy", "val_balanced_accuracy", "test_balanced_accuracy"],
+        "default_target": "val_accuracy",
+        "runtime_name": "time",
+    }
     (out / "descriptor.json").write_text(json.dumps(descriptor, indent=1))
     model = _graph(onnx.load(str(base_folder / "model.onnx")), tasks, _task_effects(tasks, seed))
     onnx.checker.check_model(model)
@@ -185,7 +258,9 @@ def write_mixed_scenario(out: Path | str, base_folder: Path | str, tasks: int = 
     for extra in ("LICENSE-2.0.txt",):
         if (base_folder / extra).exists():
             shutil.copy(base_folder / extra, out / extra)
-    (out / "README.txt").write_text("A stand-in of an XGBoost-shaped space derived from lcbench (tune-agent's "
-                                    "agent/bench/mixed_scenario.py): lcbench's surfaces and 7 added, partly "
-                                    "conditional hyperparameters with synthetic effects.\n")
+    (out / "README.txt").write_text(
+        "A stand-in of an XGBoost-shaped space derived from lcbench (tune-agent's "
+        "agent/bench/mixed_scenario.py): lcbench's surfaces and 7 added, partly "
+        "conditional hyperparameters with synthetic effects.\n"
+    )
     return out

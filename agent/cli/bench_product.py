@@ -1,0 +1,175 @@
+"""Benchmarks of the product's own costs and faults: start-up, reading commands, the kill campaign,
+pruning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from agent.cli.options import STARTER_FILE, write_json
+from agent.errors import TuneAgentError
+
+
+@click.command("startup")
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--dataset", default="iris", show_default=True)
+@click.option("--job", default="mlp", show_default=True)
+@click.option("--out", default=None, help="[default: metrics/startup.json, with --warm metrics/startup_warm.json]")
+@click.option(
+    "--warm",
+    "starter",
+    is_flag=False,
+    flag_value=STARTER_FILE,
+    default=None,
+    help=f"Warm against cold on a starter history (default {STARTER_FILE}): time to first trial of the "
+    "default warm-started study, a cold one, and one with an empty meta-model cache, each from a folder that "
+    "is not the bootstrap's.",
+)
+@click.option(
+    "--no-refit",
+    is_flag=True,
+    help="With --warm: skip the runs with an empty meta-model cache (a teammate's first start).",
+)
+@click.option(
+    "--no-in-process",
+    is_flag=True,
+    help="With --warm: skip the arms that train in the study's process "
+    "(TUNE_AGENT_TRIAL_PROCESS=0) beside the default trial process.",
+)
+@click.option(
+    "--no-warm-process",
+    is_flag=True,
+    help="Skip the arms run by a warm process (`tune-agent daemon`); every other arm is a fresh process.",
+)
+def bench_startup(
+    repeats: int,
+    dataset: str,
+    job: str,
+    out: str | None,
+    starter: str | None,
+    no_refit: bool,
+    no_in_process: bool,
+    no_warm_process: bool,
+) -> None:
+    """Seconds from `tune-agent start` to its first output and first trial, on a terminal and a pipe."""
+    from agent.bench.startup import run_startup_bench, run_warm_startup_bench
+    from agent.config import check_positive
+
+    check_positive("--repeats", repeats)
+    if starter is not None:
+        from agent.knowledge.starter import starter_path
+
+        report = run_warm_startup_bench(
+            starter_path(starter),
+            repeats,
+            job,
+            refit=not no_refit,
+            in_process=not no_in_process,
+            warm=not no_warm_process,
+            say=lambda line: click.echo(line, err=True),
+        )
+    else:
+        report = run_startup_bench(
+            repeats, dataset, job, warm=not no_warm_process, say=lambda line: click.echo(line, err=True)
+        )
+    out = out or ("metrics/startup_warm.json" if starter is not None else "metrics/startup.json")
+    write_json(Path(out), report)
+    click.echo(json.dumps(report["summary"], indent=2))
+
+
+@click.command("faults")
+@click.option("--studies", type=int, default=20, show_default=True)
+@click.option("--trials", type=int, default=4, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", default="metrics/faults.json", show_default=True)
+def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) -> None:
+    """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
+    from agent.bench.faults import run_fault_campaign
+    from agent.config import check_positive
+
+    for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
+        check_positive(option, value)
+    report = run_fault_campaign(studies, trials, epochs, seed=seed, say=lambda line: click.echo(line, err=True))
+    write_json(Path(out), report)
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
+
+
+@click.command("pruning")
+@click.option("--job", default="cnn", show_default=True)
+@click.option("--dataset", default="mnist-5k", show_default=True)
+@click.option("--trials", type=int, default=20, show_default=True)
+@click.option("--epochs", type=int, default=9, show_default=True)
+@click.option(
+    "--pruners",
+    default="none,asha,median",
+    show_default=True,
+    help="Compared in this order; the first sets the target.",
+)
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option(
+    "--same-time/--same-trials",
+    default=True,
+    show_default=True,
+    help="The other pruners get the first's wall time as --timeout (and 3x its trials), or its trial count.",
+)
+@click.option("--out", default="metrics/pruning.json", show_default=True)
+def bench_pruning(
+    job: str, dataset: str, trials: int, epochs: int, pruners: str, seeds: int, same_time: bool, out: str
+) -> None:
+    """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
+    from agent.bench.pruning import PruningBenchConfig, run_pruning_bench
+    from agent.config import PRUNERS, check_positive
+
+    for option, value in (("--trials", trials), ("--epochs", epochs), ("--seeds", seeds)):
+        check_positive(option, value)
+    chosen = tuple(p.strip() for p in pruners.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in PRUNERS]
+    if not chosen or unknown:
+        raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS)}, got {pruners!r}")
+    config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen, same_time=same_time)
+    report = run_pruning_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=2))
+
+
+@click.command("reading")
+@click.option("--tracking-uri", required=True, help="A store to read, e.g. one `bootstrap --starter` filled.")
+@click.option("--study", required=True, help="The study `best` and `report` read.")
+@click.option("--dataset", default="wine", show_default=True, help="The dataset `neighbors` looks up.")
+@click.option("--job", default="mlp", show_default=True, help="The job `neighbors` looks up.")
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option(
+    "--baseline",
+    default=None,
+    metavar="DIR",
+    help="A folder with another version's agent package (git archive REV | tar -x -C DIR), timed alternately.",
+)
+@click.option("--out", default="metrics/reading_commands.json", show_default=True)
+@click.option("--warm-process", "warm", is_flag=True, help="This code's commands again, run by a warm process.")
+def bench_reading(
+    tracking_uri: str, study: str, dataset: str, job: str, repeats: int, baseline: str | None, out: str, warm: bool
+) -> None:
+    """Seconds of `best`, `history`, `report` and `neighbors` in fresh processes, imports included."""
+    from agent.bench.startup import run_reading_bench
+    from agent.config import check_positive
+
+    check_positive("--repeats", repeats)
+    if baseline is not None and not (Path(baseline) / "agent" / "__init__.py").is_file():
+        raise TuneAgentError(f"--baseline {baseline}: no agent package there")
+    report = run_reading_bench(
+        tracking_uri,
+        study,
+        repeats,
+        Path(baseline) if baseline else None,
+        dataset=dataset,
+        job=job,
+        warm=warm,
+        say=lambda line: click.echo(line, err=True),
+    )
+    write_json(Path(out), report)
+    click.echo(json.dumps(report["median_s"], indent=2))
+
+
+COMMANDS = [bench_startup, bench_faults, bench_pruning, bench_reading]
