@@ -12,6 +12,7 @@
         return float(trainer.callback_metrics["val_loss"])   # or return None: the callback set it
 
     study.optimize(objective, n_trials=10, timeout=600)
+    study.optimize(n_jobs=4)                         # the job's trials four at a time, on Ray
     study.best_trial.number, study.best_value, study.best_params
 
 A study made here is the one ``tune-agent start`` makes: the same request checks, warm start from
@@ -142,18 +143,29 @@ class TuningStudy:
         n_trials: int | None = None,
         timeout: float | None = None,
         show_progress: bool = False,
+        n_jobs: int = 1,
+        **execution: Any,
     ) -> None:
         """Runs up to ``n_trials`` more trials (default: the rest of the budget); none starts after
         ``timeout`` seconds. Without ``objective`` the job trains each trial as ``tune-agent start``
-        does (its report and source model at the end); with one, ``objective(trial)`` trains it and
+        does (its report and source model at the end), ``n_jobs`` at a time (on Ray above 1), with
+        ``start``'s execution options by their Python names (``ray_address``, ``cpus_per_trial``,
+        ``gpus_per_trial``, ``torch_threads``, ``ask_ahead``), checked as the command line checks
+        them. With ``objective``, ``objective(trial)`` trains each trial here, one at a time, and
         returns the value (or None when :class:`agent.lightning.TuneAgentCallback` set it)."""
+        from agent.execution.options import check_execution
+        from agent.execution.workers import ASK_AHEAD
+
         if n_trials is not None and n_trials < 1:
             raise StudyError(f"n_trials must be at least 1, got {n_trials}")
-        if timeout is not None and timeout <= 0:
-            raise StudyError(f"timeout must be positive, got {timeout}")
+        settings = check_execution(n_jobs, timeout, **{"ask_ahead": ASK_AHEAD, **execution})
         if objective is None:
-            self._run_job(n_trials, timeout, show_progress)
+            self._run_job(n_trials, settings, show_progress)
             return
+        if n_jobs != 1 or execution:
+            raise StudyError(
+                "an objective runs its trials here, one at a time: n_jobs and execution options need the job"
+            )
         start = time.perf_counter()
         done = 0
         while self.study.remaining() > 0 and (n_trials is None or done < n_trials):
@@ -165,9 +177,10 @@ class TuningStudy:
                     trial.value = float(value)
             done += 1
 
-    def _run_job(self, n_trials: int | None, timeout: float | None, show_progress: bool) -> None:
+    def _run_job(self, n_trials: int | None, execution: Any, show_progress: bool) -> None:
         from agent.execution.progress import ProgressReporter, SilentReporter
         from agent.execution.runner import run_study
+        from agent.execution.workers import make_executor
 
         if self._job is None:
             from agent.tuning.service import load_study_data, open_study
@@ -175,7 +188,17 @@ class TuningStudy:
             self.study, self._job = open_study(self.name, kb=self.study.kb)
             self._data, self._split = load_study_data(self.study, self._job)
         reporter = ProgressReporter() if show_progress else SilentReporter()
-        run_study(self.study, self._job, self._data, self._split, reporter, timeout=timeout, n_trials=n_trials)
+        executor = make_executor(self.study, self._job, self._data, self._split, execution)
+        run_study(
+            self.study,
+            self._job,
+            self._data,
+            self._split,
+            reporter,
+            executor=executor,
+            timeout=execution.timeout,
+            n_trials=n_trials,
+        )
 
     def __iter__(self) -> Iterator[FrozenTrial]:
         return iter(self.trials)
@@ -205,8 +228,8 @@ def create_study(
     request = StudyRequest(
         dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options
     )
-    study, job_obj, data, split = prepare_study(request, echo=lambda line: None)
-    return TuningStudy(study, job_obj, data, split)
+    prepared = prepare_study(request, echo=lambda line: None)
+    return TuningStudy(prepared.study, prepared.job, prepared.data, prepared.split)
 
 
 def load_study(name: str, tracking_uri: str | None = None) -> TuningStudy:

@@ -1,5 +1,5 @@
-"""What a study is asked for (:class:`StudyRequest`) and what it runs with (:class:`StudySettings`,
-stored on the study run).
+"""What a study is asked for (:class:`StudyRequest`, the one validated study object) and what it
+runs with (:class:`StudySettings`, derived from it and stored on the study run).
 
 Everything a study needs to be resumed in another process lives here, so ``tune-agent resume``
 reads it back from the knowledge base instead of asking the user again.
@@ -12,13 +12,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from agent.errors import TuneAgentError
+from agent.registry import SAMPLERS, SURROGATES
 
 # The choices of a study's options. They live here, at the bottom of the layers, so that every
-# layer above (surrogates, tuning, bench, cli) reads the same tuples.
+# layer above (surrogates, tuning, bench, cli) reads the same tuples; samplers and surrogates are
+# registry entries (agent.registry).
 INIT_METHODS = ("random", "lhs", "sobol", "halton")
 ACQUISITIONS = ("logei", "ucb")
-SAMPLERS = ("bo", "random", "tpe", "hts", "hts-anchored")
-HTS_SAMPLERS = ("hts", "hts-anchored")  # paper 001, and ours with the map anchored at the identity
 # How running trials (parallel workers) enter a BO step (agent/samplers/bo.py): auto (what the
 # surrogate declares: joint for the GP family, liar for the TNP), joint (qLogEI/qUCB over the
 # running points as X_pending), believer (the model conditioned on its own mean there) or liar
@@ -35,8 +35,110 @@ PRIOR_MEANS = ("neighbours", "observations", "constant")
 RANDOM_EVERY = 4
 
 
-@dataclass(frozen=True)
-class StudySettings:
+@dataclass(frozen=True, kw_only=True)
+class StudyOptions:
+    """The options a study is asked for and runs with alike; each default is written here once."""
+
+    trials: int = 20
+    epochs: int = 5
+    time_limit: float | None = None
+    init: str = "sobol"
+    acq: str = "logei"
+    random_every: int = RANDOM_EVERY
+    seed: int = 0
+    val_fraction: float = 0.2
+    label: str | None = None
+    drop: tuple[str, ...] = ()
+    k: int = 3
+    prior_mean: str | None = None
+    models_dir: str = "models"
+    sampler: str = "bo"
+    pruner: str = "none"
+    pending: str = "auto"
+    source: str | None = None  # --sampler hts: the historical study whose dataset is the source
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyRequest(StudyOptions):
+    """Everything ``tune-agent start``/``create`` (and :func:`agent.lightning.create_study`) is
+    asked for: the one validated study object. The CLI's options are built from these fields and
+    their defaults; each problem is one line (:class:`~agent.errors.TuneAgentError`, exit 2) when
+    the request is made. :meth:`settings` derives the study's :class:`StudySettings` once the job,
+    the dataset and the plan have resolved the rest."""
+
+    dataset: str
+    job: str
+    metric: str | None = None
+    mode: str | None = None
+    n_init: int | None = None
+    study_name: str | None = None
+    tracking_uri: str | None = None
+    artifact_root: str | None = None
+    warm_start: str = "auto"
+    surrogate: str = "auto"
+    kernel: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_positive("--trials", self.trials)
+        check_positive("--epochs", self.epochs)
+        check_positive("--k", self.k)
+        if self.n_init is not None and self.n_init < 1:
+            raise TuneAgentError(f"--n-init must be at least 1, got {self.n_init}")
+        if self.mode is not None and self.mode not in ("min", "max"):
+            raise TuneAgentError(f"--mode must be 'min' or 'max', got {self.mode!r}")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise TuneAgentError(f"--time-limit must be positive seconds, got {self.time_limit}")
+        if self.random_every < 0:
+            raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {self.random_every}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+        self._check_choices()
+        if self.study_name and "'" in self.study_name and '"' in self.study_name:
+            raise TuneAgentError(
+                f"--study-name {self.study_name}: a name may hold ' or \", not both "
+                "(the store's searches cannot quote it)"
+            )
+
+    def _check_choices(self) -> None:
+        for option, value, choices in (
+            ("--init", self.init, INIT_METHODS),
+            ("--acq", self.acq, ACQUISITIONS),
+            ("--pruner", self.pruner, PRUNERS),
+            ("--pending", self.pending, PENDING),
+            ("--warm-start", self.warm_start, WARM_METHODS),
+            ("--kernel", self.kernel, KERNELS),
+        ):
+            if value not in choices:
+                raise TuneAgentError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
+        if self.prior_mean not in (None, *PRIOR_MEANS):
+            raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
+        SURROGATES.check(self.surrogate)
+        sampler = SAMPLERS.load(self.sampler)  # a plugin's that fails to load is refused here, before any write
+        if self.source is not None and sampler.plan != "sources":
+            raise TuneAgentError(
+                f"--source names the source study of a sampler that maps one (--sampler hts); "
+                f"this study's sampler is {self.sampler}"
+            )
+
+    def settings(self, **resolved: Any) -> StudySettings:
+        """The study's :class:`StudySettings`: every field the two share copied from the request,
+        then ``resolved`` (what the job, the dataset and the plan decided: names, fingerprint,
+        metric, mode, n_init, prior mean, kernel)."""
+        shared = {f.name: getattr(self, f.name) for f in fields(StudySettings) if f.name in _REQUEST_FIELDS}
+        return StudySettings(**{**shared, "drop": tuple(self.drop), **resolved})
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of option ``name`` (a field name)."""
+        return next(f.default for f in fields(cls) if f.name == name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySettings(StudyOptions):
+    """What a study runs with, stored on the study run so that ``resume`` reads it back instead of
+    asking again. Derived from a validated :class:`StudyRequest` (:meth:`StudyRequest.settings`)
+    or read back from the store, so it is not validated again."""
+
     job: str
     job_name: str
     dataset: str
@@ -45,30 +147,10 @@ class StudySettings:
     space_signature: str
     metric: str
     mode: str
-    trials: int
-    epochs: int = 5
-    time_limit: float | None = None
-    init: str = "sobol"
     n_init: int = 5
-    acq: str = "logei"
-    random_every: int = RANDOM_EVERY
-    seed: int = 0
-    val_fraction: float = 0.2
-    label: str | None = None
-    drop: tuple[str, ...] = ()
     kernel: str = "plain"  # resolved: plain | arc
     warm_start: str = "none"
-    k: int = 3
-    prior_mean: str | None = None
     surrogate: str = "gp"
-    sampler: str = "bo"
-    models_dir: str = "models"
-    pruner: str = "none"
-    pending: str = "auto"
-    source: str | None = None  # --sampler hts: the historical study whose dataset is the source
-
-    def __post_init__(self) -> None:
-        check_study_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-shaped (``drop`` a list), as the store keeps it."""
@@ -88,96 +170,9 @@ class StudySettings:
         return -1.0 if self.mode == "min" else 1.0
 
 
-def check_study_fields(values: Any) -> None:
-    """The one validator of what a :class:`StudyRequest` and :class:`StudySettings` share (a
-    request's unresolved ``None``/``auto`` values pass); one line per problem, exit 2."""
-    check_positive("--trials", values.trials)
-    check_positive("--epochs", values.epochs)
-    check_positive("--k", values.k)
-    if values.n_init is not None and values.n_init < 1:
-        raise TuneAgentError(f"--n-init must be at least 1, got {values.n_init}")
-    if values.mode is not None and values.mode not in ("min", "max"):
-        raise TuneAgentError(f"--mode must be 'min' or 'max', got {values.mode!r}")
-    if values.time_limit is not None and values.time_limit <= 0:
-        raise TuneAgentError(f"--time-limit must be positive seconds, got {values.time_limit}")
-    if values.random_every < 0:
-        raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {values.random_every}")
-    if not 0.0 < values.val_fraction < 1.0:
-        raise TuneAgentError(f"--val-fraction must be in (0, 1), got {values.val_fraction}")
-    for option, value, choices in (
-        ("--init", values.init, INIT_METHODS),
-        ("--acq", values.acq, ACQUISITIONS),
-        ("--sampler", values.sampler, SAMPLERS),
-        ("--pruner", values.pruner, PRUNERS),
-        ("--pending", values.pending, PENDING),
-        ("--warm-start", values.warm_start, WARM_METHODS),
-        ("--kernel", values.kernel, KERNELS),
-    ):
-        if value not in choices:
-            raise TuneAgentError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
-    if values.prior_mean not in (None, *PRIOR_MEANS):
-        raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {values.prior_mean!r}")
-
-
 def check_positive(option: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise TuneAgentError(f"{option} must be a positive integer, got {value!r}")
-
-
-@dataclass(frozen=True)
-class StudyRequest:
-    """Everything ``tune-agent start``/``create`` (and :func:`agent.lightning.create_study`) is
-    asked for: one typed, frozen record whose defaults are the CLI's (the options are built from
-    these fields), validated once when it is made. :meth:`settings` turns it into the study's
-    :class:`StudySettings` once the job, the dataset and the plan have resolved the rest."""
-
-    dataset: str
-    job: str
-    trials: int = 20
-    epochs: int = 5
-    label: str | None = None
-    drop: tuple[str, ...] = ()
-    metric: str | None = None
-    mode: str | None = None
-    time_limit: float | None = None
-    init: str = "sobol"
-    n_init: int | None = None
-    acq: str = "logei"
-    random_every: int = RANDOM_EVERY
-    seed: int = 0
-    val_fraction: float = 0.2
-    study_name: str | None = None
-    tracking_uri: str | None = None
-    artifact_root: str | None = None
-    warm_start: str = "auto"
-    k: int = 3
-    prior_mean: str | None = None
-    models_dir: str = "models"
-    surrogate: str = "auto"
-    sampler: str = "bo"
-    kernel: str = "auto"
-    pruner: str = "none"
-    pending: str = "auto"
-    source: str | None = None
-
-    def __post_init__(self) -> None:
-        check_study_fields(self)
-        if self.source is not None and self.sampler not in HTS_SAMPLERS:
-            raise TuneAgentError(
-                f"--source names the source study of --sampler hts; this study's sampler is {self.sampler}"
-            )
-
-    def settings(self, **resolved: Any) -> StudySettings:
-        """The study's :class:`StudySettings`: every field the two share copied from the request,
-        then ``resolved`` (what the job, the dataset and the plan decided: names, fingerprint,
-        metric, mode, n_init, prior mean, kernel)."""
-        shared = {f.name: getattr(self, f.name) for f in fields(StudySettings) if f.name in _REQUEST_FIELDS}
-        return StudySettings(**{**shared, "drop": tuple(self.drop), **resolved})
-
-    @classmethod
-    def default(cls, name: str) -> Any:
-        """The default of option ``name`` (a field name)."""
-        return next(f.default for f in fields(cls) if f.name == name)
 
 
 _REQUEST_FIELDS = frozenset(f.name for f in fields(StudyRequest))

@@ -12,7 +12,7 @@ entries through entry points in the groups ``tune_agent.samplers``, ``tune_agent
 A sampler entry is a :class:`~agent.samplers.registry.SamplerSpec`, a surrogate entry a
 :class:`~agent.surrogates.contract.SurrogateSpec`, a job entry a job class, instance or
 zero-argument factory (:mod:`agent.jobs.registry`). A plugin cannot take a built-in's name: it is
-left out, and :meth:`Registry.skipped` says so (``tune-agent doctor`` lists it).
+left out, and :meth:`Registry.skipped` says so. ``docs/guide/plugins.md`` shows a plugin end to end.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from agent.errors import TuneAgentError
 
 GROUP_PREFIX = "tune_agent."
+AUTO = "auto"  # --surrogate auto: the rule in agent.surrogates.registry picks an entry by the history
 
 BUILTIN: dict[str, dict[str, str]] = {
     "samplers": {
@@ -64,9 +65,10 @@ class Registry:
     """The entries of one kind: built-ins first, then other packages' entry points, then what
     :meth:`register` added in this process."""
 
-    def __init__(self, kind: str, option: str) -> None:
+    def __init__(self, kind: str, option: str, rules: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.option = option  # the command-line option that names an entry, for error lines
+        self.rules = rules  # names the option also takes that pick an entry (``auto``), not entries
         self._references: dict[str, str] = dict(BUILTIN[kind])
         self._plugins: dict[str, Any] | None = None  # name -> entry point, read on first need
         self._skipped: list[str] = []
@@ -93,6 +95,15 @@ class Registry:
         plugins = list(self._entry_points())
         added = [name for name in self._objects if name not in self._references and name not in plugins]
         return (*self._references, *plugins, *added)
+
+    def choices(self) -> tuple[str, ...]:
+        """What the option accepts: every entry's name, then the rules'."""
+        return (*self.names(), *self.rules)
+
+    def check(self, name: str) -> None:
+        """:class:`UnknownEntryError` (one line, exit 2) unless the option accepts ``name``; imports nothing."""
+        if name not in self.choices():
+            raise UnknownEntryError(f"{self.option} must be one of {', '.join(self.choices())}, got {name!r}")
 
     def __contains__(self, name: object) -> bool:
         return name in self.names()
@@ -121,7 +132,7 @@ class Registry:
                     f"failed to load: {type(exc).__name__}: {exc}"
                 ) from None
         else:
-            raise UnknownEntryError(f"{self.option} must be one of {', '.join(self.names())}, got {name!r}")
+            raise UnknownEntryError(f"{self.option} must be one of {', '.join(self.choices())}, got {name!r}")
         self._objects[name] = found
         return found
 
@@ -140,5 +151,5 @@ class Registry:
 
 
 SAMPLERS = Registry("samplers", "--sampler")
-SURROGATES = Registry("surrogates", "--surrogate")
+SURROGATES = Registry("surrogates", "--surrogate", rules=(AUTO,))
 JOBS = Registry("jobs", "--job")

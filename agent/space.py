@@ -192,13 +192,13 @@ class SearchSpace:
         cond = param.condition
         return cond is None or (cond.parent in config and config[cond.parent] in cond.values)
 
-    def decode(self, u: Sequence[float]) -> dict[str, Any]:
+    def decode(self, u: Sequence[float] | np.ndarray) -> dict[str, Any]:
         """Maps a point of the cube (`d`) to the configuration of its active parameters."""
-        u = np.asarray(u, dtype=float).reshape(-1)
-        if u.shape[0] != self.dim:
-            raise SpaceError(f"expected a point of dimension {self.dim}, got {u.shape[0]}")
+        point = np.asarray(u, dtype=float).reshape(-1)
+        if point.shape[0] != self.dim:
+            raise SpaceError(f"expected a point of dimension {self.dim}, got {point.shape[0]}")
         config: dict[str, Any] = {}
-        for p, ui in zip(self.params, u):
+        for p, ui in zip(self.params, point):
             if self.is_active(p, config):
                 config[p.name] = p.from_unit(float(ui))
         return config
@@ -262,7 +262,7 @@ class SearchSpace:
                     u[i] = p.to_unit(v)
                 else:
                     u[i] = p.to_unit(min(max(v, p.low), p.high))
-        return self.snap(u)[0]
+        return np.asarray(self.snap(u)[0])
 
     @property
     def has_conditions(self) -> bool:

@@ -14,7 +14,7 @@ from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
 JOB = "agent.jobs.examples:logistic"
 
 
-def test_optimize_runs_the_job_and_an_objective_numbered_from_one(store, cli, capsys) -> None:  # noqa: ANN001
+def test_optimize_runs_the_job_and_an_objective_numbered_from_one(store, cli, capsys) -> None:
     import agent
     from mlflow import MlflowClient
 
@@ -35,7 +35,7 @@ def test_optimize_runs_the_job_and_an_objective_numbered_from_one(store, cli, ca
 
     seen = []
 
-    def objective(trial):  # noqa: ANN001, ANN202 - a user's training: the value from the proposed params
+    def objective(trial):
         seen.append(trial.number)
         if len(seen) == 2:
             raise ValueError("diverged")
@@ -68,9 +68,9 @@ def test_optimize_runs_the_job_and_an_objective_numbered_from_one(store, cli, ca
     assert shown.code == 0 and json.loads(shown.out)["trial"] == best.number
 
 
-def test_optimize_refuses_bad_arguments_and_unknown_studies(store) -> None:  # noqa: ANN001
+def test_optimize_refuses_bad_arguments_and_unknown_studies(store) -> None:
     import agent
-    from agent.errors import StudyError, UnknownStudyError
+    from agent.errors import OptionError, StudyError, TuneAgentError, UnknownStudyError
 
     study = agent.create_study(
         "small",
@@ -84,8 +84,20 @@ def test_optimize_refuses_bad_arguments_and_unknown_studies(store) -> None:  # n
     )
     with pytest.raises(StudyError, match="n_trials must be at least 1"):
         study.optimize(n_trials=0)
-    with pytest.raises(StudyError, match="timeout must be positive"):
+    # execution options go through the command line's checks (agent.execution.options)
+    with pytest.raises(OptionError, match="'--timeout': must be positive seconds, got 0"):
         study.optimize(timeout=0)
+    with pytest.raises(OptionError, match="'--workers': must be at least 1, got 0"):
+        study.optimize(n_jobs=0)
+    with pytest.raises(OptionError, match="'--ask-ahead': must be 0 or more"):
+        study.optimize(ask_ahead=-1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        study.optimize(nope=1)
+    with pytest.raises(StudyError, match="an objective runs its trials here, one at a time"):
+        study.optimize(lambda trial: 0.0, n_jobs=2)
+    with pytest.raises(TuneAgentError, match="--surrogate must be one of gp, .*, got 'nope'"):
+        agent.create_study(dataset="iris", job=JOB, surrogate="nope", tracking_uri=store.uri)
+    assert len(store.kb().list_studies()) == 1  # nothing half-written by a refused request
     with pytest.raises(StudyError, match="no finished trial yet"):
         study.best_trial  # noqa: B018
     with pytest.raises(UnknownStudyError):
@@ -96,7 +108,7 @@ def test_optimize_refuses_bad_arguments_and_unknown_studies(store) -> None:  # n
     assert done.number == 1 and done.state == TRIAL_OK and study.best_value == 0.5
 
 
-def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, monkeypatch) -> None:
     import os
     import re
     import subprocess
@@ -116,7 +128,7 @@ def test_the_readme_python_snippet_runs_as_written_in_an_empty_folder(tmp_path, 
     assert (tmp_path / "mlflow").is_dir()  # the embedded store, made where the user ran it
 
 
-def test_a_tiny_budget_still_gets_bo_steps(store) -> None:  # noqa: ANN001
+def test_a_tiny_budget_still_gets_bo_steps(store) -> None:
     import agent
 
     study = agent.create_study(
@@ -149,7 +161,7 @@ def test_a_tiny_budget_still_gets_bo_steps(store) -> None:  # noqa: ANN001
     assert kept.study.settings.n_init == 4  # an explicit --n-init is the user's
 
 
-def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path) -> None:  # noqa: ANN001
+def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path) -> None:
     import os
     import re
     import subprocess
@@ -177,7 +189,7 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
     assert header[0] == "0" and header[-1] == "9" and "[3 rows x 10 columns]" in lines
 
 
-def test_the_study_description_names_dataset_surrogate_and_best(store, cli) -> None:  # noqa: ANN001
+def test_the_study_description_names_dataset_surrogate_and_best(store, cli) -> None:
     from mlflow import MlflowClient
 
     res = cli(
@@ -203,7 +215,7 @@ def test_the_study_description_names_dataset_surrogate_and_best(store, cli) -> N
     assert f"**Best** val_loss {study.best_value:.6g}: lr=" in note and note.count("**Best**") == 1
 
 
-def test_the_readme_quickstart_runs_as_written_in_an_empty_folder(tmp_path) -> None:  # noqa: ANN001
+def test_the_readme_quickstart_runs_as_written_in_an_empty_folder(tmp_path) -> None:
     """README's "Tune a job" command, run as written (its `.venv/bin/tune-agent` is this
     installation's) in an empty folder with no store settings: it finishes, and its output has the
     lines the README's sample shows, in that order."""

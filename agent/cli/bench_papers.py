@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -272,7 +273,7 @@ def bench_history(
     check_positive("--configs", configs)
     if not job_spec.startswith("yahpo:"):
         raise TuneAgentError(f"--job must be a surrogate-benchmark job (yahpo:SCENARIO), got {job_spec!r}")
-    job = load_job(job_spec)
+    job: Any = load_job(job_spec)  # a YahpoJob: tasks and a scenario
     for task in exclude:
         job.task(task)  # an unknown task is one line, exit 2
     config = BenchConfig(scenario=str(job.scenario.folder), history_size=configs, history_seed=seed)

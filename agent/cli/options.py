@@ -12,18 +12,9 @@ from typing import Any
 
 import click
 
-from agent.config import (
-    ACQUISITIONS,
-    INIT_METHODS,
-    KERNELS,
-    PENDING,
-    PRIOR_MEANS,
-    PRUNERS,
-    SAMPLERS,
-    WARM_METHODS,
-    StudyRequest,
-)
+from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, PRUNERS, WARM_METHODS, StudyRequest
 from agent.errors import TuneAgentError
+from agent.registry import SAMPLERS, SURROGATES
 
 tracking_option = click.option(
     "--tracking-uri",
@@ -61,16 +52,12 @@ def kb_for(tracking_uri: str | None, artifact_root: str | None = None, reads: bo
     """The invocation's store; ``reads``: an embedded store is read through sqlite3 (no MLflow import
     for a command that only reads, ``best``, ``history``, ``report``; no SQLAlchemy objects for a
     study's reads of the history) and written through MLflow."""
-    return click.get_current_context().find_object(Stores).get(tracking_uri, artifact_root, reads)
+    stores = click.get_current_context().find_object(Stores)
+    assert stores is not None, "the command group makes the invocation's Stores"
+    return stores.get(tracking_uri, artifact_root, reads)
 
 
 STARTER_FILE = "mlp"  # the packaged starter history of job mlp (agent/knowledge/starters/)
-
-
-def surrogate_choices() -> tuple[str, ...]:
-    from agent.surrogates.names import CHOICES  # the names only: --help imports neither numpy nor torch
-
-    return CHOICES
 
 
 def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -208,7 +195,7 @@ def study_options(fn: Any) -> Any:
         ),
         click.option(
             "--surrogate",
-            type=click.Choice(surrogate_choices()),
+            type=click.Choice(SURROGATES.choices()),  # names only: imports neither numpy nor torch
             default=StudyRequest.default("surrogate"),
             show_default=True,
             help=(
@@ -253,7 +240,7 @@ def study_options(fn: Any) -> Any:
         ),
         click.option(
             "--sampler",
-            type=click.Choice(SAMPLERS),
+            type=click.Choice(SAMPLERS.choices()),
             default=StudyRequest.default("sampler"),
             show_default=True,
             help=(

@@ -297,6 +297,7 @@ def bootstrap(
         else:
             from agent.tuning.source_models import update_for_job
 
+            assert starter is not None  # one of the two was given
             imported = import_starter(kb, starter, progress=click.echo)
             built = update_for_job(kb, models_dir, job, progress=click.echo)
             click.echo(

@@ -1,8 +1,8 @@
 """Jobs: what the tuner trains. The job protocol, the built-in jobs and how to load a user's job.
 
 - :class:`Job` (``base``): the protocol a job implements.
-- :func:`load_job` / :data:`BUILTIN_JOBS` (``registry``): ``"cnn"``, ``"mlp"`` or
-  ``"package.module:attr"``.
+- :func:`load_job` / :func:`job_names` (``registry``): ``"cnn"``, ``"mlp"``, a job another
+  package registers (entry points ``tune_agent.jobs``) or ``"package.module:attr"``.
 - :class:`ArrayDataModule` (``datamodule``): the in-memory DataModule the built-ins use.
 - :class:`ClassifierModule` (``classifier``): shared steps logging ``train_loss``, ``train_acc``,
   ``val_loss`` and ``val_acc`` per epoch.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.jobs.base import Job, validate_job
-from agent.jobs.registry import BUILTIN_JOBS, load_job
+from agent.jobs.registry import job_names, load_job
 
 # Lightning takes seconds to import: the Lightning parts load on first use, so a refused job or
 # dataset, and a surrogate-benchmark job, never pay for it.
@@ -38,4 +38,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'agent.jobs' has no attribute {name!r}")
 
 
-__all__ = ["ArrayDataModule", "BUILTIN_JOBS", "CNNJob", "ClassifierModule", "Job", "MLPJob", "load_job", "validate_job"]
+__all__ = ["ArrayDataModule", "CNNJob", "ClassifierModule", "Job", "MLPJob", "job_names", "load_job", "validate_job"]

@@ -1,7 +1,8 @@
-"""Finding jobs by name: the built-ins and user jobs given as ``package.module:attr``.
+"""Finding jobs by name: registered jobs, YAHPO scenarios and user jobs given as ``package.module:attr``.
 
-Owns :data:`BUILTIN_JOBS` and :func:`load_job`, which resolves a spec to an object meeting the
-job protocol (checked by :func:`agent.jobs.base.validate_job`) or raises a one-line
+Job names live in :data:`agent.registry.JOBS` (the built-ins, then other packages' entry points
+in the group ``tune_agent.jobs``). :func:`load_job` resolves a spec to an object meeting the job
+protocol (checked by :func:`agent.jobs.base.validate_job`) or raises a one-line
 :class:`~agent.errors.JobError` saying what is wrong.
 """
 
@@ -11,26 +12,26 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from agent.errors import JobError
+from agent.errors import JobError, TuneAgentError
 from agent.jobs.base import Job, validate_job
+from agent.registry import JOBS
 
-BUILTIN_JOBS = ("cnn", "mlp", "mlp-arch")
 YAHPO_PREFIX = "yahpo:"  # a YAHPO Gym surrogate scenario: agent.jobs.yahpo
-_BUILTIN_MODULES = {
-    "cnn": ("agent.jobs.cnn", "CNNJob"),
-    "mlp": ("agent.jobs.mlp", "MLPJob"),
-    "mlp-arch": ("agent.jobs.mlp_arch", "MLPArchJob"),
-}
+
+
+def job_names() -> tuple[str, ...]:
+    """Every registered job's name: the built-ins, then other packages' entry points."""
+    return JOBS.names()
 
 
 def check_job_spec(spec: str) -> None:
     """The cheap part of :func:`load_job`: a spec that cannot name a job is refused before any import."""
     spec = str(spec).strip()
-    if spec in BUILTIN_JOBS or spec.startswith(YAHPO_PREFIX):
+    if spec.startswith(YAHPO_PREFIX) or spec in JOBS:
         return
     if ":" not in spec:
         raise JobError(
-            f"unknown job {spec!r}; built-in jobs: {', '.join(BUILTIN_JOBS)}, yahpo:SCENARIO "
+            f"unknown job {spec!r}; registered jobs: {', '.join(JOBS.names())}, yahpo:SCENARIO "
             "(or give package.module:attr)"
         )
     module_name, _, attr = spec.partition(":")
@@ -50,9 +51,12 @@ def load_job(spec: str) -> Job:
 
         return validate_job(YahpoJob.from_spec(spec), spec)
     check_job_spec(spec)
-    if spec in BUILTIN_JOBS:
-        module_name, cls = _BUILTIN_MODULES[spec]
-        return getattr(importlib.import_module(module_name), cls)()
+    if spec in JOBS:
+        try:
+            target = JOBS.load(spec)
+        except TuneAgentError as exc:
+            raise JobError(str(exc)) from None
+        return validate_job(_instantiate(target, spec), spec)
     module_name, _, attr = spec.partition(":")
     target = _import_attr(module_name, attr, spec)
     return validate_job(_instantiate(target, spec), spec)

@@ -142,7 +142,7 @@ def optimize_on_space(acqf: Any, space: SearchSpace, seed: int, budget: AcqBudge
 
     d = space.dim
     bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
-    options = {"seed": seed, "maxiter": budget.maxiter}
+    options: dict[str, bool | float | int | str] = {"seed": seed, "maxiter": budget.maxiter}
     fixed = structural_fixings(space)
     if fixed:
         return _optimize_over_structures(acqf, bounds, fixed, seed, budget)
@@ -209,10 +209,14 @@ def _optimize_over_structures(
 
     torch.manual_seed(seed)
     found, _ = gen_candidates_scipy(
-        raw[starts].unsqueeze(1), held, bounds[0], bounds[1], options={"maxiter": budget.maxiter}
+        raw[starts].unsqueeze(1),
+        held,  # type: ignore[arg-type]  # BoTorch calls it as one: any callable of X does
+        bounds[0],
+        bounds[1],
+        options={"maxiter": budget.maxiter},
     )
-    k = owner[starts]
-    found = found * free[k].unsqueeze(1) + values[k].unsqueeze(1)
+    owners = owner[starts]
+    found = found * free[owners].unsqueeze(1) + values[owners].unsqueeze(1)
     with torch.no_grad():
         value = acqf(found)
     i = int(torch.argmax(value))

@@ -1,12 +1,12 @@
 """The sampler registry: every way a study can choose its next configuration, registered once.
 
-As :mod:`agent.surrogates.registry` does for surrogates: each :class:`SamplerSpec` says what its
-plan needs from the history (``plan``) and how the sampler is built from the plan
+Entries live in :data:`agent.registry.SAMPLERS` (the one registry mechanism, open to other
+packages through the ``tune_agent.samplers`` entry points). Each :class:`SamplerSpec` says what
+its plan needs from the history (``plan``) and how the sampler is built from the plan
 (:meth:`SamplerSpec.build`). The study services (:func:`agent.tuning.plan.plan_sampler`,
 ``Planned.sampler``), ``resume`` (through the recorded plan) and the benchmark's method list read
-it; the names alone live in :data:`agent.config.SAMPLERS` so that option parsing and ``--help``
-stay light (a test checks both agree), and ``tests/tuning/test_sampler_contract.py`` runs every
-registered sampler through the same ask/tell/resume checks.
+it, and ``tests/tuning/test_sampler_contract.py`` runs every registered sampler through the same
+ask/tell/resume checks.
 
 - ``bo``: BO on the surrogate the surrogate registry resolves (plan ``surrogate``).
 - ``random``, ``tpe``: no history, no surrogate (plan ``none``).
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import TuneAgentError
+from agent.registry import SAMPLERS
 
 PLANS = ("surrogate", "sources", "none")
 
@@ -77,43 +78,36 @@ def _hts(anchored: bool) -> Callable[[Any, Any, Any], Any]:
     return build
 
 
-REGISTRY: dict[str, SamplerSpec] = {
-    s.name: s
-    for s in (
-        SamplerSpec("bo", "Bayesian optimisation on the --surrogate (the product's default)", "surrogate", _bo),
-        SamplerSpec("random", "uniform random configurations", "none", _random),
-        SamplerSpec("tpe", "Optuna's TPESampler behind the sampler contract", "none", _tpe),
-        SamplerSpec(
-            "hts", "paper 001: a learned map of a similar dataset's best configurations", "sources", _hts(False)
-        ),
-        SamplerSpec(
-            "hts-anchored",
-            "paper 001's map anchored at the identity, then BO on a plain GP once it stalls",
-            "sources",
-            _hts(True),
-            hands_over=True,
-        ),
-    )
-}
+BO = SamplerSpec("bo", "Bayesian optimisation on the --surrogate (the product's default)", "surrogate", _bo)
+RANDOM = SamplerSpec("random", "uniform random configurations", "none", _random)
+TPE = SamplerSpec("tpe", "Optuna's TPESampler behind the sampler contract", "none", _tpe)
+HTS = SamplerSpec("hts", "paper 001: a learned map of a similar dataset's best configurations", "sources", _hts(False))
+HTS_ANCHORED = SamplerSpec(
+    "hts-anchored",
+    "paper 001's map anchored at the identity, then BO on a plain GP once it stalls",
+    "sources",
+    _hts(True),
+    hands_over=True,
+)
 
 
 def register(spec: SamplerSpec) -> None:
-    """Adds ``spec``; a name taken by another spec is a programming error."""
-    if spec.name in REGISTRY and REGISTRY[spec.name] is not spec:
-        raise ValueError(f"sampler {spec.name!r} is already registered")
-    REGISTRY[spec.name] = spec
+    """Adds ``spec`` in this process (:meth:`agent.registry.Registry.register`)."""
+    SAMPLERS.register(spec.name, spec)
 
 
 def get(name: str) -> SamplerSpec:
-    if name not in REGISTRY:
-        raise TuneAgentError(f"--sampler must be one of {', '.join(REGISTRY)}, got {name!r}")
-    return REGISTRY[name]
+    """The sampler named ``name``: a built-in, another package's entry point or one registered here."""
+    spec = SAMPLERS.load(name)
+    if not isinstance(spec, SamplerSpec) or spec.name != name:
+        raise TuneAgentError(f"--sampler {name}: its registry entry is not a SamplerSpec named {name!r}")
+    return spec
 
 
 def names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    return SAMPLERS.names()
 
 
 def without_surrogate() -> tuple[str, ...]:
     """The samplers that are methods of their own beside the surrogates (the benchmark's list)."""
-    return tuple(name for name, spec in REGISTRY.items() if spec.plan != "surrogate")
+    return tuple(name for name in names() if get(name).plan != "surrogate")

@@ -31,7 +31,7 @@ class TpeSampler:
             return FloatDistribution(p.low, p.high, log=p.log)
         if isinstance(p, Int):
             return IntDistribution(p.low, p.high, log=p.log)
-        return CategoricalDistribution(p.choices)  # type: ignore[union-attr]
+        return CategoricalDistribution(p.choices)
 
     def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
         import logging
@@ -40,9 +40,8 @@ class TpeSampler:
         from optuna.trial import TrialState, create_trial
 
         optuna.logging.set_verbosity(logging.WARNING)
-        direction = "maximize" if self.settings.mode == "max" else "minimize"
         study = optuna.create_study(
-            direction=direction,
+            direction="maximize" if self.settings.mode == "max" else "minimize",
             sampler=optuna.samplers.TPESampler(
                 seed=self.settings.seed * 100003 + number, constant_liar=self.settings.pending == "liar"
             ),
@@ -74,7 +73,7 @@ class TpeSampler:
                 elif isinstance(p, Int):
                     config[p.name] = trial.suggest_int(p.name, p.low, p.high, log=p.log)
                 else:
-                    config[p.name] = trial.suggest_categorical(p.name, list(p.choices))  # type: ignore[union-attr]
+                    config[p.name] = trial.suggest_categorical(p.name, list(p.choices))
         return Suggestion(config, "tpe")
 
     def pending_note(self) -> str:

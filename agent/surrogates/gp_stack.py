@@ -79,7 +79,7 @@ class _GPStack:
             raise ValueError(f"cannot stack GPs with different kernels {sorted(kinds)}")
         self.kernel = _rbf if kinds == {"rbf"} else _matern52
         s = len(models)
-        dd = dict(dtype=torch.double)
+        dd: dict[str, Any] = {"dtype": torch.double}
         self.arc = _ArcEmbedding([_kernel_parts(m)[1] for m in models]) if kinds == {"arc"} else None  # type: ignore[index]
         n_max = max(m.train_inputs[0].shape[0] for m in models)
         d = self.arc.width if self.arc is not None else models[0].train_inputs[0].shape[-1]

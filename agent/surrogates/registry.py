@@ -1,8 +1,9 @@
-"""The surrogate registry: every surrogate a study or a benchmark can run, and ``auto``'s policy.
+"""The surrogate registry's typed face, and ``auto``'s policy, which picks from it.
 
-The CLI's ``--surrogate`` choices, the benchmark's method list and ``auto`` all read
-:data:`REGISTRY`; a new surrogate (the arc kernel, HTS, ...) adds its
-:class:`~agent.surrogates.contract.SurrogateSpec` with :func:`register`.
+Entries live in :data:`agent.registry.SURROGATES` (the one registry mechanism; other packages add
+surrogates through the ``tune_agent.surrogates`` entry points, a notebook with :func:`register`):
+the CLI's ``--surrogate`` choices, the benchmark's method list and ``auto`` all read it. A new
+surrogate is a :class:`~agent.surrogates.contract.SurrogateSpec`.
 
 ``auto`` picks by the history: none for this job and space → ``gp``; a TNP meta-trained for this
 space in ``models_dir`` on at least ``TNP_MIN_SOURCES`` tasks, with at least as many source tasks in
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import TuneAgentError
+from agent.registry import AUTO, SURROGATES
 from agent.surrogates.contract import Surrogate, SurrogateInputs, SurrogateSpec
-from agent.surrogates.names import AUTO
-from agent.surrogates.specs import BUILTIN_SPECS, TNP_FILE, TNP_META
+from agent.surrogates.specs import TNP_FILE, TNP_META
 
 # On lcbench a TNP meta-trained on 27 source tasks beats RGPE at every reported trial count;
 # paper 004 meta-trains on tens of tasks, and a network meta-trained on a handful would overfit.
@@ -30,29 +31,27 @@ TNP_MIN_SOURCES = 20
 # TNP's does not (it attends to the top-m similar sources).
 TNP_MIN_POINTS = 20000
 
-REGISTRY: dict[str, SurrogateSpec] = {s.name: s for s in BUILTIN_SPECS}
-
 
 def register(spec: SurrogateSpec) -> None:
-    """Adds ``spec``; a name already taken by another spec is a programming error."""
-    if spec.name in REGISTRY and REGISTRY[spec.name] is not spec:
-        raise ValueError(f"surrogate {spec.name!r} is already registered")
-    REGISTRY[spec.name] = spec
+    """Adds ``spec`` in this process (:meth:`agent.registry.Registry.register`)."""
+    SURROGATES.register(spec.name, spec)
 
 
 def names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    return SURROGATES.names()
 
 
 def choices() -> tuple[str, ...]:
     """What ``--surrogate`` accepts."""
-    return (*REGISTRY, AUTO)
+    return SURROGATES.choices()
 
 
 def get(name: str) -> SurrogateSpec:
-    if name not in REGISTRY:
-        raise TuneAgentError(f"unknown surrogate {name!r}; choose from {', '.join(choices())}")
-    return REGISTRY[name]
+    """The surrogate named ``name``: a built-in, another package's entry point or one registered here."""
+    spec = SURROGATES.load(name)
+    if not isinstance(spec, SurrogateSpec) or spec.name != name:
+        raise TuneAgentError(f"--surrogate {name}: its registry entry is not a SurrogateSpec named {name!r}")
+    return spec
 
 
 @dataclass(frozen=True)

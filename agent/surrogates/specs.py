@@ -302,4 +302,3 @@ TNP = SurrogateSpec(
     meta_model=TNP_FILE,
     revision=2,
 )
-BUILTIN_SPECS = (GP, PORTFOLIO_GP, NEIGHBOUR_GP, RGPE, TNP)

@@ -76,9 +76,10 @@ def surrogate_names() -> tuple[str, ...]:
 
 def surrogate_revision(name: str) -> int:
     """The registry's revision of surrogate ``name`` (0 for a name it does not hold: a sampler)."""
+    from agent.registry import SURROGATES
     from agent.surrogates import registry
 
-    return registry.REGISTRY[name].revision if name in registry.REGISTRY else 0
+    return registry.get(name).revision if name in SURROGATES.names() else 0
 
 
 def kernel_for(space: Any) -> str:
@@ -145,6 +146,7 @@ def plan_sampler(
                 f"--sampler {settings.sampler} needs history for job {settings.job_name} with this search space"
             )
         keys = {s.key for s in sources}
+        preferred: str | None
         if settings.source is not None:
             preferred, why = _named_source(kb, settings.source, keys), f"--source {settings.source}"
         else:

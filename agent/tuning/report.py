@@ -118,7 +118,7 @@ def importance(trials: list[TrialRecord], space: SearchSpace, mode: str) -> tupl
             create_trial(
                 params=config,
                 distributions={k: _distribution(space, k) for k in config},
-                value=float(t.value),
+                value=float(t.value or 0.0),  # finite: finished holds valued trials only
                 state=TrialState.COMPLETE,
             )
         )
@@ -148,7 +148,9 @@ def _metafeature_map(kb: KnowledgeBase, record: StudyRecord) -> tuple[np.ndarray
     from sklearn.decomposition import PCA
     from sklearn.preprocessing import StandardScaler
 
-    rows, names, me = [], [], -1
+    rows: list[list[float]] = []
+    names: list[str] = []
+    me = -1
     keys: list[str] | None = None
     seen: set[str] = set()
     for s in kb.list_studies():

@@ -1,7 +1,8 @@
 """Study services behind the CLI and the benchmarks: validate, plan, create, and build the sampler.
 
-Order matters for the bad-input promise: job, dataset and options are all checked before the
-tracking store is written, so a rejected command writes nothing. The plan (warm start, surrogate,
+Order matters for the bad-input promise: the request checks its options when it is made
+(:class:`~agent.config.StudyRequest`), and the job and dataset are checked before the tracking
+store is written, so a rejected command writes nothing. The plan (warm start, surrogate,
 initial configurations) is computed once from one read of the history and recorded on the study
 run, so ``resume`` rebuilds exactly that sampler — or refuses in one line when it cannot.
 """
@@ -12,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.config import StudyRequest, StudySettings
 from agent.errors import StudyError, UnknownStudyError
@@ -24,7 +25,7 @@ from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
 # Below this many trials at most half of the budget (at least 2) goes to the initial design (warm
-# seeds, then a space-filling design): 5 trials used to be 5 design points and no BO step.
+# seeds, then a space-filling design), so a 5-trial study still takes BO steps.
 TINY_BUDGET = 10
 
 
@@ -80,50 +81,33 @@ def open_store(tracking_uri: str | None, artifact_root: str | None) -> Knowledge
     return open_knowledge_base(tracking_uri, artifact_root)
 
 
+class PreparedStudy(NamedTuple):
+    """What :func:`prepare_study` made: the study (in the store, its sampler built), the job, the
+    dataset (a benchmark task for a benchmark job) and its train/validation split (None for a
+    benchmark task)."""
+
+    study: Study
+    job: Any
+    data: Any
+    split: Any
+
+
 def prepare_study(
     req: StudyRequest,
     echo: Any = print,
     kb: KnowledgeBase | Callable[[], KnowledgeBase] | None = None,
     fits: SourceFits | None = None,
-) -> tuple[Study, Any, Any, Any]:
-    """Validates a start request, creates the study in the store, returns ``(study, job, data, split)``.
+) -> PreparedStudy:
+    """Checks what the request names (job, dataset, metric, a free study name), plans the study and
+    creates it in the store.
 
-    ``kb`` is the store (or a function that opens it, called only once the request passed its
-    checks); None opens the one the request names. ``fits`` shares source fits across studies
-    (the benchmark's workers).
+    ``kb`` is the store (or a function that opens it, called only once the job and the dataset
+    passed their checks); None opens the one the request names. ``fits`` shares source fits
+    across studies (the benchmark's workers).
     """
-    from agent.jobs import load_job
     from agent.jobs.base import BenchmarkJob
-    from agent.jobs.registry import YAHPO_PREFIX, check_job_spec
-    from agent.surrogates import registry
 
-    if req.surrogate not in registry.choices():
-        raise StudyError(f"--surrogate must be one of {', '.join(registry.choices())}, got {req.surrogate!r}")
-    check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
-    if req.job.startswith(YAHPO_PREFIX):
-        job = load_job(req.job)
-    else:  # the dataset first: it is the likelier mistake, and loading a Lightning job costs seconds
-        from agent.data import describe_dataset, load_dataset, sample_dataset
-
-        data = load_dataset(req.dataset, label=req.label, drop=req.drop)
-        job = load_job(req.job)
-    known = getattr(job, "metrics", None)
-    if req.metric is not None and known and req.metric not in known:  # refused before anything trains
-        raise StudyError(f"--metric {req.metric}: job {job.name} logs {', '.join(known)}")
-    if isinstance(job, BenchmarkJob):
-        data, sample, split = job.task(req.dataset), None, None
-        summary: dict[str, Any] = {"source": job.name, "kind": "benchmark", "instance": data.instance}
-    else:
-        job.check_dataset(data)
-        if data.preparation:
-            echo(data.preparation)
-        summary = describe_dataset(data)
-        sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
-        split = None
-    if req.study_name and "'" in req.study_name and '"' in req.study_name:
-        raise StudyError(
-            f"--study-name {req.study_name}: a name may hold ' or \", not both (the store's searches cannot quote it)"
-        )
+    job, data, sample, summary = _load_inputs(req, echo)
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
     name = req.study_name
@@ -132,43 +116,85 @@ def prepare_study(
     elif kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     warm = _plan_warm_start(kb, job, data, sample, summary, req, echo)
-    settings = _settings(req, job, data, warm, n_init=req.n_init or 1)  # validates before anything is written
-    planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits, progress=echo)
-    n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
-    if req.n_init is None and req.trials < TINY_BUDGET:  # a tiny budget still gets BO steps
-        n_init = min(n_init, max(2, req.trials // 2))
-        planned = replace(planned, plan=replace(planned.plan, initial=planned.plan.initial[:n_init]))
-    settings = _settings(req, job, data, warm, n_init)
+    settings, planned = _plan(kb, req, job, data, warm, fits, echo)
     if warm.message:
         echo(warm.message)
     echo(planned.plan.note)
-    description = study_description(
-        job.name, data.name, settings, planned.plan, split is not None or not isinstance(job, BenchmarkJob), warm
-    )
+    trains = not isinstance(job, BenchmarkJob)
+    description = study_description(job.name, data.name, settings, planned.plan, trains, warm)
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
     try:
-        tags: dict[str, Any] = {
-            "warm_start": warm.to_record(),
-            "warm_start_method": warm.method,
-            "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
-            "surrogate": planned.plan.surrogate,
-            "surrogate_note": planned.plan.note,
-            PLAN_TAG: planned.plan.to_record(),
-        }
-        if sample is not None:
-            from agent.meta.handcrafted import handcrafted_metafeatures
-
-            tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
-        kb.set_study_tags(record, tags)
+        kb.set_study_tags(record, _study_tags(warm, planned, sample, summary))
         study = Study(kb, record, job.space, planned.sampler(job.space, settings))
     except BaseException:
         _close_failed(kb, record)  # a study that never ran a trial is closed, not left RUNNING
         raise
-    if not isinstance(job, BenchmarkJob):
+    split = None
+    if trains:
         from agent.data import split_dataset
 
         split = split_dataset(data, settings.val_fraction, settings.seed)
-    return study, job, data, split
+    return PreparedStudy(study, job, data, split)
+
+
+def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(job, dataset or benchmark task, data sample, dataset summary)``; each refused in one line
+    before anything is written, the dataset first: it is the likelier mistake, and loading a
+    Lightning job costs seconds."""
+    from agent.jobs import load_job
+    from agent.jobs.base import BenchmarkJob
+    from agent.jobs.registry import YAHPO_PREFIX, check_job_spec
+
+    check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
+    if req.job.startswith(YAHPO_PREFIX):
+        job = load_job(req.job)
+    else:
+        from agent.data import load_dataset
+
+        data = load_dataset(req.dataset, label=req.label, drop=req.drop)
+        job = load_job(req.job)
+    known = getattr(job, "metrics", None)
+    if req.metric is not None and known and req.metric not in known:  # refused before anything trains
+        raise StudyError(f"--metric {req.metric}: job {job.name} logs {', '.join(known)}")
+    if isinstance(job, BenchmarkJob):
+        task = job.task(req.dataset)
+        return job, task, None, {"source": job.name, "kind": "benchmark", "instance": task.instance}
+    from agent.data import describe_dataset, sample_dataset
+
+    job.check_dataset(data)
+    if data.preparation:
+        echo(data.preparation)
+    return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
+
+
+def _plan(
+    kb: KnowledgeBase, req: StudyRequest, job: Any, data: Any, warm: Any, fits: SourceFits | None, echo: Any
+) -> tuple[StudySettings, Any]:
+    """The study's settings and its planned sampler; a tiny budget keeps some trials for BO steps."""
+    settings = _settings(req, job, data, warm, n_init=req.n_init or 1)
+    planned = plan_sampler(kb, job.space, settings, warm, req.surrogate, data.fingerprint, fits, progress=echo)
+    n_init = req.n_init if req.n_init is not None else (len(planned.plan.initial) or min(5, req.trials))
+    if req.n_init is None and req.trials < TINY_BUDGET:
+        n_init = min(n_init, max(2, req.trials // 2))
+        planned = replace(planned, plan=replace(planned.plan, initial=planned.plan.initial[:n_init]))
+    return _settings(req, job, data, warm, n_init), planned
+
+
+def _study_tags(warm: Any, planned: Any, sample: Any, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The study run's tags: the warm start, the surrogate and its plan, the dataset's meta-features."""
+    tags: dict[str, Any] = {
+        "warm_start": warm.to_record(),
+        "warm_start_method": warm.method,
+        "neighbours": ", ".join(n.name for n in warm.neighbours) or "-",
+        "surrogate": planned.plan.surrogate,
+        "surrogate_note": planned.plan.note,
+        PLAN_TAG: planned.plan.to_record(),
+    }
+    if sample is not None:
+        from agent.meta.handcrafted import handcrafted_metafeatures
+
+        tags["metafeatures"] = handcrafted_metafeatures(sample[0], sample[1], summary)
+    return tags
 
 
 def _close_failed(kb: KnowledgeBase, record: Any) -> None:

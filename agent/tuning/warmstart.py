@@ -314,6 +314,7 @@ def _refresh_metafeatures(
     ticker = Ticker(progress, "meta-features recomputed", len(stale))
     for n, i in enumerate(stale):
         h = history[i]
+        assert h.sample is not None  # stale holds sampled datasets only
         features = handcrafted_metafeatures(h.sample[0], h.sample[1], h.summary)
         record = studies.get(h.study_ids[0])
         if record is not None:
@@ -345,10 +346,10 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     surfaces = []
     with torch_threads(1):
         for n in warm.neighbours:
-            h = history.get(n.key)
-            if h is None:
+            neighbour = history.get(n.key)
+            if neighbour is None:
                 continue
-            U, y = surface_data(h, space)
+            U, y = surface_data(neighbour, space)
             if len(y) >= 3:
                 surfaces.append(fit_neighbour_surface(U, y))
     if not surfaces:

@@ -15,7 +15,7 @@ import torch
 from sklearn.datasets import load_breast_cancer, load_digits
 
 from agent.errors import JobError
-from agent.jobs import BUILTIN_JOBS, ArrayDataModule, CNNJob, MLPJob, load_job
+from agent.jobs import ArrayDataModule, CNNJob, MLPJob, job_names, load_job
 from agent.jobs.cnn import conv_filters
 from agent.jobs.examples import LogisticJob
 from agent.jobs.mlp import MAX_DROPOUT, funnel_shape
@@ -112,7 +112,7 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, bod
 
 # -- load_job ------------------------------------------------------------------------------------
 def test_builtins_load() -> None:
-    assert BUILTIN_JOBS == ("cnn", "mlp", "mlp-arch")
+    assert job_names()[:3] == ("cnn", "mlp", "mlp-arch")
     cnn, mlp = load_job("cnn"), load_job("mlp")
     assert isinstance(cnn, CNNJob) and isinstance(mlp, MLPJob)
     assert cnn.space.names == ["lr_log10", "decay_log10", "batch_size", "conv_layers", "fc_layers", "dropout"]
@@ -347,8 +347,8 @@ def test_loading_a_builtin_job_imports_neither_torch_nor_lightning() -> None:
     import sys
 
     code = (
-        "import sys\nfrom agent.jobs import BUILTIN_JOBS, load_job\n"
-        "jobs = [load_job(name) for name in BUILTIN_JOBS]\n"
+        "import sys\nfrom agent.jobs import job_names, load_job\n"
+        "jobs = [load_job(name) for name in job_names()]\n"
         "assert all(job.space.names for job in jobs)\n"
         "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
     )

@@ -171,21 +171,11 @@ def test_the_pending_setting_applies_where_the_posterior_allows(setting: str, de
 
 
 def test_an_unknown_pending_setting_is_refused() -> None:
+    from agent.config import StudyRequest
     from agent.errors import TuneAgentError
 
     with pytest.raises(TuneAgentError, match="--pending must be one of auto, joint, believer, liar"):
-        StudySettings(
-            job="j",
-            job_name="j",
-            dataset="d",
-            dataset_name="d",
-            fingerprint="f",
-            space_signature="s",
-            metric="m",
-            mode="max",
-            trials=2,
-            pending="fantasy",
-        )
+        StudyRequest(dataset="d", job="mlp", trials=2, pending="fantasy")
 
 
 @pytest.mark.parametrize("pending", ["auto", "believer", "liar"])
