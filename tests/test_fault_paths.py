@@ -1,4 +1,4 @@
-"""Every fault path a user can walk into is one line and exit code 2, with nothing written (issue 37).
+"""Every fault path a user can walk into is one line and exit code 2, with nothing written.
 
 Each case runs one command through the real entry point against a real sqlite store (with a small
 history where the case needs one), and asserts: exit code 2, at most two lines on stderr, no

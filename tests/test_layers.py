@@ -55,3 +55,23 @@ def test_no_module_over_450_lines_and_no_package_over_15_percent() -> None:
         if "/" in module:
             packages[module.split("/")[0]] = packages.get(module.split("/")[0], 0) + n
     assert {p: round(n / total, 3) for p, n in packages.items() if n > 0.15 * total} == {}
+
+
+def test_no_function_over_60_lines_without_a_reason() -> None:
+    """A function over 60 lines (from its ``def`` to its last line) says why on the line above it,
+    ``# long: <reason>`` (a flat table of declarations, a class built in a closure); the rest are split."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "agent"
+    unexplained = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                if node.end_lineno - node.lineno + 1 <= 60:
+                    continue
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                above = lines[first - 2].strip() if first >= 2 else ""
+                if not (above.startswith("# long:") and len(above) > len("# long: ") + 10):
+                    unexplained.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    assert unexplained == []

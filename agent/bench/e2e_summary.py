@@ -9,10 +9,6 @@ from typing import Any
 import numpy as np
 
 REPORT_AT = (1, 3, 5, 10)
-CLOCK_AT = (0.5, 1, 1.5, 2, 3, 5, 10, 20, 60)
-
-
-REPORT_AT = (1, 3, 5, 10)
 
 
 # Seconds since a study was asked at which the wall-clock view reads each method's regret.
@@ -56,17 +52,17 @@ def wall_clock_view(
     C = np.array(at["cold"])
     for m, rows in at.items():
         A = np.array(rows)
-        row: dict[str, Any] = {
+        summary: dict[str, Any] = {
             "regret": A.mean(0).round(4).tolist(),
             "median_first_trial_s": round(float(np.median(started[m])), 2),
             "median_run_s": round(float(np.median(total[m])), 1),
         }
         if m != "cold":
-            row["p_vs_cold"] = [
+            summary["p_vs_cold"] = [
                 float(f"{wilcoxon(A[:, j] - C[:, j]).pvalue:.3g}") if np.any(A[:, j] != C[:, j]) else 1.0
                 for j in range(len(CLOCK_AT))
             ]
-        out["methods"][m] = row
+        out["methods"][m] = summary
     return out
 
 

@@ -80,22 +80,8 @@ def run_fault_campaign(
 ) -> dict[str, Any]:
     exe = str(Path(sys.executable).with_name("tune-agent"))
     rng = random.Random(seed)
-    probes = []
-    for _attempt in range(2):  # the first run pays one-time costs (cold file cache): it overstated the span
-        with tempfile.TemporaryDirectory() as tmp:
-            probe = Path(tmp) / "probe"
-            probe.mkdir()
-            start = time.perf_counter()
-            subprocess.run(
-                _start_args(exe, probe, "probe", trials, epochs, dataset, job),
-                env=_env(),
-                cwd=probe,
-                capture_output=True,
-                check=True,
-                timeout=600,
-            )
-            probes.append(time.perf_counter() - start)
-    full = probes[-1]
+    probes = [_probe(exe, trials, epochs, dataset, job) for _attempt in range(2)]
+    full = probes[-1]  # the first run pays one-time costs (cold file cache): the second's is the span
     say(
         f"an uninterrupted study takes {full:.1f} s (the first, cold, {probes[0]:.1f} s); killing {studies} studies "
         f"at uniform moments in [0, {full:.1f}] s"
@@ -106,46 +92,9 @@ def run_fault_campaign(
         with tempfile.TemporaryDirectory() as tmp:
             store = Path(tmp)
             name = f"kill-{i}"
-            proc = subprocess.Popen(
-                _start_args(exe, store, name, trials, epochs, dataset, job),
-                env=_env(),
-                cwd=store,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            time.sleep(at)
-            killed = proc.poll() is None
-            if killed:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            resumed = subprocess.run(
-                [
-                    exe,
-                    "resume",
-                    name,
-                    "--tracking-uri",
-                    f"sqlite:///{store / 'mlflow.db'}",
-                    "--artifact-root",
-                    str(store / "artifacts"),
-                ],
-                env=_env(),
-                cwd=store,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            how = "resume"
-            if resumed.returncode == 2 and "no study named" in resumed.stderr:
-                how = "start again"  # killed before the study existed: resume said how to start it
-                resumed = subprocess.run(
-                    _start_args(exe, store, name, trials, epochs, dataset, job),
-                    env=_env(),
-                    cwd=store,
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                )
+            start_args = _start_args(exe, store, name, trials, epochs, dataset, job)
+            killed = _kill_at(start_args, store, at)
+            how, resumed = _continue(exe, start_args, store, name)
             row = {
                 "study": i,
                 "kill_at_s": round(at, 2),
@@ -160,7 +109,6 @@ def run_fault_campaign(
                 f"  {i + 1}/{studies}: killed at {at:.1f} s ({'running' if killed else 'already done'}), "
                 f"{how}: {'finished' if row['finished'] else 'NOT finished'} ({row.get('counted', 0)}/{trials} trials)"
             )
-    finished = sum(r["finished"] for r in rows)
     return {
         "studies": studies,
         "trials": trials,
@@ -169,7 +117,7 @@ def run_fault_campaign(
         "job": job,
         "uninterrupted_seconds": round(full, 1),
         "first_run_seconds": round(probes[0], 1),
-        "finished": finished,
+        "finished": sum(r["finished"] for r in rows),
         "killed_while_running": sum(r["killed"] for r in rows),
         "running_left": sum(r.get("running", 0) for r in rows),
         "duplicated": sum(r.get("duplicated", 0) for r in rows),
@@ -179,3 +127,60 @@ def run_fault_campaign(
         "resume says the "
         "study was never created); finished = status finished with every slot counted once",
     }
+
+
+def _probe(exe: str, trials: int, epochs: int, dataset: str, job: str) -> float:
+    """Seconds of one uninterrupted study on a fresh store."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe"
+        probe.mkdir()
+        start = time.perf_counter()
+        subprocess.run(
+            _start_args(exe, probe, "probe", trials, epochs, dataset, job),
+            env=_env(),
+            cwd=probe,
+            capture_output=True,
+            check=True,
+            timeout=600,
+        )
+        return time.perf_counter() - start
+
+
+def _kill_at(start_args: list[str], store: Path, at: float) -> bool:
+    """Starts a study and SIGKILLs its process group ``at`` seconds later; whether it was still running."""
+    proc = subprocess.Popen(
+        start_args, env=_env(), cwd=store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    time.sleep(at)
+    killed = proc.poll() is None
+    if killed:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return killed
+
+
+def _continue(exe: str, start_args: list[str], store: Path, name: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """Continues a killed study as a user would: ``resume NAME``, or ``start`` again when resume says
+    the study was never created; how, and the command's outcome."""
+    resumed = subprocess.run(
+        [
+            exe,
+            "resume",
+            name,
+            "--tracking-uri",
+            f"sqlite:///{store / 'mlflow.db'}",
+            "--artifact-root",
+            str(store / "artifacts"),
+        ],
+        env=_env(),
+        cwd=store,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if resumed.returncode == 2 and "no study named" in resumed.stderr:
+        # killed before the study existed: resume said how to start it
+        return "start again", subprocess.run(
+            start_args, env=_env(), cwd=store, capture_output=True, text=True, timeout=600
+        )
+    return "resume", resumed

@@ -1,10 +1,9 @@
 """The code behind a benchmark's journalled runs, as one short hash.
 
-A benchmark journal reuses a finished run when its key matches; before this, the key named the
-protocol and a hand-bumped revision, and a sampler change that forgot the bump reused stale runs
-(it happened: an lcbench table was assembled from an earlier engine's journal). The key now also
+A benchmark journal reuses a finished run when its key matches. Besides the protocol, the key
 carries :func:`engine_fingerprint`: a hash of every engine module's syntax tree with docstrings
-dropped, so a change of code re-runs, while comments, docstrings and layout do not.
+dropped, so a change of code re-runs (a hand-bumped revision alone would let a sampler change that
+forgot the bump reuse stale runs), while comments, docstrings and layout do not.
 
 Left out as presentation, not behaviour: the command line, the benchmarks other than the one
 asking, progress lines, reports and ``doctor``. Left out as code a journalled benchmark never runs:
@@ -77,8 +76,8 @@ ENVIRONMENT_PACKAGES = ("torch", "botorch", "gpytorch", "linear_operator", "scip
 
 def environment() -> dict[str, str]:
     """What a report's figures also depend on besides the engine: the numerical libraries' versions
-    and the CPU. The same engine gave different lcbench curves in two sessions (stop 33, README),
-    while within a session its runs repeat exactly; reports name this so the next comparison can tell."""
+    and the CPU. The same engine can give different lcbench curves on two machines or library
+    versions, while on one its runs repeat exactly; reports name these so a comparison can tell."""
     import platform
     from importlib import metadata
 

@@ -1,4 +1,4 @@
-"""HTS on real job pairs (paper 001's claim, issue 14): how many fewer target evaluations?
+"""HTS on real job pairs (paper 001's claim): how many fewer target evaluations?
 
 Paper 001 reports that HTS reaches the result of BO without transfer with about five times fewer
 evaluations. This benchmark tests that on real Lightning training, with the product's own samplers:
@@ -36,7 +36,7 @@ import numpy as np
 from agent.bench.fingerprint import read_journal, run_key
 from agent.errors import TuneAgentError
 
-# digits -> mnist-5k and mnist-5k -> mnist1d as issue 14 names them; two tabular pairs of the
+# digits -> mnist-5k and mnist-5k -> mnist1d (image pairs of related sources); two tabular pairs of the
 # knowledge base whose tables share their structure (the same crop trial on two Caribbean islands;
 # Gapminder as dslabs filters it and the unfiltered original).
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -156,7 +156,7 @@ def evaluation_ratio(cold: np.ndarray, hts: np.ndarray) -> dict[str, Any]:
         "hts_final": round(float(hts[-1]), 5),
         "cold_trials": t_cold,
         "hts_trials": t_hts,
-        "ratio": None if t_hts is None else round(t_cold / t_hts, 2),
+        "ratio": None if t_hts is None or t_cold is None else round(t_cold / t_hts, 2),
     }
 
 

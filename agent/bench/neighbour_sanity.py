@@ -26,7 +26,7 @@ import numpy as np
 BUILTIN_FAMILIES = ("digits", "mnist-5k", "mnist1d", "breast-cancer", "wine", "iris")
 # Tables from outside the history (held-out packages: read as queries only), and the source of the
 # history that is their family, if any: the Wisconsin biopsy study is another breast-cancer table,
-# ISLR's Default is the 3-column credit table (income in dollars) of issue 36.
+# ISLR's Default is a 3-column credit table with its income in dollars.
 OUTSIDE = (
     ("MASS", "biopsy", "breast-cancer"),
     ("ISLR", "Default", None),
@@ -48,7 +48,8 @@ def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, see
     progress(f"meta-features of {len(entries)} datasets")
     ticker = Ticker(progress, "datasets", len(entries))
     for i, e in enumerate(entries):
-        rows.append(handcrafted_metafeatures(*e["sample"], e["summary"]))
+        X, y = e["sample"]
+        rows.append(handcrafted_metafeatures(X, y, e["summary"]))
         ticker.tick(i + 1)
     V = metafeature_matrix(rows)
     kinds = np.array([e["summary"]["kind"] for e in entries])
@@ -62,9 +63,9 @@ def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, see
     image_hits = [kinds[np.argmin(np.where(other[i], D[i], np.inf))] == "image" for i in images]
     family = np.flatnonzero(np.isin(sources, BUILTIN_FAMILIES))
     family_hits = []
-    for i in family:
-        order = [j for j in np.argsort(D[i], kind="stable") if j != i][:5]
-        family_hits.append(bool((sources[order] == sources[i]).any()))
+    for member in family:
+        order = [j for j in np.argsort(D[member], kind="stable") if j != member][:5]
+        family_hits.append(bool((sources[order] == sources[member]).any()))
     tables = np.flatnonzero(kinds == "tabular")
     far = [entries[i]["name"] for i in tables if own_nearest[i] > FAR_FACTOR * largest]
 
@@ -72,16 +73,16 @@ def neighbour_sanity(starter: Path, progress: Callable[[str], None] = print, see
     stable = []
     progress(f"units: {len(tables)} tables put in other units")
     ticker = Ticker(progress, "tables", len(tables))
-    for n, i in enumerate(tables):
+    for n, t in enumerate(tables):
         ticker.tick(n)
-        X, y = entries[i]["sample"]
+        X, y = entries[t]["sample"]
         scaled = np.asarray(X, dtype=float) * 10.0 ** rng.uniform(-3, 3, size=X.shape[1:])
-        W = np.vstack([V, metafeature_matrix([handcrafted_metafeatures(scaled, y, entries[i]["summary"])])])
+        W = np.vstack([V, metafeature_matrix([handcrafted_metafeatures(scaled, y, entries[t]["summary"])])])
         Dw = _distances(W)[:, : len(V)]
-        Dw[-1, i] = np.inf  # the rescaled copy does not count its original as a neighbour
-        before, after = set(np.argsort(Dw[i], kind="stable")[:5]), set(np.argsort(Dw[-1], kind="stable")[:5])
-        far_before = np.where(other[i], Dw[i], np.inf).min() > FAR_FACTOR * largest
-        far_after = np.where(other[i], Dw[-1], np.inf).min() > FAR_FACTOR * largest
+        Dw[-1, t] = np.inf  # the rescaled copy does not count its original as a neighbour
+        before, after = set(np.argsort(Dw[t], kind="stable")[:5]), set(np.argsort(Dw[-1], kind="stable")[:5])
+        far_before = np.where(other[t], Dw[t], np.inf).min() > FAR_FACTOR * largest
+        far_after = np.where(other[t], Dw[-1], np.inf).min() > FAR_FACTOR * largest
         stable.append(before == after and far_before == far_after)
     outside = [_outside(package, item, family, V, sources, other_largest=largest) for package, item, family in OUTSIDE]
     return {
@@ -105,11 +106,14 @@ def _outside(
     from agent.data.dataset import build_dataset
     from agent.data.rtables import choose_label, read_rdataset
     from agent.data.tabular import prepare_table
+    from agent.errors import DatasetError
     from agent.meta.handcrafted import handcrafted_metafeatures, metafeature_matrix
     from agent.tuning.warmstart import FAR_FACTOR
 
     frame = read_rdataset(package, item)
     label = choose_label(frame)
+    if label is None:
+        raise DatasetError(f"{package}/{item} has no class column")
     X, y, _ = prepare_table(frame, label, [c for c in ("rownames",) if c in frame.columns], f"{package}/{item}")
     data = build_dataset(f"{package}/{item}", f"r:{package}", "tabular", X, y)
     sample = sample_dataset(data, 256, seed=0)

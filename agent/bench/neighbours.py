@@ -73,6 +73,7 @@ def measure_warm_start(
         else:
             timings.append(row)
     median = {key: round(float(np.median([t[key] for t in timings])), 3) for key in timings[0]}
+    assert warm is not None and first is not None  # the loop ran at least once
     return {
         "dataset": dataset,
         "rows": ds.n,

@@ -30,7 +30,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.config import StudyRequest
 
 
 @dataclass(frozen=True)
@@ -180,12 +183,8 @@ def _waiting_env(config: ParallelConfig) -> Iterator[None]:
 
 
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
-    from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
-    from agent.execution.ray_start import start_workers_early
-    from agent.execution.resources import ExecutionSettings
     from agent.execution.runner import run_study
-    from agent.execution.workers import make_executor
     from agent.tuning.service import prepare_study
 
     job_spec = WAITING_SPEC if config.wait > 0 else config.job
@@ -194,74 +193,82 @@ def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], Non
         rows = [_start_process(config, job_spec, n, ahead, progress) for n, ahead in counts]
         return _report(config, rows, out)
 
-    def request(tmp: str, name: str, trials: int) -> StudyRequest:
-        return StudyRequest(
-            dataset=config.dataset,
-            job=job_spec,
-            trials=trials,
-            epochs=config.epochs,
-            seed=config.seed,
-            warm_start="none",
-            study_name=name,
-            tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
-            artifact_root=str(Path(tmp) / "art"),
-        )
-
     # Untimed: one study of one trial, so that the first timed count does not alone pay for this
     # process's imports (Lightning, MLflow's store, BoTorch) and the store template's first build.
     with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
-        study, job, data, split = prepare_study(request(tmp, "warm-up", 1), echo=lambda _: None)
+        study, job, data, split = prepare_study(_request(config, job_spec, tmp, "warm-up", 1), echo=lambda _: None)
         run_study(study, job, data, split, SilentReporter(), trace_plot=False)
-    rows = []
-    for n, ahead in counts:
-        with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
-            start = time.perf_counter()
-            resources = config.resources(n)
-            early = start_workers_early(n, None, job_spec, resources)  # as `tune-agent start` begins it
-            study, job, data, split = prepare_study(request(tmp, f"parallel-{n}", config.trials), echo=lambda _: None)
-            prepared = time.perf_counter()
-            executor = _Timed(
-                make_executor(
-                    study,
-                    job,
-                    data,
-                    split,
-                    ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources),
-                    started=early,
-                )
-            )
-            started = time.perf_counter()
-            timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
-            wall = time.perf_counter() - start
-            trials, best = _counted(study.trials())
-        rows.append(
-            {
-                "workers": n,
-                "ask_ahead": ahead,
-                "wall_seconds": round(wall, 2),
-                "fit_seconds": round(timing.fit_seconds, 2),
-                "prepare_seconds": round(prepared - start, 2),
-                "executor_start_seconds": round(started - prepared, 2),
-                "ask_seconds": round(sum(timing.ask_seconds), 2),
-                "trials": len(trials),
-                "best": best,
-                "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
-                "batched_tells": timing.batched_tells,
-                # the first trial's result, from the request: Ray's start and its workers' imports
-                # delay it; inline, one trial's training does
-                "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2),
-                **_overhead_fields(executor.overheads),
-                # processes the trials trained in (Ray's workers; inline, this one)
-                "worker_processes": len(set(getattr(executor.inner, "pids", []))) or 1,
-            }
-        )
-        progress(
-            f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {rows[-1]['prepare_seconds']} s, "
-            "workers' start "
-            f"{rows[-1]['executor_start_seconds']} s, asks {rows[-1]['ask_seconds']} s), {len(trials)} trials, "
-            f"best {rows[-1]['best']}, trial overhead median {rows[-1].get('median_trial_overhead_seconds')} s"
-        )
+    rows = [_timed_count(config, job_spec, n, ahead, progress) for n, ahead in counts]
     return _report(config, rows, out)
+
+
+def _request(config: ParallelConfig, job_spec: str, tmp: str, name: str, trials: int) -> StudyRequest:
+    """The bench's study of ``trials`` trials on a fresh store in ``tmp``."""
+    from agent.config import StudyRequest
+
+    return StudyRequest(
+        dataset=config.dataset,
+        job=job_spec,
+        trials=trials,
+        epochs=config.epochs,
+        seed=config.seed,
+        warm_start="none",
+        study_name=name,
+        tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}",
+        artifact_root=str(Path(tmp) / "art"),
+    )
+
+
+def _timed_count(
+    config: ParallelConfig, job_spec: str, n: int, ahead: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """One study with ``n`` workers asking ``ahead`` trials ahead, timed from its request."""
+    from agent.execution.progress import SilentReporter
+    from agent.execution.ray_start import start_workers_early
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.runner import run_study
+    from agent.execution.workers import make_executor
+    from agent.tuning.service import prepare_study
+
+    with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
+        start = time.perf_counter()
+        resources = config.resources(n)
+        early = start_workers_early(n, None, job_spec, resources)  # as `tune-agent start` begins it
+        request = _request(config, job_spec, tmp, f"parallel-{n}", config.trials)
+        study, job, data, split = prepare_study(request, echo=lambda _: None)
+        prepared = time.perf_counter()
+        settings = ExecutionSettings(workers=n, ask_ahead=ahead, resources=resources)
+        executor = _Timed(make_executor(study, job, data, split, settings, started=early))
+        started = time.perf_counter()
+        timing = run_study(study, job, data, split, SilentReporter(), trace_plot=False, executor=executor)
+        wall = time.perf_counter() - start
+        trials, best = _counted(study.trials())
+    row = {
+        "workers": n,
+        "ask_ahead": ahead,
+        "wall_seconds": round(wall, 2),
+        "fit_seconds": round(timing.fit_seconds, 2),
+        "prepare_seconds": round(prepared - start, 2),
+        "executor_start_seconds": round(started - prepared, 2),
+        "ask_seconds": round(sum(timing.ask_seconds), 2),
+        "trials": len(trials),
+        "best": best,
+        "median_ask_seconds": round(sorted(timing.ask_seconds)[len(timing.ask_seconds) // 2], 3),
+        "batched_tells": timing.batched_tells,
+        # the first trial's result, from the request: Ray's start and its workers' imports
+        # delay it; inline, one trial's training does
+        "first_result_seconds": round(started - start + (timing.first_result_seconds or 0.0), 2),
+        **_overhead_fields(executor.overheads),
+        # processes the trials trained in (Ray's workers; inline, this one)
+        "worker_processes": len(set(getattr(executor.inner, "pids", []))) or 1,
+    }
+    progress(
+        f"{n} worker(s), ask-ahead {ahead}: {wall:.1f} s wall (prepare {row['prepare_seconds']} s, "
+        "workers' start "
+        f"{row['executor_start_seconds']} s, asks {row['ask_seconds']} s), {len(trials)} trials, "
+        f"best {row['best']}, trial overhead median {row.get('median_trial_overhead_seconds')} s"
+    )
+    return row
 
 
 def _start_process(
@@ -269,45 +276,13 @@ def _start_process(
 ) -> dict[str, Any]:
     """One ``tune-agent start`` process on a fresh store: its wall time from launch to exit."""
     import subprocess
-    import sys
 
     from agent.errors import TuneAgentError
     from agent.knowledge import open_knowledge_base
 
     with tempfile.TemporaryDirectory(prefix="tune-agent-parallel-") as tmp:
         uri, name = f"sqlite:///{Path(tmp) / 'mlflow.db'}", f"parallel-{workers}"
-        command = [
-            sys.executable,
-            "-m",
-            "agent.cli",
-            "start",
-            "--dataset",
-            config.dataset,
-            "--job",
-            job_spec,
-            "--trials",
-            str(config.trials),
-            "--epochs",
-            str(config.epochs),
-            "--seed",
-            str(config.seed),
-            "--warm-start",
-            "none",
-            "--study-name",
-            name,
-            "--tracking-uri",
-            uri,
-            "--artifact-root",
-            str(Path(tmp) / "art"),
-            "--workers",
-            str(workers),
-            "--ask-ahead",
-            str(ahead),
-            "--gpus-per-trial",
-            repr(config.gpus_per_trial),
-        ]
-        if workers > 1:
-            command += ["--cpus-per-trial", str(config.cpus_per_trial)]
+        command = _start_command(config, job_spec, workers, ahead, name, uri, Path(tmp) / "art")
         start = time.perf_counter()
         done = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -330,6 +305,47 @@ def _start_process(
         f"{len(trials)} trials, best {row['best']}"
     )
     return row
+
+
+def _start_command(
+    config: ParallelConfig, job_spec: str, workers: int, ahead: int, name: str, uri: str, artifacts: Path
+) -> list[str]:
+    """The ``tune-agent start`` command line of one worker count."""
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "start",
+        "--dataset",
+        config.dataset,
+        "--job",
+        job_spec,
+        "--trials",
+        str(config.trials),
+        "--epochs",
+        str(config.epochs),
+        "--seed",
+        str(config.seed),
+        "--warm-start",
+        "none",
+        "--study-name",
+        name,
+        "--tracking-uri",
+        uri,
+        "--artifact-root",
+        str(artifacts),
+        "--workers",
+        str(workers),
+        "--ask-ahead",
+        str(ahead),
+        "--gpus-per-trial",
+        repr(config.gpus_per_trial),
+    ]
+    if workers > 1:
+        command += ["--cpus-per-trial", str(config.cpus_per_trial)]
+    return command
 
 
 def _counted(trials: list[Any]) -> tuple[list[Any], float | None]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from agent.bench.fingerprint import engine_fingerprint, environment
 from agent.bench.report import summarise, write_report
-from agent.bench.transfer import BenchConfig, check_methods
+from agent.bench.transfer import BenchConfig, check_methods, load_yahpo_job
 from agent.bench.transfer_run import run_benchmark
 from agent.errors import TuneAgentError
 
@@ -24,6 +24,7 @@ PROTOCOL = (
 )
 
 
+# long: the command's 21 options arrive as parameters; its signature and docstring are half its lines
 def run_transfer_benchmark(
     methods: Sequence[str],
     out: Path,
@@ -56,7 +57,6 @@ def run_transfer_benchmark(
     Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
     the next call with the same protocol; ``fresh`` deletes the journal first.
     """
-    from agent.jobs import load_job
     from agent.jobs.yahpo import yahpo_root
 
     check_methods(methods)
@@ -82,50 +82,78 @@ def run_transfer_benchmark(
         history_size=history_size,
         sources=sources,
     )
-    job = load_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
+    job = load_yahpo_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
         config = BenchConfig(**{**config.__dict__, "tasks": tuple(job.scenario.instances[:tasks])})
     name = scenario.name + ("" if control == "none" else f"_{control}")
-    journal = out / "data" / "bench-runs" / f"{name}.jsonl"  # one journal per scenario: the batch is in each run's key
+    result, sequential = _run_both(methods, config, out / "data" / "bench-runs" / f"{name}.jsonl", fresh, progress)
+    variant, side = _variant(config), _side(config, tag)
+    name += (f"_{variant}" if variant else "") + (f"_{side}" if side else "")
+    metrics = out / "metrics" / f"{name}.json"
+    write_report(result, metrics, out / "plots" / ("" if control == "none" else control) / variant / side)
+    report = _report(result, config, tag)
+    if sequential is not None:
+        report["versus_sequential"] = versus_sequential(result, sequential)
+    metrics.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _run_both(
+    methods: Sequence[str], config: BenchConfig, journal: Path, fresh: bool, progress: Callable[[str], None] | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The benchmark's runs, journalled in ``journal`` (one per scenario: the batch is in each run's
+    key; ``fresh`` deletes it first), and with a batch the same runs one trial at a time (from the
+    journal when already there)."""
     if fresh and journal.exists():
         journal.unlink()
     result = run_benchmark(methods, config, progress=progress, journal=journal)
-    sequential = None
-    if batch > 1:  # the same runs one trial at a time (from the journal when already there)
-        sequential = run_benchmark(
-            methods, replace(config, batch=1, pending="auto", ask_ahead=0), progress=progress, journal=journal
-        )
-    variant = (
+    if config.batch <= 1:
+        return result, None
+    sequential = run_benchmark(
+        methods, replace(config, batch=1, pending="auto", ask_ahead=0), progress=progress, journal=journal
+    )
+    return result, sequential
+
+
+def _variant(config: BenchConfig) -> str:
+    """The batch part of the report's name: ``batchN[_pending][_aheadK]``, empty for one trial at a time."""
+    if config.batch == 1:
+        return ""
+    return (
+        f"batch{config.batch}"
+        + ("" if config.pending == "auto" else f"_{config.pending}")
+        + (f"_ahead{config.ask_ahead}" if config.ask_ahead else "")
+    )
+
+
+def _side(config: BenchConfig, tag: str | None) -> str:
+    """The side-run part of the report's name: ``[historyN][_sourcesK][_tag]``."""
+    parts = [
+        f"history{config.history_size}" if config.history_size != 100 else "",
+        f"sources{config.sources}" if config.sources is not None else "",
+        tag or "",
+    ]
+    return "_".join(filter(None, parts))
+
+
+def _report(result: dict[str, Any], config: BenchConfig, tag: str | None) -> dict[str, Any]:
+    """The report of a benchmark's runs: the summary, the settings, the engine and the protocol."""
+    batch = config.batch
+    pending = (
         ""
         if batch == 1
-        else (
-            f"batch{batch}"
-            + ("" if config.pending == "auto" else f"_{config.pending}")
-            + (f"_ahead{config.ask_ahead}" if config.ask_ahead else "")
-        )
+        else f" (pending points: {config.pending}"
+        + (f", {config.ask_ahead} more asked ahead" if config.ask_ahead else "")
+        + ")"
     )
-    side = "_".join(
-        filter(
-            None,
-            [
-                f"history{history_size}" if history_size != 100 else "",
-                f"sources{sources}" if sources is not None else "",
-                tag or "",
-            ],
-        )
-    )
-    name += (f"_{variant}" if variant else "") + (f"_{side}" if side else "")
-    metrics = out / "metrics" / f"{name}.json"
-    plots = out / "plots" / ("" if control == "none" else control) / variant / side
-    write_report(result, metrics, plots)
-    report = {
+    return {
         **summarise(result),
         "job": result["job"],
-        "quick": quick,
-        "control": control,
+        "quick": config.quick,
+        "control": config.control,
         "batch": batch,
-        "history_size": history_size,
-        "sources": sources,
+        "history_size": config.history_size,
+        "sources": config.sources,
         **({"tag": tag} if tag else {}),
         "engine": engine_fingerprint("bench/transfer.py"),
         "environment": environment(),
@@ -134,18 +162,10 @@ def run_transfer_benchmark(
             history=config.history_size,
             budget=config.budget,
             batch=batch,
-            pending=""
-            if batch == 1
-            else f" (pending points: {config.pending}"
-            + (f", {config.ask_ahead} more asked ahead" if config.ask_ahead else "")
-            + ")",
+            pending=pending,
             reference=config.reference_size,
         ),
     }
-    if sequential is not None:
-        report["versus_sequential"] = versus_sequential(result, sequential)
-    metrics.write_text(json.dumps(report, indent=2) + "\n")
-    return report
 
 
 def versus_sequential(batched: Mapping[str, Any], sequential: Mapping[str, Any]) -> dict[str, Any]:

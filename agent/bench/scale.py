@@ -20,6 +20,7 @@ from agent.bench.transfer import (
     BenchConfig,
     fold_of,
     history_store,
+    load_yahpo_job,
     make_histories,
     pin_threads,
     run_method,
@@ -35,7 +36,6 @@ def measure_scale(
     budget: int = 15,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    from agent.jobs import load_job
     from agent.tuning.plan import source_cache
 
     pin_threads()
@@ -51,7 +51,7 @@ def measure_scale(
     }
     for size in sizes:
         config = BenchConfig(scenario=scenario, history_size=size)
-        job = load_job(config.job_spec)
+        job = load_yahpo_job(config.job_spec)
         job.task(task)
         histories = make_histories(job, config)
         sources = [t for t in job.scenario.instances if t != task]

@@ -69,6 +69,18 @@ def synthetic_history(job: Any, target: str, size: int, points: int, seed: int =
     return kb
 
 
+PROTOCOL = (
+    "N synthetic sources: task (i mod T)'s surface of the YAHPO scenario (T tasks less the target) at 30 "
+    "random configurations of seed "
+    "(0, i), one finished study each in an in-memory store; source models built once "
+    "(update_source_models, timed apart; above fit_up_to sources each task's first fit is transplanted to "
+    "its other sources, with each source's own signal check); then prepare_study (warm start none, the "
+    "method as "
+    "--surrogate) on the held-out target, timed, and a study of `budget` trials whose BO asks give "
+    "the median suggestion time"
+)
+
+
 def measure_sources(
     sizes: Sequence[int],
     methods: Sequence[str] = ("gp", "rgpe"),
@@ -82,19 +94,11 @@ def measure_sources(
     """Above ``fit_up_to`` sources the source models are transplanted
     (:func:`agent.tuning.source_models.transplanted_source_models`)."""
     from agent.bench.fingerprint import engine_fingerprint, environment
-    from agent.bench.transfer import pin_threads
-    from agent.config import StudyRequest
-    from agent.execution.progress import SilentReporter
-    from agent.execution.runner import run_study
-    from agent.jobs import load_job
-    from agent.knowledge.base import TRIAL_OK
-    from agent.tuning.plan import kernel_for
-    from agent.tuning.service import prepare_study
-    from agent.tuning.source_models import transplanted_source_models, update_source_models
+    from agent.bench.transfer import load_yahpo_job, pin_threads
 
     pin_threads()
     spec = f"yahpo:{scenario}"
-    job = load_job(spec)
+    job = load_yahpo_job(spec)
     out: dict[str, Any] = {
         "scenario": Path(scenario).name,
         "target": target,
@@ -111,60 +115,78 @@ def measure_sources(
         history_s = time.perf_counter() - start
         with tempfile.TemporaryDirectory() as tmp:
             models = Path(tmp) / "models"
-            start = time.perf_counter()
-            kernel = kernel_for(job.space)  # the arc kernel on a conditional space, as a study's
-            if size > fit_up_to:
-                transplanted_source_models(kb, models, job.name, job.space, kernel)
-            update_source_models(kb, models, job.name, job.space, kernel)  # then the portfolios
-            build_s = time.perf_counter() - start
+            build_s = _build_source_models(kb, models, job, transplant=size > fit_up_to)
             if progress is not None:
                 progress(
                     f"{size} sources: history written in {history_s:.0f} s, source models built in {build_s:.0f} s"
                 )
             for method in methods:
-                req = StudyRequest(
-                    dataset=target,
-                    job=spec,
-                    trials=budget,
-                    seed=0,
-                    warm_start="none",
-                    surrogate=method,
-                    study_name=f"bench-{method}-{size}",
-                    models_dir=str(models),
-                )
-                start = time.perf_counter()
-                study, job_obj, data, _ = prepare_study(req, echo=lambda _: None, kb=kb)
-                prepare_s = time.perf_counter() - start
-                timing = run_study(study, job_obj, data, None, SilentReporter(), trace_plot=False)
-                tags = kb.study_tags(kb.find_study(req.study_name))
-                trials = [t for t in study.trials() if t.state == TRIAL_OK]
-                origins = [t.origin for t in sorted(trials, key=lambda t: t.number)]
-                bo = [s for s, o in zip(timing.ask_seconds, origins) if o.startswith("bo:")]
+                study = _timed_study(kb, spec, target, method, f"bench-{method}-{size}", budget, models)
                 row = {
                     "sources": size,
                     "method": method,
-                    "ran_as": tags.get("surrogate"),
+                    "ran_as": study["ran_as"],
                     "history_write_s": round(history_s, 1),
                     "source_models_build_s": round(build_s, 1),
                     "source_models": "fitted" if size <= fit_up_to else "transplanted per task",
-                    "prepare_s": round(prepare_s, 2),
-                    "median_suggest_s": round(statistics.median(bo), 3) if bo else None,
-                    "note": tags.get("surrogate_note", ""),
+                    "prepare_s": study["prepare_s"],
+                    "median_suggest_s": study["median_suggest_s"],
+                    "note": study["note"],
                 }
                 out["runs"].append(row)
                 if progress is not None:
                     progress(str(row))
-    out["protocol"] = (
-        "N synthetic sources: task (i mod T)'s surface of the YAHPO scenario (T tasks less the target) at 30 "
-        "random configurations of seed "
-        "(0, i), one finished study each in an in-memory store; source models built once "
-        "(update_source_models, timed apart; above fit_up_to sources each task's first fit is transplanted to "
-        "its other sources, with each source's own signal check); then prepare_study (warm start none, the "
-        "method as "
-        "--surrogate) on the held-out target, timed, and a study of `budget` trials whose BO asks give "
-        "the median suggestion time"
-    )
+    out["protocol"] = PROTOCOL
     return out
+
+
+def _build_source_models(kb: Any, models: Path, job: Any, transplant: bool) -> float:
+    """Builds the history's source models in ``models`` (first ``transplant``ed per task when asked),
+    with the kernel a study of the space uses; the seconds it took."""
+    from agent.tuning.plan import kernel_for
+    from agent.tuning.source_models import transplanted_source_models, update_source_models
+
+    start = time.perf_counter()
+    kernel = kernel_for(job.space)  # the arc kernel on a conditional space, as a study's
+    if transplant:
+        transplanted_source_models(kb, models, job.name, job.space, kernel)
+    update_source_models(kb, models, job.name, job.space, kernel)  # then the portfolios
+    return time.perf_counter() - start
+
+
+def _timed_study(kb: Any, spec: str, target: str, method: str, name: str, budget: int, models: Path) -> dict[str, Any]:
+    """One product study of ``method`` on ``target`` over the history in ``kb``: the surrogate it ran
+    as, its preparation's seconds, the median seconds of its BO suggestions and its surrogate note."""
+    from agent.config import StudyRequest
+    from agent.execution.progress import SilentReporter
+    from agent.execution.runner import run_study
+    from agent.knowledge.base import TRIAL_OK
+    from agent.tuning.service import prepare_study
+
+    req = StudyRequest(
+        dataset=target,
+        job=spec,
+        trials=budget,
+        seed=0,
+        warm_start="none",
+        surrogate=method,
+        study_name=name,
+        models_dir=str(models),
+    )
+    start = time.perf_counter()
+    study, job_obj, data, _ = prepare_study(req, echo=lambda _: None, kb=kb)
+    prepare_s = time.perf_counter() - start
+    timing = run_study(study, job_obj, data, None, SilentReporter(), trace_plot=False)
+    tags = kb.study_tags(kb.find_study(req.study_name))
+    trials = [t for t in study.trials() if t.state == TRIAL_OK]
+    origins = [t.origin for t in sorted(trials, key=lambda t: t.number)]
+    bo = [s for s, o in zip(timing.ask_seconds, origins) if o.startswith("bo:")]
+    return {
+        "ran_as": tags.get("surrogate"),
+        "prepare_s": round(prepare_s, 2),
+        "median_suggest_s": round(statistics.median(bo), 3) if bo else None,
+        "note": tags.get("surrogate_note", ""),
+    }
 
 
 def plot_sources(report: dict[str, Any], path: Path) -> Path:

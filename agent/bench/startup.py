@@ -17,9 +17,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agent.bench.startup_summary import (
+    FIRST_FETCH,
+    IN_PROCESS,
+    READING_PROTOCOL,
+    STARTUP_PROTOCOL,
+    WARM,
+    WARM_PROTOCOL,
+    reading_ratios,
+    startup_summary,
+    warm_arms,
+    warm_summary,
+)
+
 TRIAL_ONE_DONE = re.compile(rb"trial 1 done \([^)]*\): .*? in ([0-9.]+) s")
-WARM = ", warm process"  # an arm's suffix: the command run by a warm process (agent.ops.warm_process)
-FIRST_FETCH = "warm, first fetch"  # a teammate's first start: an empty cache, the published version fetched
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -36,7 +47,7 @@ def warm_process(root: Path, say: Any = print, extra: dict[str, str] | None = No
     before them and stopped after; yields the environment those arms run with, whole: taken now,
     since this process's own environment changes as it imports (scikit-learn sets ``KMP_*``
     variables), and a command from another environment is not the warm process's to run."""
-    exe = str(Path(sys.executable).with_name("tune-agent"))
+    exe = _exe()
     env = _env({"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process"), **(extra or {})})
     say("starting a warm process for the arms that use one")
     started = subprocess.run(
@@ -75,8 +86,34 @@ def _timed_run(
     else:
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         read_fd = proc.stdout.fileno()  # type: ignore[union-attr]
+    first, marked, done, seen = _watch(proc, read_fd, marker, timeout)
+    proc.wait(timeout=60)
+    if tty:
+        os.close(read_fd)
+    text = seen.decode(errors="replace")
+    found = TRIAL_ONE_DONE.search(seen)
+    training = round(done - float(found.group(1)), 3) if done is not None and found else None
+    return {
+        "first_output_s": first,
+        "first_trial_s": marked,
+        "training_s": training,
+        "exit": proc.returncode,
+        "progress_display": "\x1b[" in text and "ETA" in text,
+        "fitted_sources": "source models: fitting" in text,
+        "fetched": "meta-models: fetching" in text,
+        "tail": text[-300:],
+    }
+
+
+def _watch(
+    proc: subprocess.Popen[bytes], read_fd: int, marker: bytes, timeout: float
+) -> tuple[float | None, float | None, float | None, bytes]:
+    """Reads ``proc``'s output until it ends (or ``timeout``): seconds to the first non-blank
+    output, to ``marker`` and to trial 1's end (None: not seen), and the output."""
     start = time.perf_counter()
-    first = marked = done = None
+    first: float | None = None
+    marked: float | None = None
+    done: float | None = None
     seen = b""
     while time.perf_counter() - start < timeout:
         ready, _, _ = select.select([read_fd], [], [], 0.05)
@@ -97,94 +134,85 @@ def _timed_run(
                 done = now
         elif proc.poll() is not None:
             break
-    proc.wait(timeout=60)
-    if tty:
-        os.close(read_fd)
-    text = seen.decode(errors="replace")
-    found = TRIAL_ONE_DONE.search(seen)
-    training = round(done - float(found.group(1)), 3) if done is not None and found else None
-    return {
-        "first_output_s": first,
-        "first_trial_s": marked,
-        "training_s": training,
-        "exit": proc.returncode,
-        "progress_display": "\x1b[" in text and "ETA" in text,
-        "fitted_sources": "source models: fitting" in text,
-        "fetched": "meta-models: fetching" in text,
-        "tail": text[-300:],
-    }
+    return first, marked, done, seen
+
+
+def _maybe_warm(
+    root: Path, warm: bool, say: Any = print, extra: dict[str, str] | None = None
+) -> contextlib.AbstractContextManager[dict[str, str]]:
+    """:func:`warm_process` when ``warm``, else a context that yields an empty environment."""
+    if warm:
+        return warm_process(root, say, extra)
+    return contextlib.nullcontext({})
 
 
 def run_startup_bench(
     repeats: int = 5, dataset: str = "iris", job: str = "mlp", warm: bool = True, say: Any = print
 ) -> dict[str, Any]:
     """Fresh processes on a terminal and a pipe; ``warm``: piped again, run by a warm process."""
-    exe = str(Path(sys.executable).with_name("tune-agent"))
     modes = ["terminal", "pipe"] + ([f"pipe{WARM}"] if warm else [])
     rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     others: dict[str, list[float | None]] = {}
-    with (
-        tempfile.TemporaryDirectory() as home,
-        warm_process(Path(home), say) if warm else contextlib.nullcontext({}) as extra,
-    ):
+    with tempfile.TemporaryDirectory() as home, _maybe_warm(Path(home), warm, say) as extra:
         for i in range(repeats):
             for mode in modes:
                 with tempfile.TemporaryDirectory() as tmp:
-                    args = [
-                        exe,
-                        "start",
-                        "--dataset",
-                        dataset,
-                        "--job",
-                        job,
-                        "--trials",
-                        "2",
-                        "--epochs",
-                        "2",
-                        "--warm-start",
-                        "none",
-                        "--study-name",
-                        f"startup-{i}",
-                        "--tracking-uri",
-                        f"sqlite:///{Path(tmp) / 'mlflow.db'}",
-                        "--artifact-root",
-                        str(Path(tmp) / "art"),
-                    ]
-                    rows[mode].append(
-                        _timed_run(
-                            args, Path(tmp), mode == "terminal", b"trial 1/", env=extra if mode.endswith(WARM) else None
-                        )
-                    )
-                    if mode == "terminal":  # other commands on the store the study left
-                        store = ["--tracking-uri", f"sqlite:///{Path(tmp) / 'mlflow.db'}"]
-                        for command in (["history", *store], ["best", f"startup-{i}", *store]):
-                            run = _timed_run([exe, *command], Path(tmp), True, b"\n")
-                            others.setdefault(command[0], []).append(run["first_output_s"])
-    summary = {}
-    for mode, runs in rows.items():
-        firsts = sorted(r["first_output_s"] for r in runs if r["first_output_s"] is not None)
-        trials = sorted(r["first_trial_s"] for r in runs if r["first_trial_s"] is not None)
-        trained = sorted(r["training_s"] for r in runs if r["training_s"] is not None)
-        summary[mode] = {
-            "median_first_output_s": round(firsts[len(firsts) // 2], 3) if firsts else None,
-            "median_first_trial_s": round(trials[len(trials) // 2], 3) if trials else None,
-            "median_training_starts_s": round(trained[len(trained) // 2], 3) if trained else None,
-            "progress_display": all(r["progress_display"] for r in runs),
-            "all_exit_0": all(r["exit"] == 0 for r in runs),
-        }
-    for command, firsts in others.items():
-        done = sorted(f for f in firsts if f is not None)
-        summary[f"terminal: {command}"] = {"median_first_output_s": round(done[len(done) // 2], 3) if done else None}
+                    _startup_run(Path(tmp), mode, i, dataset, job, extra, rows, others)
     return {
         "command": f"tune-agent start --dataset {dataset} --job {job} --trials 2 --epochs 2 --warm-start none",
         "repeats": repeats,
-        "summary": summary,
+        "summary": startup_summary(rows, others),
         "runs": {m: [{k: v for k, v in r.items() if k != "tail"} for r in runs] for m, runs in rows.items()},
-        "protocol": "fresh process (TUNE_AGENT_DAEMON=0) and fresh embedded store per run; 'warm process': the "
-        "console script hands the command to a warm process started before the runs; first output: the "
-        "first non-blank bytes on the terminal (a pseudo-terminal) or the pipe; first trial: the line "
-        "'trial 1/'; training starts: the line 'trial 1 done' less the seconds it says the trial trained",
+        "protocol": STARTUP_PROTOCOL,
     }
+
+
+def _startup_run(
+    tmp: Path,
+    mode: str,
+    i: int,
+    dataset: str,
+    job: str,
+    extra: dict[str, str],
+    rows: dict[str, list[dict[str, Any]]],
+    others: dict[str, list[float | None]],
+) -> None:
+    """One start-up run in ``mode`` on a fresh store in ``tmp``, added to ``rows``; on a terminal,
+    the first output of other commands on the store it left too (added to ``others``)."""
+    exe = _exe()
+    args = [
+        exe,
+        "start",
+        "--dataset",
+        dataset,
+        "--job",
+        job,
+        "--trials",
+        "2",
+        "--epochs",
+        "2",
+        "--warm-start",
+        "none",
+        "--study-name",
+        f"startup-{i}",
+        "--tracking-uri",
+        f"sqlite:///{tmp / 'mlflow.db'}",
+        "--artifact-root",
+        str(tmp / "art"),
+    ]
+    rows[mode].append(
+        _timed_run(args, tmp, mode == "terminal", b"trial 1/", env=extra if mode.endswith(WARM) else None)
+    )
+    if mode == "terminal":  # other commands on the store the study left
+        store = ["--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}"]
+        for command in (["history", *store], ["best", f"startup-{i}", *store]):
+            run = _timed_run([exe, *command], tmp, True, b"\n")
+            others.setdefault(command[0], []).append(run["first_output_s"])
+
+
+def _exe() -> str:
+    """The console script of this environment."""
+    return str(Path(sys.executable).with_name("tune-agent"))
 
 
 def _table(path: Path, seed: int) -> Path:
@@ -197,9 +225,6 @@ def _table(path: Path, seed: int) -> Path:
     rows = np.random.default_rng(seed).permutation(len(frame))[: int(0.8 * len(frame))]
     frame.iloc[np.sort(rows)].to_csv(path, index=False)
     return path
-
-
-IN_PROCESS = ", trials in this process"  # the arm's suffix: TUNE_AGENT_TRIAL_PROCESS=0
 
 
 def run_warm_startup_bench(
@@ -222,32 +247,14 @@ def run_warm_startup_bench(
     run: the line ``trial 1/`` (the trial asked and its run made) and when its training began (its
     end less the seconds it says it trained). ``warm``: both again, each command run by a warm
     process (:mod:`agent.ops.warm_process`) started before the runs."""
-    exe = str(Path(sys.executable).with_name("tune-agent"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]
-        builder, teammate = root / "bootstrap", root / "teammate"
-        builder.mkdir()
+        teammate = root / "teammate"
         teammate.mkdir()
         cache = {"TUNE_AGENT_CACHE": str(root / "cache")}
-        say(f"importing {starter} and building and publishing its source models (once, in {builder})")
-        start = time.perf_counter()
-        built = subprocess.run(
-            [exe, "bootstrap", "--starter", str(starter), *store],
-            cwd=builder,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            env=_env(cache),
-        )
-        if built.returncode != 0:
-            raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
-        bootstrap_s = time.perf_counter() - start
-        arms = (
-            ["warm", "cold"]
-            + ([f"warm{IN_PROCESS}", f"cold{IN_PROCESS}"] if in_process else [])
-            + ([f"warm{WARM}", f"cold{WARM}"] if warm else [])
-        )
+        bootstrap_s = _bootstrap(starter, root / "bootstrap", store, cache, say)
+        arms = warm_arms(in_process, warm)
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         plan = [(arm, i) for i in range(repeats) for arm in arms]
         if refit:
@@ -256,93 +263,84 @@ def run_warm_startup_bench(
         stack = contextlib.ExitStack()
         served = {**stack.enter_context(warm_process(root, say, cache)), **cache} if warm else {}
         for n, (arm, i) in enumerate(plan):
-            table = _table(root / f"table-{n}.csv", seed=n)
-            extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
-            args = [
-                exe,
-                "start",
-                "--dataset",
-                str(table),
-                "--job",
-                job,
-                "--trials",
-                "1",
-                "--epochs",
-                "1",
-                "--study-name",
-                f"{arm.split(',')[0].replace(' ', '-')}-{n}",
-                *extra,
-                *store,
-            ]
-            env = {**cache, **({"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else {})}
-            if arm == FIRST_FETCH:
-                env["TUNE_AGENT_CACHE"] = str(root / f"cache-{n}")
-            run = _timed_run(
-                args,
-                teammate,
-                False,
-                b"trial 1/",
-                timeout=3600,
-                env_extra=env,
-                env=served if arm.endswith(WARM) else None,
-            )
+            run = _warm_run(root, teammate, arm, n, job, store, cache, served)
             runs[arm].append({k: v for k, v in run.items() if k != "tail"})
-            fitted = run["fitted_sources"]
-            say(
-                f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s, training from {run['training_s']} s"
-                + (" (source GPs fitted)" if fitted else "")
-                if run["first_trial_s"] is not None
-                else f"{arm} {i + 1}: no trial started (exit {run['exit']}): {run['tail'][-200:]}"
-            )
+            say(_said(arm, i, run))
         stack.close()
-    summary: dict[str, Any] = {}
-
-    def median(values: list[float]) -> float | None:
-        values = sorted(values)
-        return round(values[len(values) // 2], 2) if values else None
-
-    for arm, rows in runs.items():
-        firsts = [r["first_trial_s"] for r in rows if r["first_trial_s"] is not None]
-        if firsts:
-            summary[arm] = {
-                "median_first_trial_s": median(firsts),
-                "median_training_starts_s": median([r["training_s"] for r in rows if r["training_s"] is not None]),
-                "runs": len(rows),
-                "all_exit_0": all(r["exit"] == 0 for r in rows),
-            }
-
-    def ratio(a: str, b: str, key: str = "median_training_starts_s") -> float | None:
-        if a in summary and b in summary and summary[a].get(key) and summary[b].get(key):
-            return round(summary[a][key] / summary[b][key], 2)
-        return None
-
-    summary["warm_over_cold"] = ratio("warm", "cold", "median_first_trial_s")
-    summary["warm_over_cold_training"] = ratio("warm", "cold")
-    if in_process:
-        summary["trial_process_over_in_process_cold"] = ratio("cold", f"cold{IN_PROCESS}")
-        summary["trial_process_over_in_process_warm"] = ratio("warm", f"warm{IN_PROCESS}")
-    if warm:
-        summary["warm_process_over_fresh_cold"] = ratio(f"cold{WARM}", "cold")
-        summary["warm_process_over_fresh_warm"] = ratio(f"warm{WARM}", "warm")
-        summary["warm_over_cold_warm_process"] = ratio(f"warm{WARM}", f"cold{WARM}")
-    if refit:
-        summary["first_fetch_over_warm"] = ratio(FIRST_FETCH, "warm", "median_first_trial_s")
     return {
         "command": f"tune-agent start --dataset TABLE.csv --job {job} --trials 1 --epochs 1 [--warm-start none "
         "--surrogate gp]",
         "history": str(starter),
         "bootstrap_seconds": round(bootstrap_s, 1),
-        "summary": summary,
+        "summary": warm_summary(runs, in_process, warm, refit),
         "runs": runs,
-        "protocol": "one store with the starter history, its source models built and published by bootstrap --starter "
-        "in a folder of its own; each study run from another folder (no models/ there; the published "
-        "meta-models fetched into the benchmark's cache), a fresh process, piped, on a CSV new to the "
-        "history (80% of wine's rows, its own seed); the "
-        "arms alternated; first trial: the line 'trial 1/'; training starts: the line 'trial 1 done' "
-        "less the seconds it says the trial trained; 'trials in this process': "
-        "TUNE_AGENT_TRIAL_PROCESS=0; 'warm process': run by a warm process started before the runs (every "
-        "other arm TUNE_AGENT_DAEMON=0); 'warm, first fetch': an empty cache each run (the published version fetched)",
+        "protocol": WARM_PROTOCOL,
     }
+
+
+def _bootstrap(starter: Path, builder: Path, store: list[str], cache: dict[str, str], say: Any) -> float:
+    """Imports ``starter`` and builds and publishes its source models (``bootstrap --starter`` in
+    ``builder``); the seconds it took."""
+    builder.mkdir()
+    say(f"importing {starter} and building and publishing its source models (once, in {builder})")
+    start = time.perf_counter()
+    built = subprocess.run(
+        [_exe(), "bootstrap", "--starter", str(starter), *store],
+        cwd=builder,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=_env(cache),
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
+    return time.perf_counter() - start
+
+
+def _warm_run(
+    root: Path,
+    teammate: Path,
+    arm: str,
+    n: int,
+    job: str,
+    store: list[str],
+    cache: dict[str, str],
+    served: dict[str, str],
+) -> dict[str, Any]:
+    """The ``n``-th run of the warm-startup benchmark: ``arm``'s ``start`` on a table of its own,
+    from the ``teammate`` folder, timed."""
+    table = _table(root / f"table-{n}.csv", seed=n)
+    extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
+    args = [
+        _exe(),
+        "start",
+        "--dataset",
+        str(table),
+        "--job",
+        job,
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--study-name",
+        f"{arm.split(',')[0].replace(' ', '-')}-{n}",
+        *extra,
+        *store,
+    ]
+    env = {**cache, **({"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else {})}
+    if arm == FIRST_FETCH:
+        env["TUNE_AGENT_CACHE"] = str(root / f"cache-{n}")
+    return _timed_run(
+        args, teammate, False, b"trial 1/", timeout=3600, env_extra=env, env=served if arm.endswith(WARM) else None
+    )
+
+
+def _said(arm: str, i: int, run: dict[str, Any]) -> str:
+    """The line that reports one warm-startup run."""
+    if run["first_trial_s"] is None:
+        return f"{arm} {i + 1}: no trial started (exit {run['exit']}): {run['tail'][-200:]}"
+    fitted = " (source GPs fitted)" if run["fitted_sources"] else ""
+    return f"{arm} {i + 1}: first trial at {run['first_trial_s']:.1f} s, training from {run['training_s']} s{fitted}"
 
 
 READING_COMMANDS = ("best", "history", "report", "report --rebuild", "neighbors", "doctor")
@@ -372,64 +370,57 @@ def run_reading_bench(
     if warm:
         codes[f"this code{WARM}"] = None
     runs: dict[str, list[float]] = {}
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        warm_process(Path(tmp), say) if warm else contextlib.nullcontext({}) as extra,
-    ):
+    with tempfile.TemporaryDirectory() as tmp, _maybe_warm(Path(tmp), warm, say) as extra:
         for i in range(repeats):
             for command in commands:
                 for label, code in codes.items():
-                    args = {
-                        "best": ["best", study],
-                        "history": ["history"],
-                        "report": ["report", study, "--out", str(Path(tmp) / "report")],
-                        "report --rebuild": ["report", study, "--rebuild", "--out", str(Path(tmp) / "report")],
-                        "neighbors": ["neighbors", "--dataset", dataset, "--job", job],
-                        "doctor": ["doctor", "--models-dir", str(Path(tmp) / "models")],
-                    }[command]
+                    args = _reading_args(command, study, Path(tmp), dataset, job)
                     env = dict(extra) if label.endswith(WARM) else _env()
                     if code is not None:
                         env["PYTHONPATH"] = str(code)
-                    launcher = (
-                        [str(Path(sys.executable).with_name("tune-agent"))]
-                        if label.endswith(WARM)
-                        else [sys.executable, "-m", "agent.cli"]
-                    )
-                    start = time.perf_counter()
-                    done = subprocess.run(
-                        [*launcher, *args, "--tracking-uri", tracking_uri],
-                        cwd=tmp,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=600,
-                    )
-                    wall = time.perf_counter() - start
-                    if done.returncode != 0:
-                        raise RuntimeError(f"{label}: {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
+                    wall = _reading_run(args, label, tracking_uri, tmp, env)
                     runs.setdefault(f"{command}, {label}", []).append(round(wall, 3))
                     say(f"{i + 1}/{repeats} {command} ({label}): {wall:.2f} s")
                     shutil.rmtree(Path(tmp) / "report", ignore_errors=True)
     median = {key: sorted(v)[len(v) // 2] for key, v in runs.items()}
-    ratios = {
-        c: round(median[f"{c}, this code"] / median[f"{c}, {label}"], 3)
-        for c in commands
-        for label in codes
-        if label.startswith("baseline")
-    }
-    warmed = (
-        {c: round(median[f"{c}, this code{WARM}"] / median[f"{c}, this code"], 3) for c in commands} if warm else {}
-    )
     return {
-        "protocol": "wall seconds of `python -m agent.cli CMD --tracking-uri URI`, each a fresh process, output "
-        "to a pipe, imports included; 'warm process': `tune-agent CMD ...` handed to a warm process "
-        "started before the runs; commands and code versions alternated; medians over repeats",
+        "protocol": READING_PROTOCOL,
         "tracking_uri": tracking_uri,
         "study": study,
         "neighbors_of": [dataset, job],
         "repeats": repeats,
         "runs": runs,
         "median_s": median,
-        "this_over_baseline": ratios,
-        "warm_process_over_fresh": warmed,
+        **reading_ratios(median, commands, codes, warm),
     }
+
+
+def _reading_args(command: str, study: str, tmp: Path, dataset: str, job: str) -> list[str]:
+    """The arguments of one reading command (its name in :data:`READING_COMMANDS`)."""
+    return {
+        "best": ["best", study],
+        "history": ["history"],
+        "report": ["report", study, "--out", str(tmp / "report")],
+        "report --rebuild": ["report", study, "--rebuild", "--out", str(tmp / "report")],
+        "neighbors": ["neighbors", "--dataset", dataset, "--job", job],
+        "doctor": ["doctor", "--models-dir", str(tmp / "models")],
+    }[command]
+
+
+def _reading_run(args: list[str], label: str, tracking_uri: str, cwd: str, env: dict[str, str]) -> float:
+    """Wall seconds of one reading command, through the console script for a warm process's
+    ``label``, else as ``python -m agent.cli``; a failure is an error."""
+    launcher = [_exe()] if label.endswith(WARM) else [sys.executable, "-m", "agent.cli"]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*launcher, *args, "--tracking-uri", tracking_uri],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{label}: {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
+    return wall

@@ -31,13 +31,17 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import numpy as np
 
 from agent.errors import TuneAgentError
 from agent.tuning.source_models import build_history_models
+
+if TYPE_CHECKING:
+    from agent.config import StudyRequest
+    from agent.jobs.yahpo import YahpoJob
 
 QUICK_TASKS, QUICK_SEEDS = 4, 2
 TNP_FOLDS = 5
@@ -55,6 +59,17 @@ def method_names() -> tuple[str, ...]:
     from agent.tuning.plan import surrogate_names
 
     return (*sampler_methods(), *surrogate_names())
+
+
+def load_yahpo_job(spec: str) -> YahpoJob:
+    """The YAHPO job ``spec`` names (``yahpo:SCENARIO[?...]``), as :func:`agent.jobs.load_job` loads it."""
+    from agent.jobs import load_job
+    from agent.jobs.yahpo import YahpoJob
+
+    job = load_job(spec)
+    if not isinstance(job, YahpoJob):
+        raise TuneAgentError(f"job spec {spec!r} is not a YAHPO scenario (yahpo:SCENARIO)")
+    return job
 
 
 def check_methods(methods: Sequence[str]) -> None:
@@ -255,7 +270,6 @@ def run_method(
     Returns the configurations in trial order, the objective values (maximised) and the seconds
     each ``ask`` took; ``timings`` (if given) gets ``prepare_s``, the study's preparation.
     """
-    from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
     from agent.execution.resources import ExecutionSettings
     from agent.execution.runner import run_study
@@ -263,21 +277,7 @@ def run_method(
     from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
     from agent.tuning.service import prepare_study
 
-    own = method in sampler_methods()
-    sampler = method if own else "bo"
-    surrogate = "gp" if own else method
-    req = StudyRequest(
-        dataset=task,
-        job=job_spec,
-        trials=budget,
-        seed=seed,
-        study_name=f"bench-{method}-{task}-{seed}",
-        warm_start="none",
-        surrogate=surrogate,
-        sampler=sampler,
-        models_dir=models_dir,
-        pending=pending,
-    )
+    req = _study_request(job_spec, task, method, seed, budget, models_dir, pending)
     start = time.perf_counter()
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     if timings is not None:
@@ -295,6 +295,27 @@ def run_method(
     configs = [dict(t.config) for t in trials]
     values = [study.settings.sign * t.value if t.state == TRIAL_OK and t.value is not None else np.nan for t in trials]
     return configs, np.array(values), timing.ask_seconds
+
+
+def _study_request(
+    job_spec: str, task: str, method: str, seed: int, budget: int, models_dir: str, pending: str
+) -> StudyRequest:
+    """The study of ``method`` on ``task``: a sampler of its own (on gp), or bo with the surrogate."""
+    from agent.config import StudyRequest
+
+    own = method in sampler_methods()
+    return StudyRequest(
+        dataset=task,
+        job=job_spec,
+        trials=budget,
+        seed=seed,
+        study_name=f"bench-{method}-{task}-{seed}",
+        warm_start="none",
+        surrogate="gp" if own else method,
+        sampler=method if own else "bo",
+        models_dir=models_dir,
+        pending=pending,
+    )
 
 
 # -- workers -------------------------------------------------------------------------------------

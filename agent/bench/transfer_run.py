@@ -6,14 +6,23 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from agent.bench.transfer import BenchConfig, RunArgs, check_methods, fold_of, pin_threads, run_one, train_tnp_folds
+from agent.bench.transfer import (
+    BenchConfig,
+    RunArgs,
+    check_methods,
+    fold_of,
+    load_yahpo_job,
+    pin_threads,
+    run_one,
+    train_tnp_folds,
+)
 
 
 def protocol_key(config: BenchConfig, method: str) -> str:
@@ -65,10 +74,9 @@ def run_benchmark(
     so a partial run covers every task.
     """
     from agent.bench.fingerprint import end_journal_line
-    from agent.jobs import load_job
 
     check_methods(methods)
-    job = load_job(config.job_spec)
+    job = load_yahpo_job(config.job_spec)
     config = config.resolve(job.scenario.instances)
     keys = {m: protocol_key(config, m) for m in methods}
     done = _load_journal(journal)
@@ -81,36 +89,10 @@ def run_benchmark(
     start = time.perf_counter()
     if progress is not None and len(jobs) < len(pairs):
         progress(f"{len(pairs) - len(jobs)} of {len(pairs)} (task, seed) runs taken from {journal}")
-    finished = [0]
-
-    def record(run: dict[str, Any]) -> None:
-        finished[0] += 1
-        for m, r in run["methods"].items():
-            done[(keys[m], run["task"], run["seed"])] = r
-        if journal is not None:
-            journal.parent.mkdir(parents=True, exist_ok=True)
-            with journal.open("a") as fh:
-                for m, r in run["methods"].items():
-                    fh.write(
-                        json.dumps({"key": keys[m], "method": m, "task": run["task"], "seed": run["seed"], "result": r})
-                        + "\n"
-                    )
-        if progress is not None:
-            finals = ", ".join(f"{m} {r['regret'][-1]:.3f}" for m, r in run["methods"].items())
-            progress(
-                f"[{finished[0]}/{len(jobs)}] task {run['task']} seed {run['seed']} "
-                f"({time.perf_counter() - start:.0f} s): regret@{config.budget} {finals}"
-            )
-
-    if config.workers <= 1:
-        pin_threads()
-        for j in jobs:
-            record(run_one(j))
-    else:
-        with ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=pin_threads) as pool:
-            for future in as_completed([pool.submit(run_one, j) for j in jobs]):
-                record(future.result())
-    runs = [{"task": t, "seed": sd, "methods": {m: done[(keys[m], t, sd)] for m in methods}} for t, sd in pairs]
+    _run_all(jobs, config.workers, _Recorder(done, keys, journal, progress, len(jobs), config.budget, start))
+    runs: list[dict[str, Any]] = [
+        {"task": t, "seed": sd, "methods": {m: done[(keys[m], t, sd)] for m in methods}} for t, sd in pairs
+    ]
     return {
         "scenario": Path(config.scenario).name,
         "job": job.name,
@@ -131,3 +113,51 @@ def run_benchmark(
         "wall_seconds": time.perf_counter() - start,
         "runs_from_journal": {m: len(pairs) - sum(m in j.methods for j in jobs) for m in methods},
     }
+
+
+@dataclass
+class _Recorder:
+    """Takes each finished (task, seed) run: into ``done``, appended to the journal (when there is
+    one) and said, with its place among the ``total`` runs and the seconds since ``start``."""
+
+    done: dict[tuple[str, str, int], dict[str, Any]]
+    keys: Mapping[str, str]
+    journal: Path | None
+    progress: Callable[[str], None] | None
+    total: int
+    budget: int
+    start: float
+    finished: int = 0
+
+    def __call__(self, run: dict[str, Any]) -> None:
+        self.finished += 1
+        keys = self.keys
+        for m, r in run["methods"].items():
+            self.done[(keys[m], run["task"], run["seed"])] = r
+        if self.journal is not None:
+            self.journal.parent.mkdir(parents=True, exist_ok=True)
+            with self.journal.open("a") as fh:
+                for m, r in run["methods"].items():
+                    fh.write(
+                        json.dumps({"key": keys[m], "method": m, "task": run["task"], "seed": run["seed"], "result": r})
+                        + "\n"
+                    )
+        if self.progress is not None:
+            finals = ", ".join(f"{m} {r['regret'][-1]:.3f}" for m, r in run["methods"].items())
+            self.progress(
+                f"[{self.finished}/{self.total}] task {run['task']} seed {run['seed']} "
+                f"({time.perf_counter() - self.start:.0f} s): regret@{self.budget} {finals}"
+            )
+
+
+def _run_all(jobs: Sequence[RunArgs], workers: int, record: Callable[[dict[str, Any]], None]) -> None:
+    """Every job, in this process (``workers`` <= 1) or ``workers`` spawned processes at a time,
+    each result recorded as it comes."""
+    if workers <= 1:
+        pin_threads()
+        for j in jobs:
+            record(run_one(j))
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=pin_threads) as pool:
+            for future in as_completed([pool.submit(run_one, j) for j in jobs]):
+                record(future.result())

@@ -1,6 +1,6 @@
 """End-to-end warm-start evaluation: real ``tune-agent start`` studies on held-out sources.
 
-Protocol (issue 13's "honest evaluation", leave-one-source-out):
+Protocol (an honest evaluation: leave-one-source-out):
 
 - the history is the knowledge base's bootstrap (``bootstrap-<job>-*`` studies: one shared Sobol set
   of configurations per dataset), read once from the store;
@@ -95,7 +95,9 @@ class _Clock(SilentReporter):
     """A silent reporter that notes when each trial ends, in seconds since ``start``."""
 
     def __init__(self, start: float) -> None:
-        self.start, self.ended, self.first_started = start, {}, None
+        self.start = start
+        self.ended: dict[int, float] = {}
+        self.first_started: float | None = None
 
     def trial_started(self, trial: Any) -> None:
         if self.first_started is None:
@@ -277,46 +279,23 @@ def run_e2e(
 
     start = time.perf_counter()
     entries = read_studies(kb, config.job)
-    targets = choose_targets(entries, config.targets)
-    if len(targets) < 2:
-        from agent.errors import TuneAgentError
-
-        raise TuneAgentError(
-            f"the store's bootstrap of job {config.job} has {len(targets)} source(s); at least 2 "
-            "are needed: run `tune-agent bootstrap` first"
-        )
+    targets = _targets(entries, config)
     space = load_job(config.job).space.to_dict()
-    # A run is reused only under the same settings, meta-model parameters and engine code; the fold
-    # models trained for them live in a folder of that key.
-    key = run_key(
-        "bench/warmstart_e2e.py",
-        {
-            "config": {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "methods")},
-            "params": dict(params or {}),
-            "normalisation": normalisation,
-        },
-    )
-    models_dir = Path(models_dir) / key
+    key = _run_key(config, params, normalisation)
+    models_dir = Path(models_dir) / key  # the fold models trained for the key's settings
     done = read_journal(journal, key, "target")
-    jobs = []
-    for t in targets:
-        for seed in range(config.seeds):
-            missing = tuple(m for m in config.methods if (t["name"], seed, m) not in done)
-            if missing:
-                jobs.append((t, seed, missing, config, str(models_dir)))
+    jobs = [
+        (t, seed, missing, config, str(models_dir))
+        for t in targets
+        for seed in range(config.seeds)
+        if (missing := tuple(m for m in config.methods if (t["name"], seed, m) not in done))
+    ]
     kinds = sorted({k for m in config.methods for k in FOLD_MODELS.get(m, ())})
-    build_source_models(entries, space, config.job, [t["summary"]["source"] for t in targets], models_dir, progress)
+    sources = [t["summary"]["source"] for t in targets]
+    build_source_models(entries, space, config.job, sources, models_dir, progress)
     if kinds:
         train_fold_models(
-            entries,
-            space,
-            config.job,
-            [t["summary"]["source"] for t in targets],
-            kinds,
-            dict(params or {}),
-            models_dir,
-            normalisation,
-            progress,
+            entries, space, config.job, sources, kinds, dict(params or {}), models_dir, normalisation, progress
         )
     progress(
         f"{len(targets)} targets x {config.seeds} seeds x {len(config.methods)} methods; "
@@ -329,21 +308,7 @@ def run_e2e(
         futures = [pool.submit(_run_job, j) for j in jobs]
         for i, future in enumerate(as_completed(futures), 1):
             res = future.result()
-            with journal.open("a") as fh:
-                for method, result in res["methods"].items():
-                    done[(res["target"], res["seed"], method)] = result
-                    fh.write(
-                        json.dumps(
-                            {
-                                "key": key,
-                                "target": res["target"],
-                                "seed": res["seed"],
-                                "method": method,
-                                "result": result,
-                            }
-                        )
-                        + "\n"
-                    )
+            _journal(journal, key, res, done)
             elapsed = time.perf_counter() - start
             progress(
                 f"[{i}/{len(jobs)}] {res['target']} seed {res['seed']}: "
@@ -351,3 +316,37 @@ def run_e2e(
                 + f" ({elapsed / 60:.1f} min)"
             )
     return summarise(targets, entries, done, config, time.perf_counter() - start)
+
+
+def _targets(entries: Sequence[dict[str, Any]], config: E2EConfig) -> list[dict[str, Any]]:
+    """The held-out targets (:func:`choose_targets`); at least 2 are needed."""
+    targets = choose_targets(entries, config.targets)
+    if len(targets) < 2:
+        from agent.errors import TuneAgentError
+
+        raise TuneAgentError(
+            f"the store's bootstrap of job {config.job} has {len(targets)} source(s); at least 2 "
+            "are needed: run `tune-agent bootstrap` first"
+        )
+    return targets
+
+
+def _run_key(config: E2EConfig, params: dict[str, Any] | None, normalisation: str) -> str:
+    """A run is reused only under the same settings, meta-model parameters and engine code: its key."""
+    return run_key(
+        "bench/warmstart_e2e.py",
+        {
+            "config": {k: v for k, v in asdict(config).items() if k not in ("workers", "seeds", "methods")},
+            "params": dict(params or {}),
+            "normalisation": normalisation,
+        },
+    )
+
+
+def _journal(journal: Path, key: str, res: dict[str, Any], done: dict[tuple[str, int, str], Any]) -> None:
+    """Appends each method's result of one (target, seed) to the journal, and to ``done``."""
+    with journal.open("a") as fh:
+        for method, result in res["methods"].items():
+            done[(res["target"], res["seed"], method)] = result
+            line = {"key": key, "target": res["target"], "seed": res["seed"], "method": method, "result": result}
+            fh.write(json.dumps(line) + "\n")

@@ -37,9 +37,9 @@ for _command in bench_papers.COMMANDS + bench_product.COMMANDS:
 
 def _environment_names(group: click.Group, path: str = "TUNE_AGENT") -> None:
     """Every option of every command reads ``TUNE_AGENT_<OPTION>`` (``TUNE_AGENT_TRACKING_URI``,
-    ``TUNE_AGENT_TRIALS``: one setting for every command that has the option, as README says) and,
-    winning over it, click's per-command ``TUNE_AGENT_<COMMAND>_<OPTION>``
-    (``TUNE_AGENT_START_TRIALS``); ``--help`` shows both."""
+    ``TUNE_AGENT_TRIALS``: one setting for every command that has the option, as
+    docs/guide/options.md says) and, winning over it, click's per-command
+    ``TUNE_AGENT_<COMMAND>_<OPTION>`` (``TUNE_AGENT_START_TRIALS``); ``--help`` shows both."""
     for name, command in group.commands.items():
         here = f"{path}_{name.replace('-', '_').upper()}"
         for param in command.params:

@@ -82,187 +82,195 @@ def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | N
     return value
 
 
+# `start` and `create`: what a study is asked for, in --help's order (StudyRequest's fields)
+STUDY_OPTIONS = [
+    click.option(
+        "--config",
+        "config",
+        default=None,
+        is_eager=True,
+        expose_value=False,
+        callback=_load_config_file,
+        help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it.",
+    ),
+    click.option(
+        "--dataset",
+        required=True,
+        help=(
+            "Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like "
+            "'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."
+        ),
+    ),
+    click.option(
+        "--job",
+        required=True,
+        help="A registered job (cnn, mlp, mlp-arch, a plugin's), yahpo:SCENARIO or 'package.module:attr'.",
+    ),
+    click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
+    click.option("--drop", multiple=True, help="A .csv/.parquet column to leave out, e.g. an ID (repeatable)."),
+    click.option(
+        "--trials",
+        type=int,
+        default=StudyRequest.default("trials"),
+        show_default=True,
+        help="Trials in the study's budget.",
+    ),
+    click.option(
+        "--epochs", type=int, default=StudyRequest.default("epochs"), show_default=True, help="Epochs per trial."
+    ),
+    click.option(
+        "--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."
+    ),
+    click.option("--metric", default=None, help="Objective metric [default: the job's, e.g. val_loss]."),
+    click.option(
+        "--mode",
+        type=click.Choice(["min", "max"]),
+        default=None,
+        help="Minimise or maximise the metric [default: the job's].",
+    ),
+    click.option(
+        "--init",
+        "init",
+        type=click.Choice(INIT_METHODS),
+        default=StudyRequest.default("init"),
+        show_default=True,
+        help="Initial design.",
+    ),
+    click.option("--n-init", type=int, default=None, help="Initial design size [default: min(5, trials)]."),
+    click.option(
+        "--acq",
+        type=click.Choice(ACQUISITIONS),
+        default=StudyRequest.default("acq"),
+        show_default=True,
+        help="Acquisition function.",
+    ),
+    click.option(
+        "--random-every",
+        type=int,
+        default=StudyRequest.default("random_every"),
+        show_default=True,
+        help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never).",
+    ),
+    click.option("--seed", type=int, default=StudyRequest.default("seed"), show_default=True),
+    click.option(
+        "--val-fraction",
+        type=float,
+        default=StudyRequest.default("val_fraction"),
+        show_default=True,
+        help="Share of data held out for validation (stratified, seeded).",
+    ),
+    click.option(
+        "--study-name",
+        default=None,
+        help="Name of the study [default: <dataset>-<job>-<4 random characters>, e.g. digits-cnn-k3f9].",
+    ),
+    click.option(
+        "--warm-start",
+        type=click.Choice(WARM_METHODS),
+        default=StudyRequest.default("warm_start"),
+        show_default=True,
+        help=(
+            "Meta-features used to find similar historical datasets (auto: the ones the last `dvc repro` "
+            "evaluation found better; hand-crafted until one has run)."
+        ),
+    ),
+    click.option(
+        "--k",
+        type=int,
+        default=StudyRequest.default("k"),
+        show_default=True,
+        help="Nearest historical datasets whose best configurations are tried first.",
+    ),
+    click.option(
+        "--prior-mean",
+        type=click.Choice(PRIOR_MEANS),
+        default=None,
+        help=(
+            "GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own "
+            "observations (re-chosen every trial) [default: neighbours when warm-started, observations "
+            "when the history has no dataset samples]."
+        ),
+    ),
+    click.option(
+        "--models-dir",
+        default=StudyRequest.default("models_dir"),
+        show_default=True,
+        help="Where `dvc repro` put the meta-models.",
+    ),
+    click.option(
+        "--surrogate",
+        type=click.Choice(SURROGATES.choices()),  # names only: imports neither numpy nor torch
+        default=StudyRequest.default("surrogate"),
+        show_default=True,
+        help=(
+            "Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, "
+            "the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of "
+            "history."
+        ),
+    ),
+    click.option(
+        "--kernel",
+        type=click.Choice(KERNELS),
+        default=StudyRequest.default("kernel"),
+        show_default=True,
+        help=(
+            "GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; "
+            "auto picks it for spaces with conditions."
+        ),
+    ),
+    click.option(
+        "--pruner",
+        type=click.Choice(PRUNERS),
+        default=StudyRequest.default("pruner"),
+        show_default=True,
+        help=(
+            "Stop trials early on the per-epoch metric: median (below the median of earlier trials at "
+            "that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top "
+            "third goes on)."
+        ),
+    ),
+    click.option(
+        "--pending",
+        type=click.Choice(PENDING),
+        default=StudyRequest.default("pending"),
+        show_default=True,
+        help=(
+            "With --workers > 1, how running trials enter a BO step: joint (qLogEI over them as pending "
+            "points; auto for the GP family), believer (the model assumes its own mean there), liar (the "
+            "worst score there; auto for the TNP, whose posterior is independent per point and always "
+            "uses it; with --sampler tpe, Optuna's constant liar, which TPE otherwise goes without). "
+            "`bench lcbench --batch 4 --pending P` measures them."
+        ),
+    ),
+    click.option(
+        "--sampler",
+        type=click.Choice(SAMPLERS.choices()),
+        default=StudyRequest.default("sampler"),
+        show_default=True,
+        help=(
+            "bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of "
+            "a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the "
+            "identity until the target's trials can be predicted, then BO once a round of mapped points "
+            "stops improving)."
+        ),
+    ),
+    click.option(
+        "--source",
+        default=None,
+        metavar="STUDY",
+        help=(
+            "With --sampler hts or hts-anchored: the historical study whose dataset is the source "
+            "[default: the warm start's nearest neighbour]."
+        ),
+    ),
+    tracking_option,
+    artifact_option,
+]
+
+
 def study_options(fn: Any) -> Any:
-    options = [
-        click.option(
-            "--config",
-            "config",
-            default=None,
-            is_eager=True,
-            expose_value=False,
-            callback=_load_config_file,
-            help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it.",
-        ),
-        click.option(
-            "--dataset",
-            required=True,
-            help=(
-                "Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like "
-                "'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."
-            ),
-        ),
-        click.option("--job", required=True, help="Built-in job (cnn, mlp) or a user job 'package.module:attr'."),
-        click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
-        click.option("--drop", multiple=True, help="A .csv/.parquet column to leave out, e.g. an ID (repeatable)."),
-        click.option(
-            "--trials",
-            type=int,
-            default=StudyRequest.default("trials"),
-            show_default=True,
-            help="Trials in the study's budget.",
-        ),
-        click.option(
-            "--epochs", type=int, default=StudyRequest.default("epochs"), show_default=True, help="Epochs per trial."
-        ),
-        click.option(
-            "--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."
-        ),
-        click.option("--metric", default=None, help="Objective metric [default: the job's, e.g. val_loss]."),
-        click.option(
-            "--mode",
-            type=click.Choice(["min", "max"]),
-            default=None,
-            help="Minimise or maximise the metric [default: the job's].",
-        ),
-        click.option(
-            "--init",
-            "init",
-            type=click.Choice(INIT_METHODS),
-            default=StudyRequest.default("init"),
-            show_default=True,
-            help="Initial design.",
-        ),
-        click.option("--n-init", type=int, default=None, help="Initial design size [default: min(5, trials)]."),
-        click.option(
-            "--acq",
-            type=click.Choice(ACQUISITIONS),
-            default=StudyRequest.default("acq"),
-            show_default=True,
-            help="Acquisition function.",
-        ),
-        click.option(
-            "--random-every",
-            type=int,
-            default=StudyRequest.default("random_every"),
-            show_default=True,
-            help="With the cold GP, every Nth BO step tries a uniform random configuration instead (0: never).",
-        ),
-        click.option("--seed", type=int, default=StudyRequest.default("seed"), show_default=True),
-        click.option(
-            "--val-fraction",
-            type=float,
-            default=StudyRequest.default("val_fraction"),
-            show_default=True,
-            help="Share of data held out for validation (stratified, seeded).",
-        ),
-        click.option(
-            "--study-name",
-            default=None,
-            help="Name of the study [default: <dataset>-<job>-<4 random characters>, e.g. digits-cnn-k3f9].",
-        ),
-        click.option(
-            "--warm-start",
-            type=click.Choice(WARM_METHODS),
-            default=StudyRequest.default("warm_start"),
-            show_default=True,
-            help=(
-                "Meta-features used to find similar historical datasets (auto: the ones the last `dvc repro` "
-                "evaluation found better; hand-crafted before)."
-            ),
-        ),
-        click.option(
-            "--k",
-            type=int,
-            default=StudyRequest.default("k"),
-            show_default=True,
-            help="Nearest historical datasets whose best configurations are tried first.",
-        ),
-        click.option(
-            "--prior-mean",
-            type=click.Choice(PRIOR_MEANS),
-            default=None,
-            help=(
-                "GP prior mean: the nearest datasets' surfaces by meta-features, or by the study's own "
-                "observations (re-chosen every trial) [default: neighbours when warm-started, observations "
-                "when the history has no dataset samples]."
-            ),
-        ),
-        click.option(
-            "--models-dir",
-            default=StudyRequest.default("models_dir"),
-            show_default=True,
-            help="Where `dvc repro` put the meta-models.",
-        ),
-        click.option(
-            "--surrogate",
-            type=click.Choice(SURROGATES.choices()),  # names only: imports neither numpy nor torch
-            default=StudyRequest.default("surrogate"),
-            show_default=True,
-            help=(
-                "Surrogate model (the registry: agent/surrogates/registry.py): cold GP, a portfolio start, "
-                "the neighbours' prior mean, RGPE or TNP over the history; auto picks by the amount of "
-                "history."
-            ),
-        ),
-        click.option(
-            "--kernel",
-            type=click.Choice(KERNELS),
-            default=StudyRequest.default("kernel"),
-            show_default=True,
-            help=(
-                "GP kernel: arc (paper 002) embeds conditional hyperparameters so inactive ones do not count; "
-                "auto picks it for spaces with conditions."
-            ),
-        ),
-        click.option(
-            "--pruner",
-            type=click.Choice(PRUNERS),
-            default=StudyRequest.default("pruner"),
-            show_default=True,
-            help=(
-                "Stop trials early on the per-epoch metric: median (below the median of earlier trials at "
-                "that epoch) or asha (asynchronous successive halving, rungs at 1, 3, 9, ... epochs, top "
-                "third goes on)."
-            ),
-        ),
-        click.option(
-            "--pending",
-            type=click.Choice(PENDING),
-            default=StudyRequest.default("pending"),
-            show_default=True,
-            help=(
-                "With --workers > 1, how running trials enter a BO step: joint (qLogEI over them as pending "
-                "points; auto for the GP family), believer (the model assumes its own mean there), liar (the "
-                "worst score there; auto for the TNP, whose posterior is independent per point and always "
-                "uses it; with --sampler tpe, Optuna's constant liar, which TPE otherwise goes without). "
-                "`bench lcbench --batch 4 --pending P` measures them."
-            ),
-        ),
-        click.option(
-            "--sampler",
-            type=click.Choice(SAMPLERS.choices()),
-            default=StudyRequest.default("sampler"),
-            show_default=True,
-            help=(
-                "bo (the surrogate above), random, tpe (Optuna's TPESampler) hts (paper 001: a learned map of "
-                "a similar dataset's best configurations) or hts-anchored (ours: that map anchored at the "
-                "identity until the target's trials can be predicted, then BO once a round of mapped points "
-                "stops improving)."
-            ),
-        ),
-        click.option(
-            "--source",
-            default=None,
-            metavar="STUDY",
-            help=(
-                "With --sampler hts or hts-anchored: the historical study whose dataset is the source "
-                "[default: the warm start's nearest neighbour]."
-            ),
-        ),
-        tracking_option,
-        artifact_option,
-    ]
-    for option in reversed(options):
+    """Decorates a command with :data:`STUDY_OPTIONS`."""
+    for option in reversed(STUDY_OPTIONS):
         fn = option(fn)
     return fn
 
@@ -274,37 +282,32 @@ def lazy_kb(req: Any) -> Any:
     return lambda: kb_for(req.tracking_uri, req.artifact_root, reads=True)
 
 
-def execution_options(fn: Any) -> Any:
-    """Where trials run and for how long: not part of a study, so a resume may choose differently."""
-    fn = click.option(
-        "--timeout",
-        type=float,
-        default=None,
-        help="Seconds: start no trial after this long (running ones finish); the study stays resumable.",
-    )(fn)
-    fn = click.option(
-        "--gpus-per-trial",
-        type=float,
-        default=0.0,
-        show_default=True,
-        help="A trial trains on a GPU when above 0: in this process, or on Ray with this share of a GPU "
-        "reserved per trial (0.5: two trials share one; Ray Tune's resources_per_trial). At most 1.",
-    )(fn)
-    fn = click.option(
-        "--cpus-per-trial",
+# `start` and `resume`: where trials run and for how long, in --help's order; not part of a study,
+# so a resume may choose differently (checked by agent.execution.options.check_execution)
+EXECUTION_OPTIONS = [
+    click.option(
+        "--workers",
         type=int,
         default=1,
         show_default=True,
-        help="With Ray workers, CPUs each trial's task reserves and the torch threads it trains on.",
-    )(fn)
-    fn = click.option(
-        "--torch-threads",
-        type=int,
+        help=(
+            "Trials run at once (Ray tasks of --cpus-per-trial CPUs and --gpus-per-trial GPUs each); each new "
+            "trial is proposed knowing the running ones."
+        ),
+    ),
+    click.option(
+        "--ray-address",
         default=None,
-        help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
-        "one per core]; fewer leave cores to other work. Ray workers take --cpus-per-trial.",
-    )(fn)
-    fn = click.option(
+        help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).",
+    ),
+    click.option(
+        "--ray-working-dir",
+        default=None,
+        metavar="DIR",
+        help="With Ray workers, a folder shipped to every worker and put first on its import path "
+        "(Ray's runtime_env working_dir): where your --job module lives, when the nodes do not have it.",
+    ),
+    click.option(
         "--ask-ahead",
         type=int,
         default=1,
@@ -314,29 +317,43 @@ def execution_options(fn: Any) -> Any:
             "trial ends, so a free worker does not wait for the next proposal; 0: propose only for a free "
             "worker, knowing every finished result."
         ),
-    )(fn)
-    fn = click.option(
-        "--ray-working-dir",
+    ),
+    click.option(
+        "--torch-threads",
+        type=int,
         default=None,
-        metavar="DIR",
-        help="With Ray workers, a folder shipped to every worker and put first on its import path "
-        "(Ray's runtime_env working_dir): where your --job module lives, when the nodes do not have it.",
-    )(fn)
-    fn = click.option(
-        "--ray-address",
-        default=None,
-        help="Run the trials as Ray tasks on this cluster (e.g. 10.0.0.5:6379; every node needs tune-agent installed).",
-    )(fn)
-    return click.option(
-        "--workers",
+        help="Torch threads of a trial trained in this process (--workers 1) [default: torch's own, "
+        "one per core]; fewer leave cores to other work. Ray workers take --cpus-per-trial.",
+    ),
+    click.option(
+        "--cpus-per-trial",
         type=int,
         default=1,
         show_default=True,
-        help=(
-            "Trials run at once (Ray tasks of --cpus-per-trial CPUs and --gpus-per-trial GPUs each); each new "
-            "trial is proposed knowing the running ones."
-        ),
-    )(fn)
+        help="With Ray workers, CPUs each trial's task reserves and the torch threads it trains on.",
+    ),
+    click.option(
+        "--gpus-per-trial",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="A trial trains on a GPU when above 0: in this process, or on Ray with this share of a GPU "
+        "reserved per trial (0.5: two trials share one; Ray Tune's resources_per_trial). At most 1.",
+    ),
+    click.option(
+        "--timeout",
+        type=float,
+        default=None,
+        help="Seconds: start no trial after this long (running ones finish); the study stays resumable.",
+    ),
+]
+
+
+def execution_options(fn: Any) -> Any:
+    """Decorates a command with :data:`EXECUTION_OPTIONS`."""
+    for option in reversed(EXECUTION_OPTIONS):
+        fn = option(fn)
+    return fn
 
 
 @contextlib.contextmanager

@@ -141,9 +141,6 @@ def evaluate_cmd(params_file: str) -> None:
     )
 
 
-meta.add_command(evaluate_cmd, "evaluate")
-
-
 @click.command()
 @click.option("--dataset", required=True, help="Dataset whose nearest historical datasets to list.")
 @click.option("--job", default="mlp", show_default=True)

@@ -275,66 +275,35 @@ def bootstrap(
             json.dumps({"studies": result["studies"], "left_out": len(result["dropped"]), "bytes": result["bytes"]})
         )
         return
-    from agent.config import check_positive
-    from agent.knowledge import make_store_folder
-    from agent.pipeline.bootstrap import run_bootstrap, source_specs
+    if starter is not None and export_to is not None:
+        raise TuneAgentError("--starter imports and --export writes: give one of them")
+    from agent.pipeline import knowledge_base
 
-    if export_to is None:  # a knowledge base built into a new place: its folder is made
+    if export_to is not None:
+        click.echo(json.dumps(knowledge_base.export_history(kb_for(tracking_uri, artifact_root), export_to, job)))
+        return
+
+    def store() -> Any:  # a knowledge base built into a new place: its folder is made
+        from agent.knowledge import make_store_folder
+
         made = make_store_folder(tracking_uri)
         if made is not None:
             click.echo(f"tracking store folder {made} did not exist: made it")
-    if starter is not None or export_to is not None:
-        from agent.knowledge.starter import export_starter, import_starter
+        return kb_for(tracking_uri, artifact_root)
 
-        if starter is not None and export_to is not None:
-            raise TuneAgentError("--starter imports and --export writes: give one of them")
-        kb = kb_for(tracking_uri, artifact_root)
-        if export_to is not None:
-            from agent.jobs import load_job
-
-            space = load_job(job).space.to_dict()
-            click.echo(json.dumps(export_starter(kb, Path(export_to), job, space, progress=click.echo)))
-        else:
-            from agent.tuning.source_models import update_for_job
-
-            assert starter is not None  # one of the two was given
-            imported = import_starter(kb, starter, progress=click.echo)
-            built = update_for_job(kb, models_dir, job, progress=click.echo)
-            click.echo(
-                f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
-                f"-> {built['file']}"
-                + (f" (not written: {built['not_written']})" if "not_written" in built else "")
-                + (f"; published as version {built['published']}" if "published" in built else "")
-            )
-            click.echo(json.dumps(imported))
+    if starter is not None:
+        click.echo(json.dumps(knowledge_base.import_history(store(), starter, models_dir, job, echo=click.echo)))
         return
-
-    for option, value in (
-        ("--configs", configs),
-        ("--epochs", epochs),
-        ("--workers", workers),
-        ("--max-rows", max_rows),
-    ):
-        check_positive(option, value)
-    specs = list(datasets) or source_specs([s.strip() for s in sources.split(",") if s.strip()], max_rows)
-    if limit is not None:
-        check_positive("--limit", limit)
-        specs = specs[:limit]
-    kb_for(tracking_uri, artifact_root).open()  # the store exists, whole, before the workers open it
-    click.echo(f"bootstrap: {len(specs)} datasets x {configs} configurations of {job}, {workers} worker(s)")
-    summary = run_bootstrap(
-        job,
-        specs,
-        configs,
-        epochs,
-        seed,
-        tracking_uri,
-        artifact_root,
-        echo=click.echo,
-        check_content=bool(datasets),  # --dataset specs; the default sources are clean
-        workers=workers,
-    )
-    click.echo(json.dumps(summary))
+    run = {
+        "configs": configs,
+        "epochs": epochs,
+        "workers": workers,
+        "max_rows": max_rows,
+        "seed": seed,
+        "tracking_uri": tracking_uri,
+        "artifact_root": artifact_root,
+    }
+    click.echo(json.dumps(knowledge_base.bootstrap_history(job, datasets, sources, limit, run, store, echo=click.echo)))
 
 
 @click.command("import")

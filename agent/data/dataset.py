@@ -81,8 +81,8 @@ class Dataset:
         h = hashlib.sha256()
         for arr in (self.X, self.y):
             h.update(f"{self.kind}|{arr.shape}|{arr.dtype.str}|".encode())
-        h.update(memoryview(self.X).cast("B"))
-        h.update(memoryview(self.y).cast("B"))
+        h.update(self.X.data.cast("B"))
+        h.update(self.y.data.cast("B"))
         return h.hexdigest()[:16]
 
     def __repr__(self) -> str:

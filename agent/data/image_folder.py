@@ -56,7 +56,7 @@ def _to_array(img, mode: str, size: tuple[int, int]) -> np.ndarray:
         img = Image.fromarray(np.clip(arr / peak * 255.0, 0, 255).astype(np.uint8))
     img = img.convert(mode)
     if img.size != size:
-        img = img.resize(size, Image.BILINEAR)
+        img = img.resize(size, Image.Resampling.BILINEAR)
     arr = np.asarray(img, dtype=np.float32) / 255.0
     return arr[None, :, :] if mode == "L" else arr.transpose(2, 0, 1)
 

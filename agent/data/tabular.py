@@ -156,11 +156,34 @@ def prepare_table(
     the table at a stratified sample of that many rows (seed 0); ``inputs`` (a list) gets the
     :class:`~agent.data.inputs.RawInputs` that encodes raw rows of the used columns as here."""
     import pandas as pd
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
-    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
 
     plan = TablePlan()
+    _check_drop(df, target, drop, where, why_dropped, plan)
+    df = _rows_with_label(df, target, where, plan)
+    labels = df[target]
+    check_label(labels, target, where)
+    if rows is not None and len(df) > rows:
+        df = _stratified_rows(df, labels, rows, plan)
+        labels = df[target]
+
+    features = df.drop(columns=[target, *drop])
+    if features.shape[1] == 0:
+        raise DatasetError(f"{where} has no feature columns besides the label {target!r}")
+    columns = _feature_columns(features, plan)
+    if not columns:
+        raise DatasetError(f"{where}: no usable feature column is left ({plan.note(len(df), features.shape[1], 0)})")
+    table = pd.DataFrame(columns)
+    encoder = _encoder(plan)
+    X = np.asarray(encoder.fit_transform(table), dtype=np.float32)
+    if inputs is not None:
+        inputs.append(_raw_inputs(features, list(table.columns), plan, encoder, X.shape[1]))
+    return X, labels.to_numpy(), plan.note(len(df), features.shape[1], X.shape[1])
+
+
+def _check_drop(
+    df: Any, target: str, drop: Sequence[str], where: str, why_dropped: Mapping[str, str] | None, plan: TablePlan
+) -> None:
+    """Refuse a ``--drop`` that names no column or the label; note why each dropped column is left out."""
     unknown = [c for c in drop if c not in df.columns]
     if unknown:
         raise DatasetError(
@@ -171,6 +194,10 @@ def prepare_table(
         raise DatasetError(f"{where}: --drop {target!r} is the label column")
     for col in drop:
         plan.dropped[col] = (why_dropped or {}).get(col, "--drop")
+
+
+def _rows_with_label(df: Any, target: str, where: str, plan: TablePlan) -> Any:
+    """The rows whose label is present (their count noted), refused when too few are left."""
     has_label = df[target].notna()
     plan.rows_without_label = int((~has_label).sum())
     df = df.loc[has_label].reset_index(drop=True)
@@ -178,65 +205,80 @@ def prepare_table(
         raise DatasetError(f"{where}: every row's label {target!r} is missing")
     if len(df) < MIN_INSTANCES:
         raise DatasetError(f"dataset {where} has only {len(df)} instances; at least {MIN_INSTANCES} are needed")
-    labels = df[target]
-    check_label(labels, target, where)
-    if rows is not None and len(df) > rows:
-        from sklearn.model_selection import train_test_split
+    return df
 
-        plan.sampled_from = len(df)
-        codes = labels.astype("string").to_numpy()
-        try:
-            keep, _ = train_test_split(np.arange(len(df)), train_size=rows, stratify=codes, random_state=0)
-        except ValueError:  # a class too small to stratify: a plain random sample
-            keep, _ = train_test_split(np.arange(len(df)), train_size=rows, random_state=0)
-        df = df.iloc[np.sort(keep)].reset_index(drop=True)
-        labels = df[target]
 
-    features = df.drop(columns=[target, *drop])
-    if features.shape[1] == 0:
-        raise DatasetError(f"{where} has no feature columns besides the label {target!r}")
-    columns: dict[str, pd.Series] = {}
+def _stratified_rows(df: Any, labels: Any, rows: int, plan: TablePlan) -> Any:
+    """A stratified sample of ``rows`` rows (seed 0; a plain one when a class is too small)."""
+    from sklearn.model_selection import train_test_split
+
+    plan.sampled_from = len(df)
+    codes = labels.astype("string").to_numpy()
+    try:
+        keep, _ = train_test_split(np.arange(len(df)), train_size=rows, stratify=codes, random_state=0)
+    except ValueError:  # a class too small to stratify: a plain random sample
+        keep, _ = train_test_split(np.arange(len(df)), train_size=rows, random_state=0)
+    return df.iloc[np.sort(keep)].reset_index(drop=True)
+
+
+def _feature_columns(features: Any, plan: TablePlan) -> dict[str, Any]:
+    """The usable feature columns, each as it is encoded (``plan`` says how, or why one is dropped)."""
+    columns: dict[str, Any] = {}
     for col in features.columns:
-        s = features[col]
-        if s.isna().all():
-            plan.dropped[col] = "all missing"
-            continue
-        if s.nunique(dropna=False) <= 1:
-            plan.dropped[col] = "constant"
-            continue
-        if pd.api.types.is_bool_dtype(s.dtype):
-            s = s.astype(float)
-        elif not pd.api.types.is_numeric_dtype(s.dtype):
-            parsed = pd.to_numeric(s, errors="coerce")
-            present = s.notna()
-            if present.any() and parsed[present].notna().mean() >= NUMERIC_TEXT:
-                s = parsed
-                if s.nunique(dropna=False) <= 1:
-                    plan.dropped[col] = "constant"
-                    continue
-        if pd.api.types.is_numeric_dtype(s.dtype):
-            s = s.astype(float).replace([np.inf, -np.inf], np.nan)  # R's Inf is a gap, like NA
-            if s.isna().all() or s.nunique(dropna=False) <= 1:
-                plan.dropped[col] = "all missing" if s.isna().all() else "constant"
-                continue
-            plan.numeric.append(col)
-            if s.isna().any():
-                plan.imputed.append(col)
-        else:
-            s = s.astype("string").astype(object).where(s.notna(), MISSING)
-            distinct = s.nunique()
-            if distinct <= ONEHOT_MAX:
-                plan.onehot.append(col)
-            elif distinct > ID_LIKE * len(s):
-                plan.dropped[col] = "identifier or free text"
-                continue
-            else:
-                plan.ordinal.append(col)
-        columns[col] = s
-    if not columns:
-        raise DatasetError(f"{where}: no usable feature column is left ({plan.note(len(df), features.shape[1], 0)})")
-    table = pd.DataFrame(columns)
-    steps = []
+        s = _feature_column(col, features[col], plan)
+        if s is not None:
+            columns[col] = s
+    return columns
+
+
+def _feature_column(col: str, s: Any, plan: TablePlan) -> Any:
+    """One column ready to encode, noted in ``plan``; None when it is dropped (and why is noted)."""
+    import pandas as pd
+
+    if s.isna().all():
+        plan.dropped[col] = "all missing"
+        return None
+    if s.nunique(dropna=False) <= 1:
+        plan.dropped[col] = "constant"
+        return None
+    if pd.api.types.is_bool_dtype(s.dtype):
+        s = s.astype(float)
+    elif not pd.api.types.is_numeric_dtype(s.dtype):
+        parsed = pd.to_numeric(s, errors="coerce")
+        present = s.notna()
+        if present.any() and parsed[present].notna().mean() >= NUMERIC_TEXT:
+            s = parsed
+            if s.nunique(dropna=False) <= 1:
+                plan.dropped[col] = "constant"
+                return None
+    if pd.api.types.is_numeric_dtype(s.dtype):
+        s = s.astype(float).replace([np.inf, -np.inf], np.nan)  # R's Inf is a gap, like NA
+        if s.isna().all() or s.nunique(dropna=False) <= 1:
+            plan.dropped[col] = "all missing" if s.isna().all() else "constant"
+            return None
+        plan.numeric.append(col)
+        if s.isna().any():
+            plan.imputed.append(col)
+        return s
+    s = s.astype("string").astype(object).where(s.notna(), MISSING)
+    distinct = s.nunique()
+    if distinct <= ONEHOT_MAX:
+        plan.onehot.append(col)
+    elif distinct > ID_LIKE * len(s):
+        plan.dropped[col] = "identifier or free text"
+        return None
+    else:
+        plan.ordinal.append(col)
+    return s
+
+
+def _encoder(plan: TablePlan) -> Any:
+    """The (unfitted) column transformer for ``plan``'s numeric, one-hot and ordinal columns."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
+
+    steps: list[tuple[str, Any, list[str]]] = []
     if plan.numeric:
         steps.append(("numeric", SimpleImputer(strategy="median", add_indicator=True), plan.numeric))
     if plan.onehot:
@@ -249,25 +291,21 @@ def prepare_table(
         )
     if plan.ordinal:
         steps.append(("ordinal", OrdinalEncoder(dtype=np.float32), plan.ordinal))
-    encoder = ColumnTransformer(steps, sparse_threshold=0.0)
-    X = np.asarray(encoder.fit_transform(table), dtype=np.float32)
-    if inputs is not None:
-        from agent.data.inputs import EXAMPLE_ROWS, RawInputs, TableEncoding
+    return ColumnTransformer(steps, sparse_threshold=0.0)
 
-        used = list(table.columns)
-        example = features[used].head(EXAMPLE_ROWS).copy()
-        for col in plan.numeric:  # typed as numbers in the model's signature (ints pass as floats)
-            example[col] = pd.to_numeric(example[col], errors="coerce").astype(float)
-        categorical = [c for c in used if c not in plan.numeric]
-        for col in categorical:
-            example[col] = example[col].astype("string").astype(object).where(example[col].notna(), None)
-        inputs.append(
-            RawInputs(
-                tuple(used),
-                (X.shape[1],),
-                1.0,
-                TableEncoding(tuple(plan.numeric), tuple(categorical), encoder),
-                example,
-            )
-        )
-    return X, labels.to_numpy(), plan.note(len(df), features.shape[1], X.shape[1])
+
+def _raw_inputs(features: Any, used: list[str], plan: TablePlan, encoder: Any, width: int) -> Any:
+    """The :class:`~agent.data.inputs.RawInputs` that encodes raw rows of the ``used`` columns."""
+    import pandas as pd
+
+    from agent.data.inputs import EXAMPLE_ROWS, RawInputs, TableEncoding
+
+    example = features[used].head(EXAMPLE_ROWS).copy()
+    for col in plan.numeric:  # typed as numbers in the model's signature (ints pass as floats)
+        example[col] = pd.to_numeric(example[col], errors="coerce").astype(float)
+    categorical = [c for c in used if c not in plan.numeric]
+    for col in categorical:
+        example[col] = example[col].astype("string").astype(object).where(example[col].notna(), None)
+    return RawInputs(
+        tuple(used), (width,), 1.0, TableEncoding(tuple(plan.numeric), tuple(categorical), encoder), example
+    )

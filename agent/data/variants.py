@@ -9,7 +9,9 @@ it changes nothing then) and applying it to a source.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -103,8 +105,12 @@ def parse_spec(spec: str) -> VariantSpec:
         if key in options:
             raise DatasetError(f"option {key!r} given twice in dataset spec {spec!r}")
         options[key] = value.strip()
-    parsers = {"classes": _parse_classes, "fraction": _parse_fraction, "seed": _parse_seed}
-    parsed = {k: parsers[k](v, spec) for k, v in options.items()}
+    parsers: dict[str, Callable[[str, str], Any]] = {
+        "classes": _parse_classes,
+        "fraction": _parse_fraction,
+        "seed": _parse_seed,
+    }
+    parsed: dict[str, Any] = {k: parsers[k](v, spec) for k, v in options.items()}
     return VariantSpec(source=base, **parsed)
 
 

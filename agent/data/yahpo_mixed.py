@@ -117,26 +117,24 @@ def _output_scale() -> np.ndarray:
     return np.array([[ACCURACY_SCALE.get(i, 0.0) for i in range(6)]], np.float32)
 
 
-def _graph(base: Any, tasks: int, effects: dict[str, np.ndarray]) -> Any:
-    """lcbench's graph on renamed inputs, and the effect of the added columns on its accuracy outputs."""
-    from onnx import TensorProto, helper, numpy_helper
+N_BASE = 8  # lcbench's x_cont columns, before the added ones
 
-    graph = base.graph
-    for node in graph.node:
-        node.input[:] = [{"x_cont": "base_x_cont", "x_cat": "base_x_cat"}.get(i, i) for i in node.input]
-        node.output[:] = ["base_y" if o == "output" else o for o in node.output]
-    n_base = 8
-    init = [
+
+def _constants(effects: dict[str, np.ndarray]) -> list[Any]:
+    """The graph's initialisers: the slicing indices, the unit conversions and the task effects."""
+    from onnx import numpy_helper
+
+    return [
         numpy_helper.from_array(np.asarray(v), name)
         for name, v in {
             "c_start": np.array([0], np.int64),
-            "c_base_end": np.array([n_base], np.int64),
+            "c_base_end": np.array([N_BASE], np.int64),
             "c_axis1": np.array([1], np.int64),
             "c_zero": np.array([0], np.int64),
             "c_one": np.array([1], np.int64),
             "c_two": np.array([2], np.int64),
             "c_three": np.array([3], np.int64),
-            "c_end": np.array([n_base + len(ADDED_CONT)], np.int64),
+            "c_end": np.array([N_BASE + len(ADDED_CONT)], np.int64),
             "c_tasks": np.array([BASE_TASKS], np.int32),
             "c_one_i": np.array([1], np.int32),
             "c_zero_i": np.array([0], np.int32),
@@ -151,8 +149,15 @@ def _graph(base: Any, tasks: int, effects: dict[str, np.ndarray]) -> Any:
             "t_scale": _output_scale(),
         }.items()
     ]
+
+
+def _effect_nodes() -> list[Any]:
+    """The nodes that split the inputs between lcbench's graph and the added columns, compute the
+    added columns' effect and add it to lcbench's output (the last node)."""
+    from onnx import helper
+
     n = helper.make_node
-    nodes = [
+    return [
         n("Slice", ["x_cont", "c_start", "c_base_end", "c_axis1"], ["base_x_cont"]),
         n("Slice", ["x_cont", "c_base_end", "c_end", "c_axis1"], ["added"]),
         n("Slice", ["x_cat", "c_zero", "c_one", "c_axis1"], ["task_code"]),  # 0 = #na#, task i = code i + 1
@@ -196,11 +201,23 @@ def _graph(base: Any, tasks: int, effects: dict[str, np.ndarray]) -> Any:
         n("Mul", ["effect", "t_scale"], ["effect_out"]),  # `n x 6`: on the accuracy outputs only
         n("Add", ["base_y", "effect_out"], ["output"]),
     ]
+
+
+def _graph(base: Any, tasks: int, effects: dict[str, np.ndarray]) -> Any:
+    """lcbench's graph on renamed inputs, and the effect of the added columns on its accuracy outputs."""
+    from onnx import TensorProto, helper
+
+    graph = base.graph
+    for node in graph.node:
+        node.input[:] = [{"x_cont": "base_x_cont", "x_cat": "base_x_cat"}.get(i, i) for i in node.input]
+        node.output[:] = ["base_y" if o == "output" else o for o in node.output]
+    init = _constants(effects)
+    nodes = _effect_nodes()
     del graph.input[:]
     graph.input.extend(
         [
             helper.make_tensor_value_info("x_cat", TensorProto.INT32, ["batch_size", 3]),
-            helper.make_tensor_value_info("x_cont", TensorProto.FLOAT, ["batch_size", n_base + len(ADDED_CONT)]),
+            helper.make_tensor_value_info("x_cont", TensorProto.FLOAT, ["batch_size", N_BASE + len(ADDED_CONT)]),
         ]
     )
     graph.initializer.extend(init)

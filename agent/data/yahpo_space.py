@@ -3,8 +3,9 @@ parameters, log scales, and the conditions between them (simple, and the conjunc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -20,7 +21,7 @@ def parse_param(raw: Mapping[str, Any]) -> Param:
     if kind == "uniform_int":
         return Int(name, int(raw["lower"]), int(raw["upper"]), log=bool(raw.get("log")))
     if kind in ("categorical", "ordinal"):
-        return Categorical(name, tuple(raw.get("choices") or raw.get("sequence")))
+        return Categorical(name, tuple(cast(Sequence[Any], raw.get("choices") or raw.get("sequence"))))
     raise TuneAgentError(f"unsupported hyperparameter type {kind!r} for {name!r}")
 
 
@@ -97,6 +98,4 @@ def parse_conditions(raw: Sequence[Mapping[str, Any]]) -> dict[str, Condition]:
 def with_condition(p: Param, condition: Condition | None) -> Param:
     if condition is None:
         return p
-    if isinstance(p, Categorical):
-        return Categorical(p.name, p.choices, condition=condition)
-    return type(p)(p.name, p.low, p.high, log=p.log, condition=condition)  # type: ignore[call-arg]
+    return dataclasses.replace(p, condition=condition)

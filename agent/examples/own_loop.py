@@ -40,9 +40,11 @@ class WineNet(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        if hp.optimizer == "adam":
-            return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum or 0.0, weight_decay=hp.weight_decay)
+        if hp["optimizer"] == "adam":
+            return torch.optim.Adam(self.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+        return torch.optim.SGD(
+            self.parameters(), lr=hp["lr"], momentum=hp["momentum"] or 0.0, weight_decay=hp["weight_decay"]
+        )
 
 
 def loaders(seed: int = 0) -> tuple[DataLoader, DataLoader]:

@@ -7,7 +7,7 @@ asynchronous successive halving (Li et al. 2020, "A System for Massively Paralle
 Tuning", Algorithm 2 read as a stopping rule): rungs at ``min_epochs * eta^k`` epochs; at a rung a
 trial goes on only if its value is among the top ``1/eta`` of the values every trial recorded at
 that rung, itself included. Decisions use what finished trials recorded, so a parallel worker
-decides from the snapshot it was given and a resumed study decides as before.
+decides from the snapshot it was given and a resumed study decides as the uninterrupted one would.
 
 A trial records its curve at finish (``curve_<epoch>`` metrics on its run, :func:`curve_metrics`),
 so the next trial's snapshot needs no per-trial metric-history query. A pruned trial is stored as

@@ -6,7 +6,7 @@ torch threads) and ``gpus`` GPUs (a fraction lets trials share one, as Ray sched
 GPUs); in this process (``--workers 1``) a trial trains on the GPU when ``gpus`` is above 0. A
 trial never trains on more than one device: Lightning's multi-device strategies start processes
 of their own, which a Ray task should not. Without ``--gpus-per-trial`` trials train on the CPU,
-as Ray Tune's default and as before these options, whatever the machine has.
+as Ray Tune's trials do by default, whatever the machine has.
 
 This module imports nothing heavy: the command line checks its options before any library loads
 (except torch, for ``--gpus-per-trial`` in this process, to see whether there is a GPU at all).

@@ -9,6 +9,7 @@ a failed trial with its reason and the study goes on; Ctrl-C closes the running 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,94 +73,23 @@ def run_study(
     before that trial is told, so a free worker does not wait for the next BO step.
     ``trace_plot`` False skips the trace figure (the benchmark runs thousands of studies).
     """
-    from collections import deque
-
     quiet_lightning()
     executor = executor if executor is not None else InlineExecutor(study, job, dataset, split)
     if hasattr(executor, "on_epoch"):
         executor.on_epoch = getattr(reporter, "epoch_done", None)
-    ahead = executor.ask_ahead
     timing = StudyTiming(workers=executor.capacity)
-    wall_start = time.perf_counter()
-    trials = study.trials()
+    loop = _StudyLoop(study, executor, reporter, timing, timeout, n_trials)
     study.set_status("running")
-    reporter.begin(study, trials)
-    running: dict[int, TrialRecord] = {}
-    untold: dict[int, TrialRecord] = {}  # ended on a worker, not yet told: closed as killed if the study stops
-    ready: deque[TrialRecord] = deque()  # asked ahead, waiting for a worker
-
-    def start_ready() -> None:
-        while ready and len(running) < executor.capacity:
-            trial = ready.popleft()
-            reporter.trial_started(trial)
-            executor.submit(trial)
-            running[trial.number] = trial
-
-    asked = 0
-
-    def timed_out() -> bool:
-        return timeout is not None and time.perf_counter() - wall_start >= timeout
-
+    reporter.begin(study, loop.trials)
     try:
-        while True:
-            if ready and timed_out():  # asked ahead but not started: their slots stay free for resume
-                trials = _close_ready(study, ready, trials, f"not started before --timeout {timeout:g} s")
-            start_ready()
-            while (
-                len(running) + len(ready) < executor.capacity + ahead
-                and study.remaining(trials) - len(running) - len(ready) > 0
-                and not timed_out()
-                and (n_trials is None or asked < n_trials)
-            ):
-                ask_start = time.perf_counter()
-                trial = study.ask(trials)
-                asked += 1
-                timing.ask_seconds.append(time.perf_counter() - ask_start)
-                ready.append(trial)
-                trials = _with(trials, trial)
-                start_ready()
-            if not running:
-                break
-            ended = deque([executor.wait()])
-            if timing.first_result_seconds is None:
-                timing.first_result_seconds = time.perf_counter() - wall_start
-            while (
-                also := executor.poll()
-            ) is not None:  # ended while the driver was busy: all told before the next ask
-                ended.append(also)
-            for trial, _ in ended:
-                untold[trial.number] = running.pop(trial.number)
-            if not timed_out():
-                start_ready()  # the next trials start before these are told and the next asked
-            timing.batched_tells += len(ended) - 1
-            while ended:
-                trial, outcome = ended.popleft()
-                timing.fit_seconds += outcome.fit_seconds
-                extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
-                if outcome.retries:
-                    extra["worker_retries"] = float(outcome.retries)
-                done = study.tell(
-                    trial,
-                    value=outcome.value,
-                    failed=outcome.reason or None,
-                    duration=outcome.fit_seconds,
-                    metrics=extra,
-                    state=TRIAL_PRUNED if outcome.pruned else None,
-                )
-                untold.pop(trial.number)
-                trials = _with(trials, done)
-                reporter.trial_finished(done, study.best(trials), trials)
-            if study.failed_majority(trials):
-                _close(study, executor, running, "the study stopped: most trials failed", ready)
-                study.set_status("failed")
-                raise StudyFailedError(f"study {study.name!r} stopped: most trials failed (last reason: {done.reason})")
+        loop.run()
     except (KeyboardInterrupt, SystemExit):
-        _close(study, executor, running | untold, "interrupted by the user", ready)
+        _close(study, executor, loop.running | loop.untold, "interrupted by the user", loop.ready)
         study.set_status("interrupted")
         raise KeyboardInterrupt from None
     except WorkersLostError as exc:  # the cluster went away: its trials are killed, the study resumable
-        closed = running | untold
-        _close(study, executor, closed, str(exc), ready)
+        closed = loop.running | loop.untold
+        _close(study, executor, closed, str(exc), loop.ready)
         study.set_status("interrupted")
         raise WorkersLostError(
             f"{exc}; trial(s) {', '.join(str(n + 1) for n in sorted(closed))} closed as killed", exc.remedy
@@ -167,7 +97,14 @@ def run_study(
     finally:
         executor.close()
     timing.first_wait_seconds = float(getattr(executor, "first_wait", 0.0))
-    timing.wall_seconds = time.perf_counter() - wall_start
+    timing.wall_seconds = time.perf_counter() - loop.wall_start
+    _end_study(study, loop.trials, reporter, timing, trace_plot)
+    return timing
+
+
+def _end_study(study: Study, trials: list[TrialRecord], reporter: Any, timing: StudyTiming, trace_plot: bool) -> None:
+    """The study's status once its loop ended (``interrupted`` with budget left), its trace figure,
+    report and source model (``trace_plot``), and the reporter's last word."""
     timing.timed_out = study.remaining(trials) > 0
     study.set_status("interrupted" if timing.timed_out else "finished")
     if trace_plot:
@@ -177,7 +114,114 @@ def run_study(
         _log_report(study, reporter)
         if not timing.timed_out:
             _add_source_model(study, reporter)
-    return timing
+
+
+class _StudyLoop:
+    """The asks, trials and tells of one :func:`run_study` call: the study's trials as this loop
+    keeps them (:func:`_with`), those running on the executor, those asked ahead and waiting for a
+    worker (``ready``), and those ended on a worker but not yet told (``untold``: closed as killed
+    if the study stops)."""
+
+    def __init__(
+        self,
+        study: Study,
+        executor: Any,
+        reporter: Any,
+        timing: StudyTiming,
+        timeout: float | None,
+        n_trials: int | None,
+    ) -> None:
+        self.study, self.executor, self.reporter, self.timing = study, executor, reporter, timing
+        self.timeout, self.n_trials = timeout, n_trials
+        self.ahead = executor.ask_ahead
+        self.wall_start = time.perf_counter()
+        self.trials = study.trials()
+        self.running: dict[int, TrialRecord] = {}
+        self.untold: dict[int, TrialRecord] = {}
+        self.ready: deque[TrialRecord] = deque()
+        self.asked = 0
+
+    def timed_out(self) -> bool:
+        return self.timeout is not None and time.perf_counter() - self.wall_start >= self.timeout
+
+    def run(self) -> None:
+        """Until no trial runs: the budget spent, ``n_trials`` asked, or the timeout passed."""
+        while True:
+            if self.ready and self.timed_out():  # asked ahead but not started: their slots stay free for resume
+                self.trials = _close_ready(
+                    self.study, self.ready, self.trials, f"not started before --timeout {self.timeout:g} s"
+                )
+            self._start_ready()
+            self._ask()
+            if not self.running:
+                break
+            done = self._tell(self._collect())
+            if self.study.failed_majority(self.trials):
+                _close(self.study, self.executor, self.running, "the study stopped: most trials failed", self.ready)
+                self.study.set_status("failed")
+                raise StudyFailedError(
+                    f"study {self.study.name!r} stopped: most trials failed (last reason: {done.reason})"
+                )
+
+    def _start_ready(self) -> None:
+        while self.ready and len(self.running) < self.executor.capacity:
+            trial = self.ready.popleft()
+            self.reporter.trial_started(trial)
+            self.executor.submit(trial)
+            self.running[trial.number] = trial
+
+    def _ask(self) -> None:
+        """Asks while a worker (or, with ``ask_ahead``, a place in ``ready``) is free and budget is left."""
+        while (
+            len(self.running) + len(self.ready) < self.executor.capacity + self.ahead
+            and self.study.remaining(self.trials) - len(self.running) - len(self.ready) > 0
+            and not self.timed_out()
+            and (self.n_trials is None or self.asked < self.n_trials)
+        ):
+            ask_start = time.perf_counter()
+            trial = self.study.ask(self.trials)
+            self.asked += 1
+            self.timing.ask_seconds.append(time.perf_counter() - ask_start)
+            self.ready.append(trial)
+            self.trials = _with(self.trials, trial)
+            self._start_ready()
+
+    def _collect(self) -> deque[tuple[TrialRecord, Any]]:
+        """The trials that ended: the one waited for and any that ended while the driver was busy
+        (all told before the next ask); the next trials start before these are told."""
+        ended = deque([self.executor.wait()])
+        if self.timing.first_result_seconds is None:
+            self.timing.first_result_seconds = time.perf_counter() - self.wall_start
+        while (also := self.executor.poll()) is not None:
+            ended.append(also)
+        for trial, _ in ended:
+            self.untold[trial.number] = self.running.pop(trial.number)
+        if not self.timed_out():
+            self._start_ready()
+        self.timing.batched_tells += len(ended) - 1
+        return ended
+
+    def _tell(self, ended: deque[tuple[TrialRecord, Any]]) -> TrialRecord:
+        """Tells the study each ended trial's outcome; the last one told."""
+        while True:
+            trial, outcome = ended.popleft()
+            self.timing.fit_seconds += outcome.fit_seconds
+            extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
+            if outcome.retries:
+                extra["worker_retries"] = float(outcome.retries)
+            done = self.study.tell(
+                trial,
+                value=outcome.value,
+                failed=outcome.reason or None,
+                duration=outcome.fit_seconds,
+                metrics=extra,
+                state=TRIAL_PRUNED if outcome.pruned else None,
+            )
+            self.untold.pop(trial.number)
+            self.trials = _with(self.trials, done)
+            self.reporter.trial_finished(done, self.study.best(self.trials), self.trials)
+            if not ended:
+                return done
 
 
 def _add_source_model(study: Study, reporter: Any) -> None:
@@ -266,9 +310,9 @@ def log_trace_plot(study: Study, trials: list[TrialRecord]) -> None:
     import matplotlib.pyplot as plt
 
     finished = sorted((t for t in trials if t.state == TRIAL_OK and t.value is not None), key=lambda t: t.number)
-    pruned = [t for t in trials if t.state == TRIAL_PRUNED and t.value is not None]
+    pruned = [(t.number + 1, t.value) for t in trials if t.state == TRIAL_PRUNED and t.value is not None]
     xs = [t.number + 1 for t in finished]
-    ys = [t.value for t in finished]
+    ys = [t.value for t in finished if t.value is not None]  # all of them: finished holds only valued trials
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if ys:
         best = np.minimum.accumulate(ys) if study.settings.mode == "min" else np.maximum.accumulate(ys)
@@ -276,8 +320,8 @@ def log_trace_plot(study: Study, trials: list[TrialRecord]) -> None:
         ax.step(xs, best, where="post", label="best so far", color="tab:orange")
     if pruned:
         ax.scatter(
-            [t.number + 1 for t in pruned],
-            [t.value for t in pruned],
+            [x for x, _ in pruned],
+            [y for _, y in pruned],
             s=18,
             marker="x",
             color="tab:gray",

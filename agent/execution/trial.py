@@ -216,18 +216,22 @@ def train_config(
         return TrialOutcome(None, f"{type(exc).__name__}: {message}"[:500], time.perf_counter() - start)
     fit_seconds = time.perf_counter() - start
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
-    if guard.reason:
-        return TrialOutcome(None, guard.reason, fit_seconds, metrics)
+    return _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning)
+
+
+def _fit_outcome(
+    metric: str, metrics: dict[str, float], fit_seconds: float, stopped: str, pruning: PruningState | None
+) -> TrialOutcome:
+    """What a fit that returned comes to: failed when the guard ``stopped`` it (its reason), pruned
+    when ``pruning`` says so, else ``metric``'s last value (failed when missing or not finite)."""
+    if stopped:
+        return TrialOutcome(None, stopped, fit_seconds, metrics)
     curve = dict(pruning.curve) if pruning is not None else {}
     if pruning is not None and pruning.reason:
-        return TrialOutcome(
-            metrics.get(settings.metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve
-        )
-    if settings.metric not in metrics:
-        return TrialOutcome(
-            None, f"job logged no metric {settings.metric!r} (has {sorted(metrics)})", fit_seconds, metrics
-        )
-    value = metrics[settings.metric]
+        return TrialOutcome(metrics.get(metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve)
+    if metric not in metrics:
+        return TrialOutcome(None, f"job logged no metric {metric!r} (has {sorted(metrics)})", fit_seconds, metrics)
+    value = metrics[metric]
     if not math.isfinite(value):
-        return TrialOutcome(None, f"diverged: {settings.metric} is {value}", fit_seconds, metrics)
+        return TrialOutcome(None, f"diverged: {metric} is {value}", fit_seconds, metrics)
     return TrialOutcome(value, "", fit_seconds, metrics, curve=curve)

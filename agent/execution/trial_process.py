@@ -1,11 +1,11 @@
 """Trials trained in a second process, started the moment ``tune-agent start`` (or ``resume``) begins.
 
-Why: a study's first trial needs torch and Lightning, and their import alone took 3.5-3.8 s of the
-6.2-6.5 s a cold ``start`` took to its first trial on 2 cores; the study's own preparation (MLflow,
-the data, the history) took most of the rest. Done one after the other in one process, the first
-trial waited for both. :class:`TrialProcess` is started before the preparation and imports torch
-and Lightning while this process prepares, so on two cores the first trial waits for the longer of
-the two, not their sum.
+Why: a study's first trial needs torch and Lightning, and their import alone takes 3.5-3.8 s of the
+6.2-6.5 s a cold ``start`` in one process takes to its first trial on 2 cores; the study's own
+preparation (MLflow, the data, the history) takes most of the rest. Done one after the other in one
+process, the first trial waits for both. :class:`TrialProcess` is started before the preparation
+and imports torch and Lightning while this process prepares, so on two cores the first trial waits
+for the longer of the two, not their sum.
 
 The child trains with a Lightning logger that sends what it logs (params as Lightning would write
 them, epoch metrics, the end) over a socket, and this process writes it to the trial's run through
@@ -16,7 +16,7 @@ trial; each trial's config and the pruner's state go with the trial.
 Also: a trial that kills its process (a segmentation fault in a native library, the out-of-memory
 killer) is a failed trial with that reason, and the next trial gets a fresh process; the study goes
 on. A job that cannot be sent to another process (defined in ``__main__``, holding a lock) trains
-in this process, as before, after one line that says so. ``TUNE_AGENT_TRIAL_PROCESS=0`` trains
+in this process, after one line that says so. ``TUNE_AGENT_TRIAL_PROCESS=0`` trains
 every trial in the study's process (the test suite does, for speed: one Lightning import per
 session instead of one per study; its own tests run the child).
 """
@@ -98,7 +98,7 @@ class TrialProcess:
 
     def close(self) -> None:
         """Stops the child at once: it keeps nothing (what a trial logged went to this process), and
-        an orderly exit of a process holding torch took seconds."""
+        an orderly exit of a process holding torch takes seconds."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -217,6 +217,12 @@ class ProcessExecutor:
         self.say(f"{why}: its trials train in this process")
         return False
 
+    def _train_inline(self, trial: Any) -> tuple[Any, Any]:
+        """``trial`` trained in this process, by the executor :meth:`_go_inline` made."""
+        inline: Any = self._inline
+        inline.submit(trial)
+        return inline.wait()
+
     def submit(self, trial: Any) -> None:
         if self._inline is not None:
             self._inline.submit(trial)
@@ -231,8 +237,7 @@ class ProcessExecutor:
             return self._inline.wait()
         trial = self._queue.popleft()
         if not self.process.given and not self._setup():
-            self._inline.submit(trial)
-            return self._inline.wait()
+            return self._train_inline(trial)
         pruning = pruning_state(self.study.settings, self.study.trials)
         writer = self.study.kb.trial_writer(self.study.record, trial)
         try:
@@ -245,7 +250,7 @@ class ProcessExecutor:
                 if kind == "begun":
                     if not self.first_wait and self._sent_first is not None:
                         self.first_wait = time.perf_counter() - self._sent_first
-                        self._warm_up()  # now: before, it would slow the child's own imports
+                        self._warm_up()  # once the child has begun: earlier, it would slow the child's imports
                 elif kind == "params":
                     writer.log_params(message[1])
                 elif kind == "metrics":
@@ -260,8 +265,7 @@ class ProcessExecutor:
                     return trial, message[1]
                 elif kind == "refused":  # the child could not take the job (its module, its pickle)
                     self._go_inline(f"the trial process could not load the job ({message[1]})")
-                    self._inline.submit(trial)
-                    return self._inline.wait()
+                    return self._train_inline(trial)
         except (EOFError, OSError):
             code = self.process.proc.wait()
             try:

@@ -85,7 +85,7 @@ class InlineExecutor:
         self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
         from agent.jobs.base import BenchmarkJob
 
-        if not isinstance(job, BenchmarkJob):  # loading a built-in job no longer imports Lightning: the
+        if not isinstance(job, BenchmarkJob):  # loading a built-in job does not import Lightning: the
             import lightning.pytorch  # noqa: F401 - study imports it here, so trial 1 starts with it loaded
 
     def submit(self, trial: TrialRecord) -> None:

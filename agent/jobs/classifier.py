@@ -13,6 +13,7 @@ import math
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities.types import LRSchedulerConfigType
 from torch import nn
 from torch.nn import functional as F
 
@@ -46,7 +47,7 @@ class ClassifierModule(pl.LightningModule):
         return self._shared_step(batch, "val")
 
 
-def exponential_decay(optimizer: torch.optim.Optimizer, decay: float) -> dict:
+def exponential_decay(optimizer: torch.optim.Optimizer, decay: float) -> LRSchedulerConfigType:
     """Scheduler config for ``lr_t = lr_0 * exp(-decay * t)`` with ``t`` the optimisation step."""
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=math.exp(-decay))
     return {"scheduler": scheduler, "interval": "step", "frequency": 1}

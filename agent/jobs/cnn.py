@@ -75,9 +75,10 @@ class CNNJob:
         from agent.jobs.datamodule import ArrayDataModule
 
         X = as_images(dataset.X)
+        _, channels, height, width = X.shape
         torch.manual_seed(int(seed))
         model = CNNModule(
-            in_shape=tuple(int(s) for s in X.shape[1:]),
+            in_shape=(int(channels), int(height), int(width)),
             num_classes=int(dataset.num_classes),
             conv_layers=int(config["conv_layers"]),
             fc_layers=int(config["fc_layers"]),

@@ -4,6 +4,7 @@ imported here, by a trial, and not by loading the job: :mod:`agent.jobs.cnn`).""
 from __future__ import annotations
 
 import torch
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import nn
 
 from agent.jobs.classifier import ClassifierModule, exponential_decay
@@ -58,10 +59,11 @@ class CNNModule(ClassifierModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.net = ConvNet(tuple(in_shape), num_classes, conv_layers, fc_layers, dropout)
+        channels, height, width = in_shape  # any sequence of three (a tuple or a list)
+        self.net = ConvNet((channels, height, width), num_classes, conv_layers, fc_layers, dropout)
 
-    def configure_optimizers(self) -> dict:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=10.0**hp.lr_log10)
-        scheduler = exponential_decay(optimizer, 10.0**hp.decay_log10)
+        optimizer = torch.optim.Adam(self.parameters(), lr=10.0 ** hp["lr_log10"])
+        scheduler = exponential_decay(optimizer, 10.0 ** hp["decay_log10"])
         return {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -57,6 +57,7 @@ class ArrayDataModule(pl.LightningDataModule):
         self.val_set = _tensors(X_val, self.y[self.val_idx])
 
     def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None, "setup() builds the datasets first"
         n = len(self.train_set)
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
@@ -69,6 +70,7 @@ class ArrayDataModule(pl.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
+        assert self.val_set is not None, "setup() builds the datasets first"
         batch = max(1, min(MAX_VAL_BATCH, len(self.val_set)))
         return DataLoader(self.val_set, batch_size=batch, shuffle=False, num_workers=0)
 

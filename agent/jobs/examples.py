@@ -41,10 +41,10 @@ class LogisticModule(ClassifierModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        if hp.optimizer == "adam":
-            return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        momentum = 0.0 if hp.momentum is None else hp.momentum
-        return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=momentum, weight_decay=hp.weight_decay)
+        if hp["optimizer"] == "adam":
+            return torch.optim.Adam(self.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+        momentum = 0.0 if hp["momentum"] is None else hp["momentum"]
+        return torch.optim.SGD(self.parameters(), lr=hp["lr"], momentum=momentum, weight_decay=hp["weight_decay"])
 
 
 class LogisticJob:

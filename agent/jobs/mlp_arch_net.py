@@ -34,6 +34,6 @@ class ArchMLPModule(ClassifierModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        groups = [{"params": layer.parameters(), "weight_decay": wd} for layer, wd in zip(self.hidden, hp.l2)]
+        groups = [{"params": layer.parameters(), "weight_decay": wd} for layer, wd in zip(self.hidden, hp["l2"])]
         groups.append({"params": self.out.parameters(), "weight_decay": 0.0})
-        return torch.optim.SGD(groups, lr=hp.learning_rate, momentum=hp.momentum)
+        return torch.optim.SGD(groups, lr=hp["learning_rate"], momentum=hp["momentum"])

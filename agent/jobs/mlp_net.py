@@ -50,5 +50,5 @@ class MLPModule(ClassifierModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
         return torch.optim.SGD(
-            self.parameters(), lr=hp.learning_rate, momentum=hp.momentum, weight_decay=hp.weight_decay
+            self.parameters(), lr=hp["learning_rate"], momentum=hp["momentum"], weight_decay=hp["weight_decay"]
         )

@@ -253,8 +253,9 @@ class KnowledgeBase(abc.ABC):
         record = self.create_study(name, settings, space, summary, dataset_sample, description)
         for number, (config, value) in enumerate(zip(configs, values)):
             trial = self.start_trial(record, number, config, IMPORT_ORIGIN)
-            finite = value is not None and math.isfinite(float(value))
-            self.finish_trial(record, trial, float(value) if finite else None, TRIAL_OK)
+            number_value = None if value is None else float(value)
+            finite = number_value is not None and math.isfinite(number_value)
+            self.finish_trial(record, trial, number_value if finite else None, TRIAL_OK)
         return self.update_study(record, "finished")
 
     # -- trials --------------------------------------------------------------------------------

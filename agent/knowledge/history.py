@@ -107,7 +107,7 @@ def load_history(
         evaluations = _evaluations(kb, studies) if with_evaluations else ()
         if with_evaluations and not evaluations:
             continue
-        summary = kb.dataset_summary(first)  # type: ignore[attr-defined]
+        summary = kb.dataset_summary(first)
         mf = first.tags.get("metafeatures")
         out.append(
             HistoricalDataset(
@@ -124,7 +124,7 @@ def load_history(
                 study_ids=tuple(s.study_id for s in studies),
                 summary=summary,
                 evaluations=evaluations,
-                sample=kb.load_dataset_sample(first.study_id) if with_samples else None,  # type: ignore[attr-defined]
+                sample=kb.load_dataset_sample(first.study_id) if with_samples else None,
                 metafeatures=None if mf is None else _floats(mf),
             )
         )

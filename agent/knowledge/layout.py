@@ -8,8 +8,8 @@ return equal :class:`~agent.knowledge.base.StudyRecord` contents for the same ca
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from agent.knowledge.base import StudyRecord
 
@@ -100,7 +100,8 @@ def study_record(
     if any(PART in k for k in tags):
         joined = join_long(tags)
         try:
-            tags = type(tags)(joined)  # keep the backend's (read-only) mapping type
+            mapping_type = cast(Callable[[dict[str, str]], Mapping[str, str]], type(tags))
+            tags = mapping_type(joined)  # keep the backend's (read-only) mapping type
         except TypeError:
             tags = joined
     best = tags.get("best_value")

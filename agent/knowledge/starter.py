@@ -104,7 +104,8 @@ def write_starter(path: Path, job: str, space: list[dict[str, Any]], entries: li
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = json.dumps({"format": FORMAT, "job": job, "space": space, "studies": header}).encode()
     partial = path.with_name(path.name + ".partial.npz")
-    np.savez_compressed(partial, header=np.frombuffer(blob, dtype=np.uint8), **arrays)
+    # numeric arrays only, as read_starter loads them (allow_pickle=False)
+    np.savez_compressed(partial, header=np.frombuffer(blob, dtype=np.uint8), allow_pickle=False, **arrays)
     partial.replace(path)
     return {"studies": len(header), "evaluations": sum(len(h["values"]) for h in header), "bytes": path.stat().st_size}
 

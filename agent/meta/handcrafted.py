@@ -9,12 +9,12 @@ the learned meta-features. Sizes (instances, features, classes) come from the fu
 
 Version 2 (:data:`HANDCRAFTED_VERSION`) places datasets by what they are, not by their units: every
 statistic of the sample is taken after each column is standardised (a table in dollars and the same
-table in thousands of dollars get the same vector; version 1 kept raw means and spreads, and its
-1-NN, PCA and LDA landmarks saw raw units: on the starter history 58 % of the tables changed their
-five nearest neighbours when their columns were put in other units), the columns' kind (binary,
+table in thousands of dollars get the same vector; with raw means, spreads and 1-NN, PCA and LDA
+landmarks, 58 % of the starter history's tables get other five nearest neighbours when their
+columns are put in other units), the columns' kind (binary,
 discrete) is counted, and the data's modality (image grid, sequence, table) is a feature of its
 own, so an image dataset's nearest neighbours are image datasets when the history has any.
-``tune-agent bench neighbours --sanity`` measures both (README: "Neighbours that make sense").
+``tune-agent bench neighbours --sanity`` measures both (docs/benchmarks/warm-start.md, "Neighbours that make sense").
 
 Every value is a plain ``float``, finite or NaN; the output is deterministic for a seed and takes
 well under half a second on a 256 x 784 sample.
@@ -64,13 +64,14 @@ def _entropy_bits(y: np.ndarray) -> float:
 def _size_features(X: np.ndarray, y: np.ndarray, summary: Mapping[str, Any] | None) -> dict[str, float]:
     """Sizes of the full dataset from ``summary``; the sample's own sizes when it is missing."""
     s = dict(summary or {})
-    n = float(s.get("n", X.shape[0]))
-    n_features = float(s.get("n_features", X.shape[1]))
+    rows, columns = int(X.shape[0]), int(X.shape[1])
+    n = float(s.get("n", rows))
+    n_features = float(s.get("n_features", columns))
     return {
         "log_n_instances": float(s.get("log_n", math.log(max(n, 1.0)))),
         "log_n_features": math.log(max(n_features, 1.0)),
         "num_classes": float(s.get("num_classes", len(np.unique(y)))),
-        # on a log scale: a 10,000-row table of 3 columns was 14 standard deviations from the history
+        # on a log scale: on a linear one a 10,000-row table of 3 columns is 14 standard deviations from the history
         "log_instances_per_feature": math.log(
             max(float(s.get("instances_per_feature", n / max(n_features, 1.0))), 1e-9)
         ),

@@ -31,28 +31,7 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
     out: list[Check] = []
     path = sqlite_path(uri)
     if path is not None and path.exists():
-        try:
-            with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
-                verdict = db.execute("PRAGMA quick_check").fetchone()[0]
-                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                version = (
-                    db.execute("SELECT version_num FROM alembic_version").fetchone()
-                    if "alembic_version" in tables
-                    else None
-                )
-            whole = verdict == "ok" and {"runs", "experiments", "alembic_version"} <= tables
-            out.append(
-                Check(
-                    "store schema",
-                    OK if whole else FAIL,
-                    f"{path}: sqlite {verdict}, {len(tables)} tables, migration {version[0] if version else 'none'}"
-                    if whole
-                    else f"{path}: sqlite says {verdict!r}; tables {sorted(tables)[:5]}... (move the file "
-                    "aside; tune-agent makes a new store on next use)",
-                )
-            )
-        except sqlite3.Error as exc:
-            out.append(Check("store schema", FAIL, f"{path}: {exc}"))
+        out.append(_schema_check(path))
     elif path is not None:
         out.append(Check("store", WARN, f"{path} does not exist yet: the first study creates it"))
         return out
@@ -79,16 +58,46 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
                     "no history to warm-start from: `tune-agent bootstrap --starter` imports the starter history",
                 )
             )
-        try:
-            kb._check_artifact_root()
-            out.append(
-                Check("artifacts writable", OK, str(kb.artifact_root or "(where the store's experiments keep them)"))
-            )
-        except TuneAgentError as exc:
-            out.append(Check("artifacts writable", FAIL, str(exc)))
+        out.append(_artifacts_check(kb))
     except TuneAgentError as exc:
         out.append(Check("store reachable", FAIL, str(exc)))
     return out
+
+
+def _schema_check(path: Path) -> Check:
+    """The embedded store's file at ``path``: sqlite's own check, and the tables MLflow makes."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            version = (
+                db.execute("SELECT version_num FROM alembic_version").fetchone()
+                if "alembic_version" in tables
+                else None
+            )
+    except sqlite3.Error as exc:
+        return Check("store schema", FAIL, f"{path}: {exc}")
+    whole = verdict == "ok" and {"runs", "experiments", "alembic_version"} <= tables
+    return Check(
+        "store schema",
+        OK if whole else FAIL,
+        f"{path}: sqlite {verdict}, {len(tables)} tables, migration {version[0] if version else 'none'}"
+        if whole
+        else f"{path}: sqlite says {verdict!r}; tables {sorted(tables)[:5]}... (move the file "
+        "aside; tune-agent makes a new store on next use)",
+    )
+
+
+def _artifacts_check(kb: Any) -> Check:
+    """Whether the artifact root of ``kb`` (the MLflow backend: the root and its write check are its
+    own, not the knowledge-base interface's) takes files."""
+    from agent.errors import TuneAgentError
+
+    try:
+        kb._check_artifact_root()
+        return Check("artifacts writable", OK, str(kb.artifact_root or "(where the store's experiments keep them)"))
+    except TuneAgentError as exc:
+        return Check("artifacts writable", FAIL, str(exc))
 
 
 def _source_model_checks(
@@ -182,7 +191,7 @@ def _model_checks(models_dir: Path) -> list[Check]:
 
 
 # What torch itself says about threads and CUDA, asked in a child process started before the other
-# checks (importing torch took 1.7-1.9 s here, more than all the others) and kept in a small cache
+# checks (importing torch takes 1.7-1.9 s here, more than all the others) and kept in a small cache
 # file keyed by what decides the answer, so a second ``doctor`` answers at once.
 _PROBE = (
     "import json, torch; print(json.dumps({'threads': torch.get_num_threads(), "

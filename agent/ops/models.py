@@ -31,6 +31,9 @@ class ServingModel(nn.Module):
     """Rows of the dataset's ``X`` in, class probabilities out: ``softmax(net((x - mean) / std))``,
     each row first shaped as the job's data module held it (``in_shape``: the mlp flattens images)."""
 
+    mean: torch.Tensor  # buffers, registered in __init__
+    std: torch.Tensor
+
     def __init__(
         self, net: nn.Module, mean: np.ndarray | None, std: np.ndarray | None, in_shape: tuple[int, ...] | None = None
     ) -> None:

@@ -58,7 +58,7 @@ def ray_checks(
     """The cluster at ``address``: nodes alive and their resources, how many trials of
     ``resources`` fit at once, then one task per node that looks for what a trial needs (every
     node needs tune-agent installed, and ``job``'s module, or ``working_dir`` shipped to it)."""
-    from agent.execution.resources import TrialResources, trial_slots
+    from agent.execution.resources import TrialResources
 
     resources = resources or TrialResources()
     job_module = _job_module(job)
@@ -68,53 +68,73 @@ def ray_checks(
     import logging
 
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     logging.getLogger("ray").setLevel(logging.ERROR)
     started = ray.is_initialized()
     try:
         if not started:
             logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
-            env = {"runtime_env": {"working_dir": working_dir}} if working_dir else {}
-            ray.init(address=address, log_to_driver=False, configure_logging=False, **env)
+            runtime_env = {"working_dir": working_dir} if working_dir else None
+            ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
-        gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
-        slots = trial_slots(nodes, resources)
-        out = [
-            Check(
-                "ray cluster",
-                OK,
-                f"{address}: ray {ray.__version__}, {len(nodes)} node(s) alive, {cpus:g} CPUs, {gpus:g} GPUs",
-            ),
-            Check(
-                "ray trials at once",
-                OK if slots else WARN,
-                f"{slots} trial(s) of {resources.describe()} fit at once (--workers up to {slots})"
-                if slots
-                else f"no node has {resources.describe()} for a trial (--cpus-per-trial, --gpus-per-trial): a study's "
-                "trials would wait for a node that has",
-            ),
-        ]
-        probe = ray.remote(num_cpus=0, max_retries=0)(_node_report)
-        refs = [
-            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                job_module
-            )
-            for n in nodes
-        ]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        silent = f"no answer in {timeout:g} s (the probe needs no CPU: is the node overloaded?)"
-        reports = [
-            ray.get(r) if r in ready else {"host": n.get("NodeManagerAddress", "?"), "error": silent}
-            for r, n in zip(refs, nodes)
-        ]
+        out = _cluster_checks(address, nodes, resources)
+        reports = _probe_nodes(nodes, job_module, timeout)
     except Exception as exc:
         text = str(exc).strip()
         return [Check("ray cluster", FAIL, f"{address}: {text.splitlines()[0] if text else type(exc).__name__}")]
     finally:
         if not started and ray.is_initialized():
             ray.shutdown()
+    return out + _node_checks(reports, job_module, working_dir)
+
+
+def _cluster_checks(address: str, nodes: list[dict[str, Any]], resources: Any) -> list[Check]:
+    """The cluster's nodes and resources, and how many trials of ``resources`` fit at once."""
+    import ray
+
+    from agent.execution.resources import trial_slots
+
+    cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+    gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
+    slots = trial_slots(nodes, resources)
+    return [
+        Check(
+            "ray cluster",
+            OK,
+            f"{address}: ray {ray.__version__}, {len(nodes)} node(s) alive, {cpus:g} CPUs, {gpus:g} GPUs",
+        ),
+        Check(
+            "ray trials at once",
+            OK if slots else WARN,
+            f"{slots} trial(s) of {resources.describe()} fit at once (--workers up to {slots})"
+            if slots
+            else f"no node has {resources.describe()} for a trial (--cpus-per-trial, --gpus-per-trial): a study's "
+            "trials would wait for a node that has",
+        ),
+    ]
+
+
+def _probe_nodes(nodes: list[dict[str, Any]], job_module: str | None, timeout: float) -> list[dict[str, Any]]:
+    """Each node's :func:`_node_report`, from one task pinned to it; an error for one silent for ``timeout``."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, max_retries=0)(_node_report)
+    refs = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(job_module)
+        for n in nodes
+    ]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    silent = f"no answer in {timeout:g} s (the probe needs no CPU: is the node overloaded?)"
+    return [
+        ray.get(r) if r in ready else {"host": n.get("NodeManagerAddress", "?"), "error": silent}
+        for r, n in zip(refs, nodes)
+    ]
+
+
+def _node_checks(reports: list[dict[str, Any]], job_module: str | None, working_dir: str | None) -> list[Check]:
+    """What the nodes' reports say: tune-agent, torch and Lightning installed there (and their
+    versions against this machine's), and ``job_module`` found there when the job needs one."""
     import agent
 
     broken = [f"{r['host']}: {r['error']}" for r in reports if "error" in r]
@@ -132,7 +152,7 @@ def ray_checks(
         detail += f"; cannot run a trial on {'; '.join(broken)}"
     if differ:
         detail += f"; versions differ from this machine's (tune-agent {mine[0]}, torch {mine[1]}): {'; '.join(differ)}"
-    out.append(Check("ray nodes", FAIL if broken else WARN if differ else OK, detail))
+    out = [Check("ray nodes", FAIL if broken else WARN if differ else OK, detail)]
     if job_module is not None:
         lacking = [r["host"] for r in reports if r.get("job") is False]
         shipped = f" in the shipped {working_dir}" if working_dir else ""

@@ -1,7 +1,7 @@
 """A per-user process that keeps tune-agent's libraries imported, so a command starts in a fraction of a second.
 
-Why: on two cores a fresh ``tune-agent start`` spent 4-5 s importing before its first trial trained
-(torch 1.9 s, Lightning 2.3 s, MLflow 2.2 s, scikit-learn 1.0 s, pandas 0.9 s, at stop 39), and
+Why: on two cores a fresh ``tune-agent start`` spends 4-5 s importing before its first trial trained
+(torch 1.9 s, Lightning 2.3 s, MLflow 2.2 s, scikit-learn 1.0 s, pandas 0.9 s), and
 no lazy import removes an import that the first trial needs. The same pattern as Gradle's daemon
 and Rails' Spring preloader: the console script (:mod:`agent.cli.entry`) hands its command to a
 process that already imported everything; that process forks, and the fork runs the command
@@ -26,8 +26,8 @@ The rules that keep it from surprising anyone:
   ``tune-agent daemon status`` / ``stop``; ``TUNE_AGENT_DAEMON=0`` never uses or starts one.
 
 The warm process itself is :mod:`agent.ops.warm_server`. The first command of an environment runs
-in a fresh process as before and starts the warm process at its end, in the background (about
-10 s of imports, on a core the command no longer needs).
+in a fresh process and starts the warm process at its end, in the background (about 10 s of
+imports, on a core the command does not need any more).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ import struct
 import sys
 from pathlib import Path
 from typing import Any
+
+from agent.ops.warm_relay import Relay, follow
 
 ENV = "TUNE_AGENT_DAEMON"  # 0: never use or start one
 DIR_ENV = "TUNE_AGENT_DAEMON_DIR"  # where the sockets live (default: $XDG_RUNTIME_DIR or ~/.cache)
@@ -272,8 +274,16 @@ def forward(argv: list[str], which: str | None = None) -> int | None:
     """Runs ``argv`` in this user's warm process for this environment (``which``: its :func:`key`,
     when the caller has it) and returns its exit code (or dies of the signal that ended it); None
     when there is no such process (run it here)."""
-    import signal
+    sock = _send_command(argv, which)
+    if sock is None:
+        return None
+    relay = Relay()
+    before = relay.install()
+    return follow(sock.makefile("r", encoding="utf-8"), relay, before)
 
+
+def _send_command(argv: list[str], which: str | None) -> socket.socket | None:
+    """A connection to the warm process that ``argv`` was sent on; None when there is none."""
     try:
         where = folder()
     except Unusable:
@@ -291,63 +301,7 @@ def forward(argv: list[str], which: str | None = None) -> int | None:
         for fd, stream in zip((0, 1, 2), streams):
             if stream != fd:
                 os.close(stream)
-    pid: list[int] = []
-    pending: list[int] = []
-
-    def relay(signum: int, frame: object) -> None:
-        if pid:
-            try:
-                os.killpg(pid[0], signum)
-            except ProcessLookupError:
-                pass
-        else:
-            pending.append(signum)
-
-    def suspend(signum: int, frame: object) -> None:  # Ctrl-Z: the command stops and goes on with this process
-        if pid:
-            os.killpg(pid[0], signal.SIGSTOP)
-        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until the shell's SIGCONT
-        signal.signal(signal.SIGTSTP, suspend)
-        if pid:
-            os.killpg(pid[0], signal.SIGCONT)
-
-    relayed = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)
-    before = {signum: signal.getsignal(signum) for signum in (*relayed, signal.SIGTSTP)}
-    for signum in relayed:
-        signal.signal(signum, relay)
-    signal.signal(signal.SIGTSTP, suspend)
-    reader = sock.makefile("r", encoding="utf-8")
-    while True:
-        try:
-            line = reader.readline()
-        except InterruptedError:
-            continue
-        if not line and not pid:  # closed before it forked (a warm process ending as this connected)
-            for signum, handler in before.items():
-                signal.signal(signum, handler)
-            if pending:
-                sys.stderr.write("tune-agent: interrupted\n")
-                return 130
-            return None  # the command runs here
-        if not line:
-            sys.stderr.write(
-                "tune-agent: the warm process went away while it ran the command "
-                f"(pid {pid[0]}); `tune-agent daemon status` says more\n"
-            )
-            return 1
-        word, _, value = line.strip().partition(" ")
-        if word == "pid":
-            pid.append(int(value))
-            for signum in pending:
-                relay(signum, None)
-        elif word == "exit":
-            return int(value)
-        elif word == "signal":  # die as the command died, so a shell sees the same status
-            signum = int(value)
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return 128 + signum
+    return sock
 
 
 def _stream(fd: int) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
 import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from agent.ops.warm_process import WARM_IMPORTS, all_sockets, ask, folder, idle_seconds, recv_request, socket_path
 
@@ -19,11 +20,6 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
     """The warm process for key ``which``: imports, then serves until idle (see the module doc).
     ``run`` is the command line's entry point (:func:`agent.cli.main.main`)."""
     import fcntl
-    import gc
-    import importlib
-    import selectors
-    import signal
-    import threading
     import time
 
     where = folder()
@@ -35,6 +31,31 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
     sys.path[:] = path_list  # the console script's, whose first entry is its folder, not '' (``-c``'s working folder):
     # a fork runs in the user's folder, and a module there must not shadow one a fresh process would import
     began = time.time()
+    if not _import_all():
+        return
+    me = os.getpid()
+    path = socket_path(where, which)
+    listener = _listen(where, which, me, path)
+    inode = os.stat(path).st_ino
+    print(f"serving {path} (pid {me}, imports {time.time() - began:.1f} s)", file=sys.stderr, flush=True)
+    for other in all_sockets(where):  # one per user: the newest environment wins
+        if other != path:
+            ask(other, {"control": "stop"}, timeout=2.0)
+    loop = _Loop(listener, lock, which, began, run)
+    try:
+        loop.serve(path, inode)
+    finally:
+        if os.getpid() == me and _still_mine(path, inode):
+            path.unlink(missing_ok=True)
+
+
+def _import_all() -> bool:
+    """Imports :data:`WARM_IMPORTS` (one that fails is said and skipped) and freezes what they made;
+    False when an import started a thread, since a fork of this process is then unsafe."""
+    import gc
+    import importlib
+    import threading
+
     for name in WARM_IMPORTS:
         try:
             importlib.import_module(name)
@@ -42,86 +63,114 @@ def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) ->
             print(f"not imported: {name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     if threading.active_count() != 1:
         print(f"an import started {threading.active_count() - 1} thread(s): forking is unsafe; ending", file=sys.stderr)
-        return
+        return False
     gc.collect()
     gc.freeze()
-    me = os.getpid()
-    path = socket_path(where, which)
+    return True
+
+
+def _listen(where: Path, which: str, me: int, path: Path) -> socket.socket:
+    """The listening socket at ``path`` (mode 0600), put in place whole."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     temporary = where / f".{which}.{me}"
     listener.bind(str(temporary))
     os.chmod(temporary, 0o600)
     listener.listen(16)
     os.replace(temporary, path)
-    inode = os.stat(path).st_ino
-    print(f"serving {path} (pid {me}, imports {time.time() - began:.1f} s)", file=sys.stderr, flush=True)
-    for other in all_sockets(where):  # one per user: the newest environment wins
-        if other != path:
-            ask(other, {"control": "stop"}, timeout=2.0)
+    return listener
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, "listen")
-    selector.register(wake_r, selectors.EVENT_READ, "wake")
-    children: dict[int, socket.socket] = {}
-    idle = idle_seconds()
-    last = time.monotonic()
-    served = 0
-    stopping = False
-    try:
+
+class _Loop:
+    """The warm process's event loop: each request a fork that runs the command, each command's end
+    sent to its client, and a command whose client went away ended too."""
+
+    def __init__(
+        self, listener: socket.socket, lock: IO[str], which: str, began: float, run: Callable[[list[str]], None]
+    ) -> None:
+        import signal
+        import time
+
+        self.listener, self.lock, self.which, self.began, self.run = listener, lock, which, began, run
+        self.me = os.getpid()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, "listen")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.children: dict[int, socket.socket] = {}
+        self.idle = idle_seconds()
+        self.last = time.monotonic()
+        self.served = 0
+        self.stopping = False
+
+    def serve(self, path: Path, inode: int) -> None:
+        """Until idle, stopped, or replaced at ``path``, with no command running."""
+        import time
+
         while True:
-            for item, _ in selector.select(timeout=1.0):
+            for item, _ in self.selector.select(timeout=1.0):
                 if item.data == "wake":
-                    os.read(wake_r, 4096)
-                    _reap(children, selector)
+                    os.read(self.wake_r, 4096)
+                    _reap(self.children, self.selector)
                 elif item.data == "listen":
-                    conn, _ = listener.accept()
-                    last = time.monotonic()
-                    outcome = _take(conn, which, me, began, served, children)
-                    if outcome == "stop":
-                        stopping = True
-                    elif isinstance(outcome, tuple):  # a command: fork it
-                        request, fds = outcome
-                        pid = os.fork()
-                        if pid == 0:
-                            selector.close()
-                            os.close(wake_r)
-                            os.close(wake_w)
-                            for held in (listener, conn, lock, *children.values()):
-                                held.close()
-                            _become_command(request, fds, run)  # never returns
-                        try:
-                            os.setpgid(pid, pid)  # also here: a signal relayed at once finds the group
-                        except OSError:
-                            pass
-                        for fd in fds:
-                            os.close(fd)
-                        served += 1
-                        children[pid] = conn
-                        selector.register(conn, selectors.EVENT_READ, pid)
-                        conn.sendall(f"pid {pid}\n".encode())
+                    self._accept()
                 else:  # the client of a running command: it went away (killed), so the command ends too
-                    pid = item.data
-                    try:
-                        gone = not item.fileobj.recv(4096)
-                    except OSError:
-                        gone = True
-                    if gone:
-                        selector.unregister(item.fileobj)
-                        try:
-                            os.killpg(pid, signal.SIGTERM)
-                        except ProcessLookupError:
-                            pass
-            _reap(children, selector)
-            if not children and (stopping or time.monotonic() - last > idle or not _still_mine(path, inode)):
+                    self._client_readable(cast(socket.socket, item.fileobj), item.data)
+            _reap(self.children, self.selector)
+            if not self.children and (
+                self.stopping or time.monotonic() - self.last > self.idle or not _still_mine(path, inode)
+            ):
                 break
-    finally:
-        if os.getpid() == me and _still_mine(path, inode):
-            path.unlink(missing_ok=True)
+
+    def _accept(self) -> None:
+        import time
+
+        conn, _ = self.listener.accept()
+        self.last = time.monotonic()
+        outcome = _take(conn, self.which, self.me, self.began, self.served, self.children)
+        if outcome == "stop":
+            self.stopping = True
+        elif isinstance(outcome, tuple):  # a command: fork it
+            request, fds = outcome
+            self._fork(conn, request, fds)
+
+    def _fork(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        pid = os.fork()
+        if pid == 0:
+            self.selector.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            held: tuple[socket.socket | IO[str], ...] = (self.listener, conn, self.lock, *self.children.values())
+            for item in held:
+                item.close()
+            _become_command(request, fds, self.run)  # never returns
+        try:
+            os.setpgid(pid, pid)  # also here: a signal relayed at once finds the group
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        self.served += 1
+        self.children[pid] = conn
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+        conn.sendall(f"pid {pid}\n".encode())
+
+    def _client_readable(self, conn: socket.socket, pid: int) -> None:
+        import signal
+
+        try:
+            gone = not conn.recv(4096)
+        except OSError:
+            gone = True
+        if gone:
+            self.selector.unregister(conn)
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
 
 def _still_mine(path: Path, inode: int) -> bool:
@@ -229,16 +278,18 @@ def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list
     argv = [str(a) for a in request["run"]]
     sys.argv = ["tune-agent", *argv]
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(  # type: ignore[misc]  # typeshed: Final; the fork replaces it
+        io.FileIO(0, "r", closefd=False), encoding=encoding
+    )
     out_tty = os.isatty(1)
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(  # type: ignore[misc]
         io.FileIO(1, "w", closefd=False),
         encoding=encoding,
         errors=errors,
         line_buffering=out_tty,
         write_through=out_tty,
     )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]
         io.FileIO(2, "w", closefd=False), encoding=encoding, errors="backslashreplace", line_buffering=True
     )
     _fresh_randomness()
@@ -258,7 +309,7 @@ def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list
 
 
 def _own_exit_handlers() -> None:
-    """The exit handlers the warm process's imports registered are dropped (together they took 60 ms
+    """The exit handlers the warm process's imports registered are dropped (together they take 60 ms
     per command, for state the command never made), except the two that act on what a command
     makes: logging's flush and multiprocessing's end of its pools and children. What the command
     registers runs, as in a fresh process."""
@@ -275,7 +326,7 @@ def _own_exit_handlers() -> None:
 def _end(code: Any) -> None:
     """Ends as the interpreter would (the command's threads joined, exit handlers run, streams
     flushed), without tearing down the thousands of modules the warm process imported: that
-    teardown took half a second per command and does nothing a process exit does not."""
+    teardown takes half a second per command and does nothing a process exit does not."""
     import atexit
     import threading
 

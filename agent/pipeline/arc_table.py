@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -219,7 +219,8 @@ def kernel_bo_comparison(
                 (t for t in kb.trials(study) if t.state == TRIAL_OK and t.value is not None), key=lambda t: t.number
             )
             errors = [
-                1.0 - float(t.extra["final_val_acc"]) if "final_val_acc" in t.extra else float(t.value) for t in trials
+                1.0 - float(t.extra["final_val_acc"]) if "final_val_acc" in t.extra else float(cast(float, t.value))
+                for t in trials
             ]
             runs[k] = np.minimum.accumulate(np.array(errors))
         for k in kernels:

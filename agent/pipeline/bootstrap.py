@@ -139,7 +139,7 @@ def distinct_content(specs: list[str], echo: Any = print) -> list[str]:
         try:
             data = load_dataset(spec)
         except TuneAgentError:
-            kept.append(spec)  # its study records the error, as before
+            kept.append(spec)  # its study records the error
             continue
         held = held_out_match(data.X, data.y) if data.kind == "tabular" else None
         if held is not None:
@@ -215,7 +215,7 @@ def run_bootstrap(
 
 def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
     """Writes to ``out`` the starter file ``path`` less what the content rules leave out: an R table
-    no longer in the shipped selection (:mod:`agent.data.rtables`), a dataset whose sample has a
+    not in the shipped selection (:mod:`agent.data.rtables`), a dataset whose sample has a
     held-out table's content, and a second copy of a dataset under another source (the first in
     the file is kept: the built-in datasets come first). Each study left out is one line. Stored
     meta-features of an older version are recomputed from the samples."""
@@ -258,7 +258,8 @@ def clean_starter(path: Path, out: Path, echo: Any = print) -> dict[str, Any]:
                 seen.append((name, str(summary.get("source")), mine))
         if why is None:
             if sample is not None and not is_current(entry.get("metafeatures")):  # this version's, stored once
-                entry = {**entry, "metafeatures": handcrafted_metafeatures(*sample, summary)}
+                sample_X, sample_y = sample
+                entry = {**entry, "metafeatures": handcrafted_metafeatures(sample_X, sample_y, summary)}
                 refreshed += 1
             kept.append(entry)
         else:

@@ -2,7 +2,7 @@
 knowledge base, replayed by the product's own sampler over each held-out dataset's table
 (:mod:`agent.pipeline.replay`).
 
-Protocol (issue 13, item 5, first part):
+Protocol:
 
 * folds hold whole sources (:func:`agent.pipeline.evaluation_tables.source_folds`); the learned extractor that
   places a target is trained on the other folds only (target distances among their datasets), and
@@ -37,14 +37,20 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agent.errors import EmptyHistoryError
 from agent.pipeline.export import load_export
 from agent.pipeline.stages import DISTANCES_FILE, EXPORT_DIR, fold_vectors, history_space, normalisation_report
+
+if TYPE_CHECKING:
+    from agent.knowledge.history import HistoricalDataset
+    from agent.pipeline.evaluation_tables import Table
 
 EVALUATE_DIR = Path("data/evaluate")
 REVISION = 2  # of the protocol: bump when what a journal line means changes
@@ -142,6 +148,26 @@ def _read_journal(path: Path, key: str) -> dict[str, dict[str, Any]]:
     return done
 
 
+@dataclass
+class _Setup:
+    """What every part of the stage reads: the export, its table and the protocol's settings."""
+
+    datasets: list[HistoricalDataset]
+    D: np.ndarray  # target distances among the datasets
+    space: Any
+    table: Table
+    sources: list[str]
+    folds: np.ndarray
+    k: int
+    budget: int
+    seeds: int
+    acq: str
+    default: str  # the aggregator of the learned extractor the product uses
+    wings: list[str]  # the default aggregator first, then the extra ones
+    key: str
+    workers: int
+
+
 def stage_evaluate(
     p: Mapping[str, Any],
     mf: Mapping[str, Any],
@@ -153,91 +179,164 @@ def stage_evaluate(
     progress: Callable[[str], None] = _stderr,
     choice_dir: Path | None = None,
 ) -> dict[str, Any]:
-    from agent.meta.neighbours import pairwise_distances
-    from agent.pipeline.evaluation_tables import design_inits, rank_correlation, source_folds, summarise, write_outputs
-    from agent.pipeline.replay import replay_dataset
+    from agent.pipeline.evaluation_tables import summarise, write_outputs
 
     start = time.perf_counter()
+    s = _setup(p, mf, export, distances)
+    journal.mkdir(parents=True, exist_ok=True)
+    hand, learned = _meta_vectors(s, mf, journal, progress)
+    tasks, facts = _target_tasks(s, hand, learned)
+    done = _replay_missing(s, tasks, journal / "journal.jsonl", progress)
+    per_target = _per_target_curves(tasks, done)
+    report = _report(s, summarise(per_target, baseline="cold"), facts, start)
+    report["auto_choice"] = choose_meta_features(report)
+    mean_curves = {m: np.mean([c[m] for c in per_target], axis=0) for m in per_target[0]}
+    write_outputs(report, mean_curves, metrics, plots)
+    if choice_dir is not None:
+        from agent.tuning.warmstart import CHOICE_FILE
+
+        choice_dir.mkdir(parents=True, exist_ok=True)
+        (choice_dir / CHOICE_FILE).write_text(json.dumps(report["auto_choice"], indent=1) + "\n")
+    return report
+
+
+def _setup(p: Mapping[str, Any], mf: Mapping[str, Any], export: Path, distances: Path) -> _Setup:
+    """The export and its table, checked (at least 4 datasets from at least 2 sources), and the settings."""
+    from agent.pipeline.evaluation_tables import build_table, source_folds
+
     datasets = load_export(export)
     if len(datasets) < 4:
         raise EmptyHistoryError(f"evaluation needs at least 4 historical datasets, the export has {len(datasets)}")
     D = np.array(json.loads(distances.read_text())["matrix"])
     space = history_space(datasets)
-    from agent.pipeline.evaluation_tables import build_table
-
     table = build_table(datasets, space)
     sources = [h.source for h in datasets]
     if len(set(sources)) < 2:
         raise EmptyHistoryError("a leave-one-source-out evaluation needs datasets from at least 2 sources")
-    seed = int(mf.get("seed", 0))
-    folds = source_folds(sources, int(p.get("folds", 5)), seed)
-    k, budget, seeds = int(p.get("k", 3)), int(p.get("budget", 10)), int(p.get("seeds", 1))
-    acq = str(p.get("acquisition", "ei"))
     default = str(mf.get("aggregator", "mean"))
-    wings = [default] + [w for w in p.get("wings", []) if w != default]
-    key = _settings_key(p, mf, [h.key for h in datasets], table.keys)
-    journal.mkdir(parents=True, exist_ok=True)
-    workers = max(1, int(p.get("workers", 2)))
+    return _Setup(
+        datasets=datasets,
+        D=D,
+        space=space,
+        table=table,
+        sources=sources,
+        folds=source_folds(sources, int(p.get("folds", 5)), int(mf.get("seed", 0))),
+        k=int(p.get("k", 3)),
+        budget=int(p.get("budget", 10)),
+        seeds=int(p.get("seeds", 1)),
+        acq=str(p.get("acquisition", "ei")),
+        default=default,
+        wings=[default] + [w for w in p.get("wings", []) if w != default],
+        key=_settings_key(p, mf, [h.key for h in datasets], table.keys),
+        workers=max(1, int(p.get("workers", 2))),
+    )
+
+
+def _learned_arrays(s: _Setup, mf: Mapping[str, Any], wing: str) -> dict[str, np.ndarray]:
+    """The ``wing`` extractor's vectors of every dataset, one array per fold it was trained without."""
+    return {str(f): v for f, v in fold_vectors(s.datasets, s.D, mf, wing, s.folds).items()}
+
+
+def _meta_vectors(
+    s: _Setup, mf: Mapping[str, Any], journal: Path, progress: Callable[[str], None]
+) -> tuple[np.ndarray, dict[str, dict[int, np.ndarray]]]:
+    """Hand-crafted meta-features of every dataset, and per wing and fold the learned extractor's
+    vectors, each cached in ``journal``."""
     from agent.meta.handcrafted import HANDCRAFTED_VERSION
 
     hand = _cached(
-        journal / f"handcrafted-v{HANDCRAFTED_VERSION}-{key}.npz", lambda: {"v": _handcrafted(datasets, workers)}
+        journal / f"handcrafted-v{HANDCRAFTED_VERSION}-{s.key}.npz", lambda: {"v": _handcrafted(s.datasets, s.workers)}
     )["v"]
     learned: dict[str, dict[int, np.ndarray]] = {}
-    for w in wings:
-        progress(f"evaluate: training the {w} extractor on {int(folds.max()) + 1} source folds")
-        arrays = _cached(
-            journal / f"learned-{w}-{key}.npz",
-            lambda w=w: {str(f): v for f, v in fold_vectors(datasets, D, mf, w, folds).items()},
-        )
+    for w in s.wings:
+        progress(f"evaluate: training the {w} extractor on {int(s.folds.max()) + 1} source folds")
+        arrays = _cached(journal / f"learned-{w}-{s.key}.npz", partial(_learned_arrays, s, mf, w))
         learned[w] = {int(f): v for f, v in arrays.items()}
-    hand_d = pairwise_distances(hand, True)
-    learned_d = {f: pairwise_distances(v, False) for f, v in learned[default].items()}
+    return hand, learned
 
+
+def _target_tasks(
+    s: _Setup, hand: np.ndarray, learned: Mapping[str, Mapping[int, np.ndarray]]
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Per target, the replay task (its methods' initial rows) and its facts (far from the history
+    or not, the rank correlation of each meta-feature kind)."""
+    from agent.meta.neighbours import pairwise_distances
+    from agent.pipeline.evaluation_tables import rank_correlation
+
+    hand_d = pairwise_distances(hand, True)
+    learned_d = {f: pairwise_distances(v, False) for f, v in learned[s.default].items()}
     tasks, facts = [], {}
-    for t, h in enumerate(datasets):
-        history = [j for j in range(len(datasets)) if sources[j] != sources[t]]
-        fallback = portfolio_rows(table.E, history, k)
-        view = learned[default][int(folds[t])]
-        hn, h_rows, h_far = _neighbour_plan(hand, t, history, sources, True, table.E, k, fallback)
-        ln, l_rows, l_far = _neighbour_plan(view, t, history, sources, False, table.E, k, fallback)
-        runs: list[tuple[str, list[int], str, list[int] | None]] = [
-            (f"cold#{s}", design_inits("sobol", k, table.U, seed=1000 * t + s), acq, None) for s in range(seeds)
-        ]
-        runs += [
-            ("portfolio", fallback, acq, None),
-            ("handcrafted", h_rows, acq, None),
-            ("learned", l_rows, acq, None),
-            ("learned+prior", l_rows, acq, ln or None),
-        ]
-        for w in wings[1:]:
-            _, rows, _ = _neighbour_plan(learned[w][int(folds[t])], t, history, sources, False, table.E, k, fallback)
-            runs.append((f"learned:{w}", rows, acq, None))
+    for t, h in enumerate(s.datasets):
+        history = [j for j in range(len(s.datasets)) if s.sources[j] != s.sources[t]]
+        runs, far = _target_runs(s, t, history, hand, learned)
         facts[h.name] = {
-            "far": {"handcrafted": h_far, "learned": l_far},
+            "far": far,
             "rank_correlation": {
-                "handcrafted": rank_correlation(hand_d, D, t, history),
-                "learned": rank_correlation(learned_d[int(folds[t])], D, t, history),
+                "handcrafted": rank_correlation(hand_d, s.D, t, history),
+                "learned": rank_correlation(learned_d[int(s.folds[t])], s.D, t, history),
             },
         }
         tasks.append(
-            {"target": t, "name": h.name, "U": table.U, "E": table.E, "budget": budget, "runs": runs, "space": space}
+            {
+                "target": t,
+                "name": h.name,
+                "U": s.table.U,
+                "E": s.table.E,
+                "budget": s.budget,
+                "runs": runs,
+                "space": s.space,
+            }
         )
+    return tasks, facts
 
-    journal_file = journal / "journal.jsonl"
-    done = _read_journal(journal_file, key)
+
+def _target_runs(
+    s: _Setup, t: int, history: list[int], hand: np.ndarray, learned: Mapping[str, Mapping[int, np.ndarray]]
+) -> tuple[list[tuple[str, list[int], str, list[int] | None]], dict[str, bool]]:
+    """Target ``t``'s runs (method, initial rows, acquisition, prior neighbours) and whether it is far
+    from its history for the hand-crafted and the learned meta-features."""
+    from agent.pipeline.evaluation_tables import design_inits
+
+    E, k, acq, fold = s.table.E, s.k, s.acq, int(s.folds[t])
+    fallback = portfolio_rows(E, history, k)
+    _, h_rows, h_far = _neighbour_plan(hand, t, history, s.sources, True, E, k, fallback)
+    ln, l_rows, l_far = _neighbour_plan(learned[s.default][fold], t, history, s.sources, False, E, k, fallback)
+    runs: list[tuple[str, list[int], str, list[int] | None]] = [
+        (f"cold#{seed}", design_inits("sobol", k, s.table.U, seed=1000 * t + seed), acq, None)
+        for seed in range(s.seeds)
+    ]
+    runs += [
+        ("portfolio", fallback, acq, None),
+        ("handcrafted", h_rows, acq, None),
+        ("learned", l_rows, acq, None),
+        ("learned+prior", l_rows, acq, ln or None),
+    ]
+    for w in s.wings[1:]:
+        _, rows, _ = _neighbour_plan(learned[w][fold], t, history, s.sources, False, E, k, fallback)
+        runs.append((f"learned:{w}", rows, acq, None))
+    return runs, {"handcrafted": h_far, "learned": l_far}
+
+
+def _replay_missing(
+    s: _Setup, tasks: list[dict[str, Any]], journal_file: Path, progress: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    """Every target's journal entry: those of ``journal_file`` under this key, and the missing ones
+    replayed over ``s.workers`` processes, each appended as soon as it is done."""
+    from agent.pipeline.replay import replay_dataset
+
+    done = _read_journal(journal_file, s.key)
     todo = [task for task in tasks if task["name"] not in done]
     if done:
         progress(f"evaluate: {len(done)} of {len(tasks)} targets already in {journal_file}; replaying {len(todo)}")
     replay_start = time.perf_counter()
-    with open(journal_file, "a") as out, ProcessPoolExecutor(max_workers=workers) as pool:
+    with open(journal_file, "a") as out, ProcessPoolExecutor(max_workers=s.workers) as pool:
         pending = {pool.submit(replay_dataset, task): task["name"] for task in todo}
         finished = 0
         while pending:
             ready, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in ready:
                 name = pending.pop(fut)
-                entry = {"key": key, "target": name, "curves": fut.result()}
+                entry = {"key": s.key, "target": name, "curves": fut.result()}
                 out.write(json.dumps(entry) + "\n")
                 out.flush()
                 done[name] = entry
@@ -248,48 +347,49 @@ def stage_evaluate(
                     f"evaluate: [{len(done)}/{len(tasks)}] {name} ({elapsed / 60:.1f} min, about "
                     f"{eta / 60:.1f} min left)"
                 )
+    return done
 
-    per_target = []
+
+def _per_target_curves(tasks: list[dict[str, Any]], done: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per target, each method's regret curve (the cold seeds averaged into one ``cold``)."""
+    per_target: list[dict[str, Any]] = []
     for task in tasks:
         curves = done[task["name"]]["curves"]
         merged: dict[str, list[np.ndarray]] = {}
         for name, c in curves.items():
             merged.setdefault(name.split("#")[0], []).append(np.asarray(c, dtype=float))
         per_target.append({m: np.mean(v, axis=0) for m, v in merged.items()})
-    methods = summarise(per_target, baseline="cold")
-    report = {
+    return per_target
+
+
+def _report(s: _Setup, methods: dict[str, Any], facts: Mapping[str, Mapping[str, Any]], start: float) -> dict[str, Any]:
+    """The stage's report (without its ``auto_choice``): the protocol in words, the methods' regret
+    and the meta-features' rank correlation."""
+    n, n_sources, n_folds = len(s.datasets), len(set(s.sources)), int(s.folds.max()) + 1
+    return {
         "protocol": (
-            f"leave-one-source-out replay of every dataset ({len(datasets)} datasets, {len(set(sources))} "
-            f"sources, {int(folds.max()) + 1} source folds): the product's sampler restricted to the target's "
-            f"{len(table.keys)}-configuration table, {k} initial configurations then BO ({acq}) to {budget} "
+            f"leave-one-source-out replay of every dataset ({n} datasets, {n_sources} "
+            f"sources, {n_folds} source folds): the product's sampler restricted to the target's "
+            f"{len(s.table.keys)}-configuration table, {s.k} initial configurations then BO ({s.acq}) to {s.budget} "
             "trials; the history of a target is every dataset of other sources; the learned extractor is "
             "retrained without the target's fold; regret normalised over the target's table; paired "
-            f"Wilcoxon signed-rank test against cold over the {len(datasets)} targets"
+            f"Wilcoxon signed-rank test against cold over the {n} targets"
         ),
-        "datasets": len(datasets),
-        "sources": len(set(sources)),
-        "configs": len(table.keys),
-        "folds": int(folds.max()) + 1,
-        "k": k,
-        "budget": budget,
-        "cold_seeds": seeds,
-        "aggregator": default,
+        "datasets": n,
+        "sources": n_sources,
+        "configs": len(s.table.keys),
+        "folds": n_folds,
+        "k": s.k,
+        "budget": s.budget,
+        "cold_seeds": s.seeds,
+        "aggregator": s.default,
         "objective": "validation error (1 - val_acc)",
         "methods": methods,
         "rank_correlation": _rank_summary(facts),
         "far_targets": {m: int(sum(f["far"][m] for f in facts.values())) for m in ("handcrafted", "learned")},
-        "normalisation": normalisation_report(table.E, sources, k),
+        "normalisation": normalisation_report(s.table.E, s.sources, s.k),
         "seconds": round(time.perf_counter() - start, 1),
     }
-    report["auto_choice"] = choose_meta_features(report)
-    mean_curves = {m: np.mean([c[m] for c in per_target], axis=0) for m in per_target[0]}
-    write_outputs(report, mean_curves, metrics, plots)
-    if choice_dir is not None:
-        from agent.tuning.warmstart import CHOICE_FILE
-
-        choice_dir.mkdir(parents=True, exist_ok=True)
-        (choice_dir / CHOICE_FILE).write_text(json.dumps(report["auto_choice"], indent=1) + "\n")
-    return report
 
 
 def choose_meta_features(report: Mapping[str, Any]) -> dict[str, Any]:

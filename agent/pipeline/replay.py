@@ -50,6 +50,36 @@ def replay_order(
     U = space.snap(np.asarray(U))
     rows = {point_key(u): i for i, u in enumerate(U)}
     budget = min(budget, len(U))
+    sampler = _table_sampler(space, U, init, budget, acq, prior, seed)
+    trials: list[TrialRecord] = []
+    order: list[int] = []
+    for number in range(budget):
+        s = sampler.suggest(number, trials)
+        row = rows[point_key(space.snap(space.encode(s.config))[0])]
+        value = float(errors[row])
+        ok = np.isfinite(value)
+        trials.append(
+            TrialRecord(
+                str(number), number, TRIAL_OK if ok else TRIAL_FAILED, s.config, value if ok else None, s.origin
+            )
+        )
+        order.append(row)
+        if stop_at_best and ok and value <= np.nanmin(errors):
+            break
+    return order
+
+
+def _table_sampler(
+    space: SearchSpace,
+    U: np.ndarray,
+    init: Sequence[int],
+    budget: int,
+    acq: str,
+    prior: Mapping[str, np.ndarray] | None,
+    seed: int,
+) -> BoSampler:
+    """The product's BO sampler restricted to the table's rows ``U`` (snapped), starting from the
+    rows ``init``, with the ``prior`` neighbours' surfaces as its GP's prior mean when given."""
     sources = tuple(
         SourceTask(name, name, U[np.isfinite(e)], normal_scores(-e[np.isfinite(e)]))
         for name, e in (prior or {}).items()
@@ -78,25 +108,9 @@ def replay_order(
         random_every=RANDOM_EVERY,
         seed=seed,
     )
-    sampler = BoSampler(
+    return BoSampler(
         space, settings, GpSurrogate(inputs), [(space.decode(U[i]), "init:table") for i in init], candidates=U
     )
-    trials: list[TrialRecord] = []
-    order: list[int] = []
-    for number in range(budget):
-        s = sampler.suggest(number, trials)
-        row = rows[point_key(space.snap(space.encode(s.config))[0])]
-        value = float(errors[row])
-        ok = np.isfinite(value)
-        trials.append(
-            TrialRecord(
-                str(number), number, TRIAL_OK if ok else TRIAL_FAILED, s.config, value if ok else None, s.origin
-            )
-        )
-        order.append(row)
-        if stop_at_best and ok and value <= np.nanmin(errors):
-            break
-    return order
 
 
 def replay_dataset(task: Mapping[str, Any]) -> dict[str, list[float]]:

@@ -70,9 +70,14 @@ def stage_distances(p: Mapping[str, Any], export: Path = EXPORT_DIR, out: Path =
 
 
 def _samples(datasets: list[HistoricalDataset]) -> list[Any]:
+    """Each dataset's sample (the export holds one for every dataset)."""
     from agent.meta.siamese import DatasetSample
 
-    return [DatasetSample(h.name, h.sample[0], h.sample[1], h.kind, h.num_classes, h.source) for h in datasets]
+    samples = []
+    for h in datasets:
+        assert h.sample is not None, f"{h.name}: the export holds no sample"
+        samples.append(DatasetSample(h.name, h.sample[0], h.sample[1], h.kind, h.num_classes, h.source))
+    return samples
 
 
 def _extractor_config(p: Mapping[str, Any], aggregator: str | None = None) -> Any:

@@ -91,14 +91,70 @@ def is_arc_kernel(kernel: Any) -> bool:
     return _ARC is not None and isinstance(kernel, _ARC)
 
 
+def _init_arc_hyperparameters(kernel: Any, dim: int, init: str) -> None:
+    """Registers the arc kernel's lengthscales (plain dimensions), ``omega`` and ``rho`` (conditional
+    ones) with their constraints and priors on ``kernel``, and sets their starting values."""
+    import torch
+    from gpytorch.constraints import GreaterThan, Interval
+    from gpytorch.priors import LogNormalPrior
+
+    n_plain, n_cond = len(kernel.plain), len(kernel.cond)
+    # BoTorch's dimension-scaled lengthscale prior (Hvarfner et al. 2024) for the plain
+    # dimensions; omega acts as an inverse lengthscale, so it gets the mirrored prior.
+    loc = math.sqrt(2) + 0.5 * math.log(dim)
+    kernel.register_parameter("raw_lengthscale", torch.nn.Parameter(torch.zeros(n_plain, dtype=torch.double)))
+    # Floors as BoTorch's (2.5e-2): a value that underflows to 0 breaks the LogNormal priors.
+    kernel.register_constraint("raw_lengthscale", GreaterThan(2.5e-2))
+    kernel.register_prior(
+        "lengthscale_prior",
+        LogNormalPrior(loc, math.sqrt(3)),
+        lambda m: m.lengthscale,
+        lambda m, v: m._set("raw_lengthscale", v),
+    )
+    kernel.register_parameter("raw_omega", torch.nn.Parameter(torch.zeros(n_cond, dtype=torch.double)))
+    kernel.register_constraint("raw_omega", GreaterThan(1e-3))
+    kernel.register_prior(
+        "omega_prior", LogNormalPrior(-loc, math.sqrt(3)), lambda m: m.omega, lambda m, v: m._set("raw_omega", v)
+    )
+    kernel.register_parameter("raw_rho", torch.nn.Parameter(torch.zeros(n_cond, dtype=torch.double)))
+    kernel.register_constraint("raw_rho", Interval(0.0, 1.0))
+    # "median": lengthscales at the prior's median exp(loc) (about 18 for 19 dimensions) and
+    # omega at its inverse. "mode": where BoTorch starts its lengthscales, the prior's mode
+    # (about 0.9), omega at half the inverse (an active range's chord then spans about what
+    # a plain dimension's range does). The mode start predicts held-out trials better
+    # (bench arc's arc_gp_mode row) but gives worse BO on mlp-arch
+    # (docs/benchmarks/conditional-spaces.md), so the product starts at the median.
+    ls0 = math.exp(loc) if init == "median" else math.exp(loc - 3.0)  # LogNormal(loc, sqrt 3)
+    omega0 = 1.0 / ls0 if init == "median" else 0.5 / ls0
+    with torch.no_grad():
+        kernel._set("raw_lengthscale", torch.full((n_plain,), ls0, dtype=torch.double))
+        kernel._set("raw_omega", torch.full((n_cond,), omega0, dtype=torch.double))
+        kernel._set("raw_rho", torch.full((n_cond,), 0.9, dtype=torch.double))
+
+
+def _activity(rules: list[ActivityRule], x: Any) -> Any:
+    """``[..., n, n_cond]`` 0/1 activity of the conditional dimensions (one per rule) at points ``x``."""
+    import torch
+
+    masks: dict[int, Any] = {}
+    out = []
+    for r in rules:
+        u = x[..., r.parent]
+        inside = torch.zeros_like(u, dtype=torch.bool)
+        for lo, hi in r.bins:
+            inside = inside | ((u >= lo) & (u <= hi))
+        m = inside if r.parent not in masks else inside & masks[r.parent]
+        masks[r.dim] = m
+        out.append(m)
+    return torch.stack(out, dim=-1).to(x.dtype)
+
+
 def _arc_class() -> Any:
     global _ARC
     if _ARC is not None:
         return _ARC
     import torch
-    from gpytorch.constraints import GreaterThan, Interval
     from gpytorch.kernels import Kernel, MaternKernel
-    from gpytorch.priors import LogNormalPrior
 
     class ArcKernel(Kernel):
         """See the module docstring."""
@@ -111,43 +167,7 @@ def _arc_class() -> Any:
             conditional = {r.dim for r in self.rules}
             self.plain = [i for i in range(space.dim) if i not in conditional]
             self.cond = [r.dim for r in self.rules]
-            d = space.dim
-            # BoTorch's dimension-scaled lengthscale prior (Hvarfner et al. 2024) for the plain
-            # dimensions; omega acts as an inverse lengthscale, so it gets the mirrored prior.
-            loc = math.sqrt(2) + 0.5 * math.log(d)
-            self.register_parameter(
-                "raw_lengthscale", torch.nn.Parameter(torch.zeros(len(self.plain), dtype=torch.double))
-            )
-            # Floors as BoTorch's (2.5e-2): a value that underflows to 0 breaks the LogNormal priors.
-            self.register_constraint("raw_lengthscale", GreaterThan(2.5e-2))
-            self.register_prior(
-                "lengthscale_prior",
-                LogNormalPrior(loc, math.sqrt(3)),
-                lambda m: m.lengthscale,
-                lambda m, v: m._set("raw_lengthscale", v),
-            )
-            self.register_parameter("raw_omega", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
-            self.register_constraint("raw_omega", GreaterThan(1e-3))
-            self.register_prior(
-                "omega_prior",
-                LogNormalPrior(-loc, math.sqrt(3)),
-                lambda m: m.omega,
-                lambda m, v: m._set("raw_omega", v),
-            )
-            self.register_parameter("raw_rho", torch.nn.Parameter(torch.zeros(len(self.cond), dtype=torch.double)))
-            self.register_constraint("raw_rho", Interval(0.0, 1.0))
-            # "median": lengthscales at the prior's median exp(loc) (about 18 for 19 dimensions) and
-            # omega at its inverse. "mode": where BoTorch starts its lengthscales, the prior's mode
-            # (about 0.9), omega at half the inverse (an active range's chord then spans about what
-            # a plain dimension's range does). The mode start predicts held-out trials better
-            # (bench arc's arc_gp_mode row) but made BO worse on mlp-arch (README), so the product
-            # starts at the median.
-            ls0 = math.exp(loc) if init == "median" else math.exp(loc - 3.0)  # LogNormal(loc, sqrt 3)
-            omega0 = 1.0 / ls0 if init == "median" else 0.5 / ls0
-            with torch.no_grad():
-                self._set("raw_lengthscale", torch.full((len(self.plain),), ls0, dtype=torch.double))
-                self._set("raw_omega", torch.full((len(self.cond),), omega0, dtype=torch.double))
-                self._set("raw_rho", torch.full((len(self.cond),), 0.9, dtype=torch.double))
+            _init_arc_hyperparameters(self, space.dim, init)
             self.base = MaternKernel(nu=2.5)
             self.base.raw_lengthscale.requires_grad_(False)
             self.base.lengthscale = 1.0
@@ -171,17 +191,7 @@ def _arc_class() -> Any:
 
         def active(self, x: Any) -> Any:
             """``[..., n, n_cond]`` 0/1 activity of the conditional dimensions at points ``x``."""
-            masks: dict[int, Any] = {}
-            out = []
-            for r in self.rules:
-                u = x[..., r.parent]
-                inside = torch.zeros_like(u, dtype=torch.bool)
-                for lo, hi in r.bins:
-                    inside = inside | ((u >= lo) & (u <= hi))
-                m = inside if r.parent not in masks else inside & masks[r.parent]
-                masks[r.dim] = m
-                out.append(m)
-            return torch.stack(out, dim=-1).to(x.dtype)
+            return _activity(self.rules, x)
 
         def embed(self, x: Any) -> Any:
             plain = x[..., self.plain] / self.lengthscale

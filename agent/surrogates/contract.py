@@ -141,15 +141,17 @@ class SourceFits:
             inputs.kernel if inputs is not None else "plain",
         )
         if key not in self._means:
-            import gpytorch
             import torch
 
             from agent.surrogates.gp import torch_threads
 
             model = self.gp(source, inputs)[0]
-            with torch_threads(1), torch.no_grad(), gpytorch.settings.skip_posterior_variances():
+            # No gpytorch.settings flag here (skip_posterior_variances would save a few ms): those
+            # flags are process-wide, and two threads entering and leaving one at once leave it on,
+            # so every later posterior in the process would have zero variance.
+            with torch_threads(1), torch.no_grad():
                 X = torch.as_tensor(points, dtype=torch.double)
-                # GPyTorch still builds the test points' prior covariance (`n x n`): 0.4 s and 470 MB at
+                # GPyTorch builds the test points' prior covariance (`n x n`): 0.4 s and 470 MB at
                 # 7,680 candidates, so a large set goes in chunks (the means agree to ~1e-15)
                 step = len(X) if len(X) <= MEAN_CHUNK_ABOVE else MEAN_CHUNK
                 self._means[key] = torch.cat(

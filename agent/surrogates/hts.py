@@ -13,7 +13,7 @@ well, mapped through ``g``, performs comparably well on the target:
    best source configurations, mapped through ``g``, are the next ``r`` target evaluations.
 
 ``hts-anchored`` (ours, not the paper's) answers the failure measured on real training
-(README, "HTS"): with a few chance-level target trials ``S_T`` is nearly flat, the rank matching
+(docs/benchmarks/hts.md): with a few chance-level target trials ``S_T`` is nearly flat, the rank matching
 is noise and ``g`` sends every source configuration to the middle of the cube. Here ``g`` is a
 residual map ``x + h(x)`` (``h`` starts at zero) trained on the rank-matched pairs with weight
 ``1 - a`` and on the identity with weight ``a``, where ``a = 1 - max(0, rho)`` and ``rho`` is the

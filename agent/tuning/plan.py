@@ -108,6 +108,32 @@ def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
     return key
 
 
+@dataclass(frozen=True)
+class _Request:
+    """The arguments of one :func:`plan_sampler` call, as its helpers read them."""
+
+    kb: KnowledgeBase
+    space: Any
+    settings: StudySettings
+    warm: Any
+    requested: str
+    exclude_fingerprint: str
+    recorded: SurrogatePlan | None
+    progress: Callable[[str], None] | None
+
+    @property
+    def models_dir(self) -> Path:
+        return Path(self.settings.models_dir)
+
+    def history(self, fits: SourceFits) -> list[SourceTask]:
+        """The historical datasets of this job and space, the study's own excluded."""
+        from agent.tuning.source_models import history_sources
+
+        return history_sources(
+            self.kb, self.settings.job_name, self.space, self.exclude_fingerprint, fits.store, self.progress
+        )
+
+
 def plan_sampler(
     kb: KnowledgeBase,
     space: Any,
@@ -127,99 +153,129 @@ def plan_sampler(
     to, ``models_dir/source_models.jsonl`` (:mod:`agent.tuning.source_models`).
     """
     from agent.samplers import registry as sampler_registry
-    from agent.surrogates import registry
     from agent.tuning.published import meta_models_dir, open_source_models
-    from agent.tuning.source_models import MAX_SOURCES, fit_missing, history_sources, most_relevant, sources_used
 
-    models_dir = Path(settings.models_dir)
+    req = _Request(kb, space, settings, warm, requested, exclude_fingerprint, recorded, progress)
+    models_dir = req.models_dir
     meta_dir = models_dir  # where meta-trained networks are read: a benchmark's fold, or as below
     if fits is None:  # the store's published meta-models, fetched once into the cache, and models_dir's own
         fits = SourceFits(open_source_models(kb, models_dir, settings.job_name, space, progress))
         meta_dir = meta_models_dir(kb, models_dir, settings.job_name, space, progress)
     spec = sampler_registry.get(settings.sampler)
     if spec.plan == "sources":
-        sources = history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress)
-        if recorded is not None:
-            sources = _recorded_sources(sources, recorded)
-        if not sources:
-            raise StudyError(
-                f"--sampler {settings.sampler} needs history for job {settings.job_name} with this search space"
-            )
-        keys = {s.key for s in sources}
-        preferred: str | None
-        if settings.source is not None:
-            preferred, why = _named_source(kb, settings.source, keys), f"--source {settings.source}"
-        else:
-            preferred = next((n.key for n in getattr(warm, "neighbours", ()) if n.key in keys), None)
-            why = "nearest neighbour"
-        note = (
-            f"sampler: {settings.sampler} (paper 001{', map anchored at the identity' if spec.hands_over else ''}) "
-            f"from {len(sources)} candidate sources"
-            + (
-                f", source {next(s.name for s in sources if s.key == preferred)} ({why})"
-                if preferred
-                else ", source chosen after the initial design"
-            )
-        )
-        after = None
-        if spec.hands_over:  # BO on a plain GP of the target's trials once the mapping stalls
-            plain = SurrogateInputs(
-                space, (), models_dir, settings.seed, settings.k, "constant", (), SourceFits(), settings.kernel
-            )
-            after = registry.prepare(registry.resolve("gp", plain), plain)
-        return Planned(
-            SurrogatePlan(settings.sampler, requested, "-", note, str(models_dir), None, tuple(s.key for s in sources)),
-            after,
-            sources=tuple(sources),
-            preferred=preferred,
-        )
+        return _plan_source_sampler(req, fits, spec.hands_over)
     if spec.plan == "none":
         return Planned(SurrogatePlan(settings.sampler, requested, "-", f"sampler: {settings.sampler}", str(models_dir)))
-    needs_history = requested != "gp" or settings.prior_mean in ("neighbours", "observations")
-    sources = (
-        history_sources(kb, settings.job_name, space, exclude_fingerprint, fits.store, progress)
-        if needs_history or recorded
-        else []
+    return _plan_bo(req, fits, meta_dir)
+
+
+def _plan_source_sampler(req: _Request, fits: SourceFits, hands_over: bool) -> Planned:
+    """A sampler that maps one source onto the target (paper 001): its candidate sources, the one
+    it prefers, and with ``hands_over`` the plain GP that BO on the target's trials continues with."""
+    from agent.surrogates import registry
+
+    settings = req.settings
+    sources = req.history(fits)
+    if req.recorded is not None:
+        sources = _recorded_sources(sources, req.recorded)
+    if not sources:
+        raise StudyError(
+            f"--sampler {settings.sampler} needs history for job {settings.job_name} with this search space"
+        )
+    preferred, why = _preferred_source(req, {s.key for s in sources})
+    note = (
+        f"sampler: {settings.sampler} (paper 001{', map anchored at the identity' if hands_over else ''}) "
+        f"from {len(sources)} candidate sources"
+        + (
+            f", source {next(s.name for s in sources if s.key == preferred)} ({why})"
+            if preferred
+            else ", source chosen after the initial design"
+        )
     )
-    if recorded is not None:
-        sources = _recorded_sources(sources, recorded)
-    elif len(sources) > MAX_SOURCES:
-        sources = most_relevant(sources, getattr(warm, "ranked", ()), fits, space, settings.kernel, progress)
+    after = None
+    if hands_over:  # BO on a plain GP of the target's trials once the mapping stalls
+        plain = SurrogateInputs(
+            req.space, (), req.models_dir, settings.seed, settings.k, "constant", (), SourceFits(), settings.kernel
+        )
+        after = registry.prepare(registry.resolve("gp", plain), plain)
+    return Planned(
+        SurrogatePlan(
+            settings.sampler, req.requested, "-", note, str(req.models_dir), None, tuple(s.key for s in sources)
+        ),
+        after,
+        sources=tuple(sources),
+        preferred=preferred,
+    )
+
+
+def _preferred_source(req: _Request, keys: set[str]) -> tuple[str | None, str]:
+    """The source a paper-001 sampler starts from and why: ``--source``, else the warm start's
+    nearest neighbour among ``keys`` (None: chosen after the initial design)."""
+    if req.settings.source is not None:
+        return _named_source(req.kb, req.settings.source, keys), f"--source {req.settings.source}"
+    preferred = next((n.key for n in getattr(req.warm, "neighbours", ()) if n.key in keys), None)
+    return preferred, "nearest neighbour"
+
+
+def _plan_bo(req: _Request, fits: SourceFits, meta_dir: Path) -> Planned:
+    """BO on the surrogate the registry resolves for ``req.requested`` (a resumed study: the recorded
+    one, on the same meta-model), its missing source models fitted, and the initial configurations."""
+    from agent.surrogates import registry
+    from agent.tuning.source_models import fit_missing, sources_used
+
+    settings, recorded = req.settings, req.recorded
+    sources = _bo_sources(req, fits)
     inputs = SurrogateInputs(
-        space,
+        req.space,
         tuple(sources),
         meta_dir,
         settings.seed,
         settings.k,
         settings.prior_mean or "constant",
-        tuple(n.key for n in getattr(warm, "neighbours", ())),
+        tuple(n.key for n in getattr(req.warm, "neighbours", ())),
         fits,
         settings.kernel,
     )
-    resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(requested, inputs)
+    resolution = registry.Resolution(recorded.surrogate) if recorded else registry.resolve(req.requested, inputs)
     version = registry.get(resolution.name).meta_model_version(meta_dir)
     if recorded is not None and version != recorded.meta_model:
         raise StudyError(
             f"the {resolution.name} meta-model in {meta_dir} changed since the study started "
             f"({recorded.meta_model} -> {version}); resume with --models-dir pointing at the original"
         )
-    fit_missing(fits, sources_used(resolution.name, inputs), inputs, progress)
+    fit_missing(fits, sources_used(resolution.name, inputs), inputs, req.progress)
     surrogate = registry.prepare(resolution, inputs)
     if recorded is not None:
         initial = list(recorded.initial)
     else:
-        initial = _initial_configs(space, warm, surrogate)
+        initial = _initial_configs(req.space, req.warm, surrogate)
     plan = SurrogatePlan(
         "bo",
-        requested,
+        req.requested,
         surrogate.name,
         surrogate.note,
-        str(models_dir),
+        str(req.models_dir),
         version,
         tuple(s.key for s in sources),
         tuple(initial),
     )
     return Planned(plan, surrogate)
+
+
+def _bo_sources(req: _Request, fits: SourceFits) -> list[SourceTask]:
+    """The sources BO's surrogate is prepared on: none for a plain GP with a constant prior mean,
+    a resumed study's recorded ones, else the history, cut to the most relevant when it is long."""
+    from agent.tuning.source_models import MAX_SOURCES, most_relevant
+
+    needs_history = req.requested != "gp" or req.settings.prior_mean in ("neighbours", "observations")
+    sources = req.history(fits) if needs_history or req.recorded else []
+    if req.recorded is not None:
+        return _recorded_sources(sources, req.recorded)
+    if len(sources) > MAX_SOURCES:
+        return most_relevant(
+            sources, getattr(req.warm, "ranked", ()), fits, req.space, req.settings.kernel, req.progress
+        )
+    return sources
 
 
 def _recorded_sources(sources: list[SourceTask], recorded: SurrogatePlan) -> list[SourceTask]:

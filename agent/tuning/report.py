@@ -178,17 +178,29 @@ def _metafeature_map(kb: KnowledgeBase, record: StudyRecord) -> tuple[np.ndarray
 def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> Report:
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg")  # the section helpers draw with pyplot, off-screen
 
     settings = record.settings
     mode, metric = str(settings.get("mode", "min")), str(settings.get("metric", "objective"))
     trials = kb.trials(record)
     tags = kb.study_tags(record)
-    figures: dict[str, Any] = {}
-    sections: list[str] = []
+    figures: dict[str, Any] = {}  # each section helper adds the figure it draws
+    sections = [_best_so_far_section(kb, record, trials, mode, metric, figures)]
+    scores, how = importance(trials, space, mode)
+    sections.append(_importance_section(scores, how, figures))
+    warm = json.loads(tags["warm_start"]) if tags.get("warm_start") else {}
+    sections.append(_neighbours_section(warm, tags, metric))
+    sections.append(_map_section(kb, record, warm.get("neighbours", []), figures))
+    sections.append(_failures_section(trials))
+    return Report(record.name, _page(record, tags, trials, mode, metric, sections), figures, scores)
 
-    # 1. best so far
+
+def _best_so_far_section(
+    kb: KnowledgeBase, record: StudyRecord, trials: list[TrialRecord], mode: str, metric: str, figures: dict[str, Any]
+) -> str:
+    """Part 1: the study's best so far against the cold-start studies; draws ``best_so_far.png``."""
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs, ys = _best_so_far(trials, mode)
     if xs:
@@ -202,7 +214,7 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
     ax.set_ylabel(f"best {metric}")
     shown = [v for v in ys] + [v for _, ref in refs for v in _best_so_far(ref, mode)[1]]
     log_axis = bool(shown) and min(shown) > 0 and max(shown) / min(shown) >= 10
-    if log_axis:  # one diverged first trial (31 against 1.7) flattened every later improvement on a linear axis
+    if log_axis:  # on a linear axis one diverged trial (31 against 1.7) flattens every later improvement
         ax.set_yscale("log")
     ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
@@ -214,27 +226,30 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
     )
     if log_axis:
         ref_note += "; a log axis: the values span more than a factor of 10"
-    sections.append(f"<h2>1. Best so far</h2><p>{html.escape(ref_note)}.</p><img src='best_so_far.png'>")
+    return f"<h2>1. Best so far</h2><p>{html.escape(ref_note)}.</p><img src='best_so_far.png'>"
 
-    # 2. importance
-    scores, how = importance(trials, space, mode)
-    if scores:
-        fig, ax = plt.subplots(figsize=(6, 0.4 * len(scores) + 1))
-        names = list(scores)[::-1]
-        ax.barh(names, [scores[n] for n in names], color="tab:blue")
-        ax.set_xlabel("importance")
-        fig.tight_layout()
-        figures["importance.png"] = fig
-        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.3f}</td></tr>" for k, v in scores.items())
-        sections.append(
-            f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p><img src='importance.png'>"
-            f"<table><tr><th>hyperparameter</th><th>importance</th></tr>{rows}</table>"
-        )
-    else:
-        sections.append(f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p>")
 
-    # 3. neighbours
-    warm = json.loads(tags["warm_start"]) if tags.get("warm_start") else {}
+def _importance_section(scores: dict[str, float], how: str, figures: dict[str, Any]) -> str:
+    """Part 2: the importance ranking and how it was computed; draws ``importance.png`` when ranked."""
+    import matplotlib.pyplot as plt
+
+    if not scores:
+        return f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p>"
+    fig, ax = plt.subplots(figsize=(6, 0.4 * len(scores) + 1))
+    names = list(scores)[::-1]
+    ax.barh(names, [scores[n] for n in names], color="tab:blue")
+    ax.set_xlabel("importance")
+    fig.tight_layout()
+    figures["importance.png"] = fig
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.3f}</td></tr>" for k, v in scores.items())
+    return (
+        f"<h2>2. Hyperparameter importance</h2><p>{html.escape(how)}.</p><img src='importance.png'>"
+        f"<table><tr><th>hyperparameter</th><th>importance</th></tr>{rows}</table>"
+    )
+
+
+def _neighbours_section(warm: dict[str, Any], tags: dict[str, str], metric: str) -> str:
+    """Part 3: the neighbours that seeded the study (the ``warm_start`` tag) and what the warm start said."""
     neighbours = warm.get("neighbours", [])
     if neighbours:
         rows = "".join(
@@ -247,36 +262,42 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
     else:
         table = "<p>No neighbour seeded this study.</p>"
     said = warm.get("message") or tags.get("warm_start_method") or "warm start off"
-    sections.append(f"<h2>3. Neighbours that seeded the study</h2><p>{html.escape(str(said))}</p>{table}")
+    return f"<h2>3. Neighbours that seeded the study</h2><p>{html.escape(str(said))}</p>{table}"
 
-    # 4. knowledge-base map
+
+def _map_section(
+    kb: KnowledgeBase, record: StudyRecord, neighbours: list[dict[str, Any]], figures: dict[str, Any]
+) -> str:
+    """Part 4: the job's datasets by meta-features, this one and its neighbours marked; draws
+    ``knowledge_map.png`` when at least three datasets have meta-features."""
+    import matplotlib.pyplot as plt
+
     mapped = _metafeature_map(kb, record)
-    if mapped is not None:
-        points, names, me = mapped
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        ax.scatter(points[:, 0], points[:, 1], s=14, color="tab:gray", alpha=0.6, label="historical datasets")
-        ax.scatter([points[me, 0]], [points[me, 1]], s=90, marker="*", color="tab:red", label=record.dataset[:40])
-        near = {str(n["name"]) for n in neighbours}
-        for i, name in enumerate(names):
-            if name in near:
-                ax.scatter([points[i, 0]], [points[i, 1]], s=40, facecolors="none", edgecolors="tab:blue")
-                ax.annotate(name[:30], points[i], fontsize=7)
-        ax.set_xlabel("PC 1")
-        ax.set_ylabel("PC 2")
-        ax.legend(loc="best", fontsize=7)
-        fig.tight_layout()
-        figures["knowledge_map.png"] = fig
-        sections.append(
-            f"<h2>4. The knowledge base</h2><p>{len(names)} datasets of job {html.escape(record.job)} by their "
-            "hand-crafted meta-features (PCA to 2-D); red star: this study's dataset; circles: its "
-            "neighbours.</p><img src='knowledge_map.png'>"
-        )
-    else:
-        sections.append(
-            "<h2>4. The knowledge base</h2><p>Fewer than three datasets with meta-features for this job: no map.</p>"
-        )
+    if mapped is None:
+        return "<h2>4. The knowledge base</h2><p>Fewer than three datasets with meta-features for this job: no map.</p>"
+    points, names, me = mapped
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.scatter(points[:, 0], points[:, 1], s=14, color="tab:gray", alpha=0.6, label="historical datasets")
+    ax.scatter([points[me, 0]], [points[me, 1]], s=90, marker="*", color="tab:red", label=record.dataset[:40])
+    near = {str(n["name"]) for n in neighbours}
+    for i, name in enumerate(names):
+        if name in near:
+            ax.scatter([points[i, 0]], [points[i, 1]], s=40, facecolors="none", edgecolors="tab:blue")
+            ax.annotate(name[:30], points[i], fontsize=7)
+    ax.set_xlabel("PC 1")
+    ax.set_ylabel("PC 2")
+    ax.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    figures["knowledge_map.png"] = fig
+    return (
+        f"<h2>4. The knowledge base</h2><p>{len(names)} datasets of job {html.escape(record.job)} by their "
+        "hand-crafted meta-features (PCA to 2-D); red star: this study's dataset; circles: its "
+        "neighbours.</p><img src='knowledge_map.png'>"
+    )
 
-    # 5. failures and pruned
+
+def _failures_section(trials: list[TrialRecord]) -> str:
+    """Part 5: failed, pruned and killed trials counted by state and reason."""
     reasons = Counter(
         (t.state, t.reason.split(":")[0] if t.state == TRIAL_PRUNED else t.reason)
         for t in trials
@@ -290,8 +311,13 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
         body = f"<table><tr><th>state</th><th>reason</th><th>trials</th></tr>{rows}</table>"
     else:
         body = "<p>None: every trial finished.</p>"
-    sections.append(f"<h2>5. Failed, pruned and killed trials</h2>{body}")
+    return f"<h2>5. Failed, pruned and killed trials</h2>{body}"
 
+
+def _page(
+    record: StudyRecord, tags: dict[str, str], trials: list[TrialRecord], mode: str, metric: str, sections: list[str]
+) -> str:
+    """The HTML page: a heading line about the study, then the sections."""
     counts = Counter(t.state for t in trials)
     best = record.best_value
     head = (
@@ -300,13 +326,12 @@ def build_report(kb: KnowledgeBase, record: StudyRecord, space: SearchSpace) -> 
         f"trials: {', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}; best "
         f"{'-' if best is None else f'{best:.5g}'}; surrogate {html.escape(tags.get('surrogate', '-'))}.</p>"
     )
-    page = (
+    return (
         "<!doctype html><html><head><meta charset='utf-8'><title>tune-agent report: "
         f"{html.escape(record.name)}</title><style>body{{font-family:sans-serif;max-width:900px;margin:2em auto}}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;font-size:90%}"
         f"img{{max-width:100%}}</style></head><body>{head}{''.join(sections)}</body></html>"
     )
-    return Report(record.name, page, figures, scores)
 
 
 def _trial_digest(trials: list[TrialRecord]) -> list[Any]:

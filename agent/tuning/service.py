@@ -206,17 +206,11 @@ def _close_failed(kb: KnowledgeBase, record: Any) -> None:
 
 def preview_warm_start(req: StudyRequest, kb: KnowledgeBase | None = None) -> tuple[Any, Any, Any]:
     """``(warm start, job, dataset)``: what ``start`` with ``req`` would warm-start from, by the
-    steps :func:`prepare_study` takes (the same sample, history and meta-features), writing nothing
-    but refreshed meta-features. What ``tune-agent neighbors`` prints."""
-    from agent.data import describe_dataset, load_dataset, sample_dataset
-    from agent.jobs import load_job
-
-    data = load_dataset(req.dataset, label=req.label, drop=req.drop)
-    job = load_job(req.job)
-    job.check_dataset(data)
+    steps :func:`prepare_study` takes (the same checks, sample, history and meta-features), writing
+    nothing but refreshed meta-features. What ``tune-agent neighbors`` prints."""
+    job, data, sample, summary = _load_inputs(req, echo=lambda _: None)
     kb = kb or open_store(req.tracking_uri, req.artifact_root)
-    sample = sample_dataset(data, SAMPLE_SIZE, seed=req.seed)
-    return _plan_warm_start(kb, job, data, sample, describe_dataset(data), req), job, data
+    return _plan_warm_start(kb, job, data, sample, summary, req), job, data
 
 
 def _plan_warm_start(

@@ -1,6 +1,6 @@
 """Warm starting a study from its nearest historical datasets (paper 003 Alg. 3, paper 000 Alg. 3).
 
-Before the first trial: meta-features of the new dataset → the ``k`` nearest historical datasets
+Ahead of the first trial: meta-features of the new dataset → the ``k`` nearest historical datasets
 run with the same job and search space → their best configurations are evaluated first → (with
 ``prior_mean='neighbours'``) the mean of their response surfaces becomes the GP's prior mean.
 The method falls back learned → hand-crafted → none when there is no trained extractor or no
@@ -29,15 +29,23 @@ import numpy as np
 
 from agent.config import PRIOR_MEANS, WARM_METHODS  # noqa: F401 - re-exported for callers
 from agent.errors import TuneAgentError
-from agent.knowledge.history import HistoricalDataset, load_history, surface_data, with_evaluations_loaded
+from agent.knowledge.history import (
+    HistoricalDataset,
+    compatible_history,
+    load_history,
+    surface_data,
+    with_evaluations_loaded,
+)
 from agent.meta.neighbours import (
     HandcraftedFeaturizer,
     LearnedFeaturizer,
+    Neighbour,
     distinct_first,
     nearest,
     pairwise_distances,
     vectors_for,
 )
+from agent.space import SpaceMatch
 
 # A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
 # any historical dataset has to its nearest other-source neighbour is "far from everything".
@@ -187,6 +195,50 @@ def plan_warm_start(
     if requested == "none":
         return WarmStart("none", message="warm start off (--warm-start none)")
     listed = kb.list_studies()  # once: the history, the fallback match and the neighbours' records all read it
+    history, match, matched_note = _job_history(kb, job, dataset, listed)
+    if not history:
+        return WarmStart(
+            "none", message=f"warm start: no history for job {job.name} with this search space; starting cold"
+        )
+    featurizer, note = _featurizer(requested, models_dir)
+    evaluated_elsewhere = len(history)  # counted while datasets without samples or meta-features are still in
+    _attach_samples(kb, featurizer, history)
+    if featurizer.method == "handcrafted":
+        _refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
+    vectors = vectors_for(featurizer, history)
+    query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
+    found = nearest(query, vectors, len(history), featurizer.standardise)
+    near = nearness(query, vectors, [h.source for h in history], featurizer.standardise)
+    neighbours = _pick_neighbours(kb, job, history, found, match, k, {s.study_id: s for s in listed})
+    far = near is not None and near.far
+    prior = prior_mean or ("neighbours" if neighbours and not far else "constant")
+    if not neighbours and evaluated_elsewhere and prior_mean in (None, "neighbours"):
+        # No meta-feature neighbours (e.g. the history is imported evaluations without dataset
+        # samples): choose them from the target's own observations as trials arrive instead.
+        message = (
+            f"warm start: none of the {evaluated_elsewhere} historical datasets has {featurizer.method} "
+            "meta-features; the GP prior mean follows the ones nearest to this study's results"
+        )
+        return WarmStart(featurizer.method, (), message, "observations", tuple(history))
+    head = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}{matched_note})"
+    return WarmStart(
+        featurizer.method,
+        tuple(neighbours),
+        _neighbours_message(head, neighbours, near, len(history)),
+        prior,
+        tuple(history),
+        distance_ratio=None if near is None else near.ratio,
+        far=far,
+        ranked=tuple(history[n.index].key for n in found),
+    )
+
+
+def _job_history(
+    kb: Any, job: Any, dataset: Any, listed: list[Any]
+) -> tuple[list[HistoricalDataset], SpaceMatch | None, str]:
+    """The historical datasets of ``job`` and its space (``dataset``'s own excluded), without samples
+    or evaluations; when there are none, those of the closest compatible job and space, with the
+    match and a note about it (``"; ..."``) for the message."""
     history = load_history(
         kb,
         job=job.name,
@@ -196,36 +248,32 @@ def plan_warm_start(
         exclude_fingerprints={dataset.fingerprint},
         studies=listed,
     )
-    match, matched_note = None, ""
-    if not history:
-        from agent.knowledge.history import compatible_history
+    if history:
+        return history, None, ""
+    history, match, other = compatible_history(
+        kb,
+        job.space,
+        with_samples=False,
+        with_evaluations=False,
+        exclude_fingerprints={dataset.fingerprint},
+        studies=listed,
+    )
+    return history, match, "" if match is None else "; " + match.note(f"job {other}")
 
-        history, match, other = compatible_history(
-            kb,
-            job.space,
-            with_samples=False,
-            with_evaluations=False,
-            exclude_fingerprints={dataset.fingerprint},
-            studies=listed,
-        )
-        if match is not None:
-            matched_note = "; " + match.note(f"job {other}")
-    if not history:
-        return WarmStart(
-            "none", message=f"warm start: no history for job {job.name} with this search space; starting cold"
-        )
-    featurizer, note = _featurizer(requested, models_dir)
-    evaluated_elsewhere = len(history)  # before datasets without samples or meta-features drop out
-    _attach_samples(kb, featurizer, history)
-    if featurizer.method == "handcrafted":
-        _refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
-    vectors = vectors_for(featurizer, history)
-    query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
-    found = nearest(query, vectors, len(history), featurizer.standardise)
-    near = nearness(query, vectors, [h.source for h in history], featurizer.standardise)
-    studies = {s.study_id: s for s in listed}
+
+def _pick_neighbours(
+    kb: Any,
+    job: Any,
+    history: list[HistoricalDataset],
+    found: list[Neighbour],
+    match: SpaceMatch | None,
+    k: int,
+    studies: Mapping[str, Any],
+) -> list[NeighbourInfo]:
+    """Up to ``k`` of the ``found`` datasets with a best configuration (in ``job``'s space, translated
+    through ``match`` when the history is another space's): distinct sources first, then the nearest
+    of the rest; nearest first. Loads the evaluations of each dataset it looks at into ``history``."""
     neighbours: list[NeighbourInfo] = []
-    # Distinct sources first, then the nearest of the rest while fewer than k were found.
     distance = {n.index: n.distance for n in found}
     for i in distinct_first([n.index for n in found], [h.source for h in history]):
         if len(neighbours) == k:
@@ -236,40 +284,23 @@ def plan_warm_start(
             config = dict(best.config) if match is None else job.space.decode(job.space.translate(best.config, match))
             neighbours.append(NeighbourInfo(h.name, h.key, distance[i], config, best.value))
     neighbours.sort(key=lambda x: x.distance)
-    far = near is not None and near.far
-    prior = prior_mean or ("neighbours" if neighbours and not far else "constant")
-    if not neighbours and evaluated_elsewhere and prior_mean in (None, "neighbours"):
-        # No meta-feature neighbours (e.g. the history is imported evaluations without dataset
-        # samples): choose them from the target's own observations as trials arrive instead.
-        prior = "observations"
-        message = (
-            f"warm start: none of the {evaluated_elsewhere} historical datasets has {featurizer.method} "
-            "meta-features; the GP prior mean follows the ones nearest to this study's results"
-        )
-        return WarmStart(featurizer.method, (), message, prior, tuple(history))
+    return neighbours
+
+
+def _neighbours_message(head: str, neighbours: list[NeighbourInfo], near: Nearness | None, n_history: int) -> str:
+    """The warm start's one line: the neighbours and their distances against the history's own, or
+    that the dataset is far from every historical dataset and no neighbour seeds."""
     names = ", ".join(f"{n.name} ({n.distance:.3g})" for n in neighbours)
-    head = f"warm start ({featurizer.method} meta-features{'; ' + note if note else ''}{matched_note})"
     if near is None:
-        message = f"{head}: nearest {names}"
-    elif far:
-        message = (
-            f"{head}: this dataset is far from all {len(history)} historical datasets (nearest "
+        return f"{head}: nearest {names}"
+    if near.far:
+        return (
+            f"{head}: this dataset is far from all {n_history} historical datasets (nearest "
             f"{neighbours[0].name if neighbours else '-'} at {near.nearest:.3g}, {near.nearest / near.largest:.1f}x "
             "the farthest any of them is from its nearest other-source neighbour); no neighbour seeds: "
             "the history's portfolio and the guarded transfer surrogate lead"
         )
-    else:
-        message = f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"
-    return WarmStart(
-        featurizer.method,
-        tuple(neighbours),
-        message,
-        prior,
-        tuple(history),
-        distance_ratio=None if near is None else near.ratio,
-        far=far,
-        ranked=tuple(history[n.index].key for n in found),
-    )
+    return f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"
 
 
 def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:

@@ -4,6 +4,7 @@ reads them; with more sources than a surrogate attends to, only the cap is kept.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -26,5 +27,11 @@ def test_sources_bench_prepares_from_stored_models_and_caps_the_sources(monkeypa
     )
     for size in (3, 9):
         assert rows[(size, "gp")]["ran_as"] == "gp" and rows[(size, "rgpe")]["prepare_s"] >= 0
-    assert rows[(3, "rgpe")]["ran_as"] == "rgpe" and "over 3 source tasks" in rows[(3, "rgpe")]["note"]
+    # every source accounted for: used, or left out by the signal check (its R² on 8 points of the
+    # toy surface sits near the threshold, so which of the two is not the test's business)
+    note = rows[(3, "rgpe")]["note"]
+    used = re.search(r"over (\d+) source tasks", note)
+    left = re.search(r"(\d+) without a predictable response surface left out", note)
+    assert rows[(3, "rgpe")]["ran_as"] == "rgpe" and used is not None, note
+    assert int(used.group(1)) + (int(left.group(1)) if left else 0) == 3, note
     assert "over 4 source tasks" in rows[(9, "rgpe")]["note"]  # 9 sources, the cap of 4 kept

@@ -345,7 +345,7 @@ def test_lcbench_files_that_drift_from_the_builtin_descriptor_are_refused(tmp_pa
 @needs_lcbench
 def test_a_descriptor_with_columns_swapped_is_refused_for_a_scenario_yahpo_gym_knows(tmp_path: Path) -> None:
     """Two numeric columns swapped pass every check of the files and return plausible wrong values
-    (issue 38: mmce off by up to 0.45); for a scenario yahpo-gym describes, the order must be its."""
+    (a wrong order put mmce off by up to 0.45); for a scenario yahpo-gym describes, the order must be its."""
     from agent.data.yahpo_scenarios import BUILTIN
 
     folder = tmp_path / "lcbench"

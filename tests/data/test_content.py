@@ -1,5 +1,5 @@
 """Content fingerprints (agent/data/content.py): one dataset is one source whatever its name, and
-the held-out packages' tables stay out of the knowledge base by content (issue 36)."""
+the held-out packages' tables stay out of the knowledge base by content."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def test_a_store_written_before_the_cache_gets_a_version_on_first_listing(store,
 
 def test_a_version_tag_write_that_loses_a_race_is_retried(store, tmp_path, monkeypatch) -> None:
     """Two agents ending studies at once both insert the experiment's version tag; postgres refuses
-    the second insert (the CI failure of stop 26). The loser retries, which then updates the tag;
+    the second insert (a race seen in CI). The loser retries, which then updates the tag;
     any other refusal is raised at once."""
     from mlflow.exceptions import MlflowException
 

@@ -307,7 +307,7 @@ def test_hts_takes_the_source_study_it_is_told(built, cli) -> None:
         and store.kb().find_study("hts-bad") is None
     )
     wrong = cli(*base[:-2], "--source", source.name)
-    assert wrong.code == 2 and "--source names the source study of --sampler hts" in wrong.err
+    assert wrong.code == 2 and "--source names the source study of a sampler that maps one (--sampler hts)" in wrong.err
 
 
 def test_fallbacks_say_so_in_one_line(built, cli, tmp_path) -> None:

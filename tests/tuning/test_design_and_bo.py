@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.config import INIT_METHODS, StudySettings
+from agent.config import INIT_METHODS, StudyRequest, StudySettings
 from agent.errors import TuneAgentError
 from agent.samplers.acquisition import build_acquisition, optimize_on_space, structural_fixings
 from agent.samplers.design import initial_design
@@ -130,7 +130,7 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     assert origins[4] == ["init:sobol"] * 2 + ["bo:logei"] * 3 + ["random:interleaved"]
     assert origins[0] == ["init:sobol"] * 2 + ["bo:logei"] * 4
     with pytest.raises(TuneAgentError, match="--random-every"):
-        settings(-1)
+        StudyRequest(dataset="d", job="j", random_every=-1)  # the request is where options are checked
 
 
 def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:

@@ -185,3 +185,47 @@ def test_a_history_larger_than_the_surrogate_attends_to_keeps_the_most_relevant(
     assert sorted((fits.verdict(s)[1] for s in kept), reverse=True) == r2[:3] and fits.fitted == 0
     fresh = SourceFits()  # the stored verdicts are the ones a fit gives
     assert [fits.verdict(s)[0] for s in sources] == [fresh.verdict(s)[0] for s in sources]
+
+
+def test_source_means_on_two_threads_leave_every_later_posterior_its_variance() -> None:
+    """Source means taken on two threads at once (two studies ending in one process) change no
+    process-wide GPyTorch setting: a GP's posterior afterwards still has its variance."""
+    import sys
+    import threading
+
+    import torch
+
+    from agent.surrogates.contract import SourceFits, SourceTask
+    from agent.surrogates.source_gp import fit_source_gps
+
+    rng = np.random.default_rng(0)
+    sources = []
+    for k in range(2):
+        U = rng.random((12, 2))
+        sources.append(SourceTask(f"s{k}", f"s{k}", U, np.sin(3 * U[:, 0] + k)))
+    fits = SourceFits()
+    for s in sources:
+        fits.gp(s)
+
+    def means(source: SourceTask) -> None:
+        own = np.random.default_rng(int(source.key[1:]))  # each thread its own points
+        for i in range(300):
+            fits.mean_on(source, own.random((4, 2)) + i)  # new points each time: never from the cache
+
+    threads = [threading.Thread(target=means, args=(s,)) for s in sources]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads change hands often, as on a busy machine
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    import gpytorch
+
+    assert not gpytorch.settings.skip_posterior_variances.on()
+    model = fit_source_gps([(sources[0].U, sources[0].y)])[0]
+    with torch.no_grad():
+        variance = model.posterior(torch.as_tensor(rng.random((3, 2)))).variance
+    assert bool((variance > 0).all()), variance

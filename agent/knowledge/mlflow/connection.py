@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -50,7 +50,7 @@ KNOWLEDGE_EXPERIMENT = "tune-agent/knowledge"  # published meta-models (:mod:`.m
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 
 
-def runs_view_state(space: list[Mapping[str, Any]]) -> dict[str, Any]:
+def runs_view_state(space: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The runs table's state for a job's studies: each study's dataset and ``best_objective``, each
     trial's ``objective`` and hyperparameters (the trials are grouped under their study's row)."""
     names = [str(p["name"]) for p in space if "name" in p]
@@ -134,7 +134,7 @@ class MlflowConnection(KnowledgeBase):
         # MLflow prints "View run ... / View experiment ..." links on stdout twice per trial
         # against a server; the study's own lines say where things are.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "1")
-        # A server that went down: MLflow's default 7 silent retries took ~250 s; :meth:`_call`
+        # A server that went down: MLflow's default 7 silent retries take ~250 s; :meth:`_call`
         # retries instead, saying so on stderr within seconds. MLflow's own retries would also
         # re-send a POST whose answer was lost, and a run created twice is a duplicate trial:
         # none are left to it, and :meth:`_call`'s first, silent retry absorbs a single dropped
@@ -160,8 +160,8 @@ class MlflowConnection(KnowledgeBase):
         self._call(self._client.search_experiments, max_results=1)
 
     def _check_artifact_root(self) -> None:
-        """A local artifact root must take files before a study run is created: a read-only one
-        used to fail 30 s later with a traceback and a study run left RUNNING without its files."""
+        """A local artifact root must take files before a study run is created: otherwise a read-only
+        one fails 30 s later, with a traceback and a study run left RUNNING without its files."""
         root = self.artifact_root
         if not root or ("://" in root and not root.startswith("file:")) or self.__dict__.get("_root_checked"):
             return
@@ -220,7 +220,7 @@ class MlflowConnection(KnowledgeBase):
                         f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
                         f"retries over {time.monotonic() - first_failure:.0f} s"
                     ) from None
-                if mlflow_error:
+                if mlflow_error or not isinstance(exc, OSError):  # not an MLflow error: an OSError
                     raise explain_mlflow_error(self.tracking_uri, exc) from None
                 raise unwritable(
                     f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",

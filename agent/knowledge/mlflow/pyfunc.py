@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import mlflow.pyfunc
+from mlflow.pyfunc import PythonModel
 
 
-class ServingPyfunc(mlflow.pyfunc.PythonModel):
+class ServingPyfunc(PythonModel):
     """``predict`` hands the rows to ``inner.predict`` (:class:`agent.ops.models.RawClassifier`)."""
 
     def __init__(self, inner: Any) -> None:

@@ -73,6 +73,13 @@ class MlflowModels(MlflowConnection):
             # start_run reopens the trial's run, and a try that failed inside it ended it FAILED:
             # the run goes back to how the study left it
             self._call(self._client.set_terminated, trial.trial_id, status, end_time=ended)  # its own duration kept
+        self._describe_version(study, trial, name, version, tags)
+        return version
+
+    def _describe_version(
+        self, study: StudyRecord, trial: TrialRecord, name: str, version: str, tags: Mapping[str, str]
+    ) -> None:
+        """Model ``name``'s ``version`` gets ``tags`` and a description naming the study and trial."""
         for key, value in tags.items():
             self._call(self._client.set_model_version_tag, name, version, key, str(value)[:5000])
         self._call(
@@ -82,7 +89,6 @@ class MlflowModels(MlflowConnection):
             description=f"Best configuration of tune-agent study `{study.name}` (trial {trial.number + 1}), "
             f"retrained with its seed and split.",
         )
-        return version
 
     # -- meta-model runs -----------------------------------------------------------------------
     def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:

@@ -75,7 +75,7 @@ def unreachable(exc: BaseException) -> bool:
 
 def server_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the server's own failure (HTTP 5xx, 429), which a second try may not
-    meet (a busy database), as MLflow's own single retry used to absorb. ``INTERNAL_ERROR`` is
+    meet (a busy database): the kind of failure MLflow's own single retry absorbs. ``INTERNAL_ERROR`` is
     also MLflow's code for an error of no known kind: those get the one quick retry too."""
     code = str(getattr(exc, "error_code", ""))
     text = str(exc).lower()

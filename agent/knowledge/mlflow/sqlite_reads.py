@@ -11,7 +11,7 @@ call (any write, any artifact not on this machine) to a real ``MlflowClient``, m
 MLflow owns that schema, so the fast path is taken only for a store whose schema revision
 (``alembic_version``) is one this module was checked against (:data:`KNOWN_REVISIONS`; a test
 compares every read with MLflow's own on a real store, and another fails when the installed MLflow
-makes stores of a revision not listed). Any other store is read through MLflow as before.
+makes stores of a revision not listed). Any other store is read through MLflow.
 """
 
 from __future__ import annotations
@@ -197,10 +197,8 @@ class SqliteReads:
                 page_token=page_token,
                 **kwargs,
             )
-        where, args = (
-            ["r.lifecycle_stage = 'active'", f"r.experiment_id in ({','.join('?' * len(experiment_ids))})"],
-            [int(e) for e in experiment_ids],
-        )
+        where = ["r.lifecycle_stage = 'active'", f"r.experiment_id in ({','.join('?' * len(experiment_ids))})"]
+        args: list[int | str] = [int(e) for e in experiment_ids]
         for kind, key, op, value in clauses:
             if kind == "tag":
                 where.append(

@@ -286,8 +286,8 @@ class MlflowStudies(MlflowConnection):
     ) -> StudyRecord:
         """One finished study holding evaluations made elsewhere, its trials inline.
 
-        Three MLflow calls per row made a 64-row study cost 2 s on sqlite (a 240-dataset starter
-        history took minutes); the rows are one ``trials.json`` artifact of the study run instead,
+        Three MLflow calls per row would make a 64-row study cost 2 s on sqlite (a 240-dataset
+        starter history minutes); the rows are one ``trials.json`` artifact of the study run instead,
         marked by the tag ``tune_agent.trials_inline``, and :meth:`trials` reads them back as the
         same records. The study run shows them in the MLflow UI's artifact view.
         """
@@ -297,8 +297,9 @@ class MlflowStudies(MlflowConnection):
         record = self.create_study(name, settings, space, summary, dataset_sample, description)
         rows = []
         for number, (config, value) in enumerate(zip(configs, values)):
-            finite = value is not None and math.isfinite(float(value))
-            rows.append({"number": number, "config": dict(config), "value": float(value) if finite else None})
+            number_value = None if value is None else float(value)
+            finite = number_value is not None and math.isfinite(number_value)
+            rows.append({"number": number, "config": dict(config), "value": number_value if finite else None})
         self._call(self._client.log_dict, record.study_id, {"trials": rows}, INLINE_TRIALS)
         self._call(self._client.log_batch, record.study_id, tags=[RunTag(T + "trials_inline", "1")])
         return self.update_study(record, "finished")
