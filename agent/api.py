@@ -153,8 +153,7 @@ class TuningStudy:
         ``gpus_per_trial``, ``torch_threads``, ``ask_ahead``), checked as the command line checks
         them. With ``objective``, ``objective(trial)`` trains each trial here, one at a time, and
         returns the value (or None when :class:`agent.lightning.TuneAgentCallback` set it)."""
-        from agent.execution.options import check_execution
-        from agent.execution.workers import ASK_AHEAD
+        from agent.execution.options import ASK_AHEAD, check_execution
 
         if n_trials is not None and n_trials < 1:
             raise StudyError(f"n_trials must be at least 1, got {n_trials}")

@@ -20,7 +20,7 @@ os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 # would add to the suite. tests/tuning/test_trial_process.py and README's quickstart test run it.
 os.environ.setdefault("TUNE_AGENT_TRIAL_PROCESS", "0")
 # Commands run by the console script here are fresh processes, and none leaves a warm process behind
-# (agent/ops/warm_process.py, the product's default); tests/test_warm_process.py runs one of its own.
+# (agent/warm/process.py, the product's default); tests/test_warm_process.py runs one of its own.
 os.environ.setdefault("TUNE_AGENT_DAEMON", "0")
 # Published meta-models are fetched into a cache of the test session's own, never ~/.cache/tune-agent;
 # each test then gets a folder of its own (_private_meta_model_cache)

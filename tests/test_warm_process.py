@@ -1,4 +1,4 @@
-"""The warm process (agent/ops/warm_process.py): a command it runs is the command run fresh (same
+"""The warm process (agent/warm/process.py): a command it runs is the command run fresh (same
 trials, same exit codes, one line for bad input), the first command of an environment starts one
 and says so, Ctrl-C reaches the command, a killed client ends its command, and it is keyed and
 private. The rest of the suite runs fresh processes (TUNE_AGENT_DAEMON=0 in conftest)."""
@@ -178,7 +178,7 @@ def test_ctrl_c_reaches_the_command_and_a_killed_client_ends_it(warm) -> None:
 
 
 def test_the_key_follows_what_imports_read_and_not_the_terminal(tmp_path: Path) -> None:
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     env = {"PATH": "/usr/bin", "HOME": "/home/x"}
     base = warm_process.key(env)
@@ -188,7 +188,7 @@ def test_the_key_follows_what_imports_read_and_not_the_terminal(tmp_path: Path) 
 
 
 def test_a_folder_others_can_open_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
@@ -215,7 +215,7 @@ def test_a_warm_process_that_closes_before_forking_leaves_the_command_to_run_her
     import socket
     import threading
 
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     monkeypatch.setenv(warm_process.DIR_ENV, str(tmp_path / "sockets"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -246,7 +246,7 @@ def test_a_platform_without_peer_credentials_runs_every_command_fresh(cli, monke
     status` and doctor's line say why; commands run as fresh processes."""
     import socket
 
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     monkeypatch.setenv("TUNE_AGENT_DAEMON", "1")
     monkeypatch.delattr(socket, "SO_PEERCRED", raising=False)
@@ -256,3 +256,42 @@ def test_a_platform_without_peer_credentials_runs_every_command_fresh(cli, monke
     assert fine and "lacks the peer's credentials" in line
     res = cli("daemon", "status")
     assert res.code == 0 and "this platform lacks the peer's credentials (SO_PEERCRED): none is started" in res.out
+
+
+_ENDING = """
+import atexit, sys, threading, time
+from agent.warm import server
+
+atexit.register(print, "the warm process's own handler ran")  # as the warm process's imports register
+for name in sys.argv[1:]:  # what this interpreter is made to lack
+    module, attribute = name.split(".")
+    delattr({"atexit": atexit, "threading": threading}[module], attribute)
+run_exit_handlers = server._own_exit_handlers()
+atexit.register(print, "the command's handler ran")
+late = []
+worker = threading.Thread(target=lambda: (time.sleep(0.2), late.append(1)))
+worker.start()
+atexit.register(lambda: print("the command's thread was joined first:", bool(late)))
+server._end(3, run_exit_handlers)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize(
+    "lacking",
+    [(), ("atexit._clear", "atexit._run_exitfuncs"), ("threading._shutdown",)],
+    ids=["cpython", "no-private-atexit", "no-threading-shutdown"],
+)
+def test_a_command_ends_as_a_fresh_process_with_or_without_the_interpreters_private_helpers(
+    lacking: tuple[str, ...],
+) -> None:
+    """The fork's end (agent/warm/server.py) uses CPython's atexit._clear, atexit._run_exitfuncs and
+    threading._shutdown where they exist, and public means where they do not: either way the
+    command's threads are joined, its exit handlers run (newest first) and the warm process's own
+    do not, and the exit code is the command's."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ENDING, *lacking], capture_output=True, text=True, timeout=120, cwd=Path.cwd()
+    )
+    assert done.returncode == 3, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == ["the command's thread was joined first: True", "the command's handler ran"], done.stdout

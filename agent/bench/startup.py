@@ -246,7 +246,7 @@ def run_warm_startup_bench(
     models built and published once, by ``bootstrap --starter`` in its own folder. Two times per
     run: the line ``trial 1/`` (the trial asked and its run made) and when its training began (its
     end less the seconds it says it trained). ``warm``: both again, each command run by a warm
-    process (:mod:`agent.ops.warm_process`) started before the runs."""
+    process (:mod:`agent.warm.process`) started before the runs."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]

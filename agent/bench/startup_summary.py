@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-WARM = ", warm process"  # an arm's suffix: the command run by a warm process (agent.ops.warm_process)
+WARM = ", warm process"  # an arm's suffix: the command run by a warm process (agent.warm.process)
 FIRST_FETCH = "warm, first fetch"  # a teammate's first start: an empty cache, the published version fetched
 IN_PROCESS = ", trials in this process"  # the arm's suffix: TUNE_AGENT_TRIAL_PROCESS=0
 

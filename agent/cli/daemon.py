@@ -1,4 +1,4 @@
-"""``tune-agent daemon``: the warm process (:mod:`agent.ops.warm_process`) started, seen and stopped."""
+"""``tune-agent daemon``: the warm process (:mod:`agent.warm.process`) started, seen and stopped."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from agent.errors import TuneAgentError
 
 
 def _folder():
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     try:
         return warm_process.folder()
@@ -36,7 +36,7 @@ def daemon() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per warm process.")
 def status(as_json: bool) -> None:
     """Say which warm processes run, and whether this environment's is one of them."""
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     where = _folder()
     mine = warm_process.socket_path(where, warm_process.key())
@@ -79,7 +79,7 @@ def status(as_json: bool) -> None:
 )
 def start(wait_s: float) -> None:
     """Start this environment's warm process now (it starts by itself after a first command)."""
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     where = _folder()
     path = warm_process.socket_path(where, warm_process.key())
@@ -113,7 +113,7 @@ def start(wait_s: float) -> None:
 @daemon.command("stop")
 def stop() -> None:
     """Stop every warm process of this user (a running command finishes first)."""
-    from agent.ops import warm_process
+    from agent.warm import process as warm_process
 
     where = _folder()
     stopped = [

@@ -1,5 +1,5 @@
 """The ``tune-agent`` console script: the command goes to this user's warm process when one runs for
-this environment (:mod:`agent.ops.warm_process`), and runs here otherwise, starting one at its end
+this environment (:mod:`agent.warm.process`), and runs here otherwise, starting one at its end
 for the next command. Only standard-library modules and that light module are imported before the
 command is handed over."""
 
@@ -41,7 +41,7 @@ def main() -> None:
     launched_with = dict(os.environ)  # before any import sets a variable: the key of this command's environment
     warm, which = None, ""
     if _command(argv) in FORWARDED and not ({"-h", "--help", "--version"} & set(argv)):
-        from agent.ops import warm_process
+        from agent.warm import process as warm_process
 
         if warm_process.enabled():
             warm, which = warm_process, warm_process.key(launched_with)  # once: to hand over, or to start one
@@ -70,10 +70,10 @@ def _start_for_next_time(warm, env: dict[str, str], which: str) -> None:
 
 def serve_here() -> None:
     """The warm process: ``python -c "from agent.cli.entry import serve_here; serve_here()" KEY PATH``
-    (:func:`agent.ops.warm_process.start_in_background` starts it); its forks run :func:`agent.cli.main.main`."""
+    (:func:`agent.warm.process.start_in_background` starts it); its forks run :func:`agent.cli.main.main`."""
     import json
 
     from agent.cli.main import main as run
-    from agent.ops.warm_server import serve
+    from agent.warm.server import serve
 
     serve(sys.argv[1], json.loads(sys.argv[2]), run=run)

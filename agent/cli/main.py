@@ -18,6 +18,7 @@ import click
 from agent.cli import bench, bench_papers, bench_product, daemon, pipeline, store, study
 from agent.cli.options import Stores
 from agent.errors import StudyInterrupted, TuneAgentError
+from agent.warm.launch import Launch
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TUNE_AGENT", "help_option_names": ["-h", "--help"]})
@@ -25,7 +26,8 @@ from agent.errors import StudyInterrupted, TuneAgentError
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Bayesian optimisation of PyTorch Lightning jobs, with every run kept in MLflow."""
-    ctx.obj = Stores()
+    if ctx.obj is None:  # main() hands one over, with how this process was launched
+        ctx.obj = Stores()
 
 
 for _module in (study, store, pipeline, bench, daemon):
@@ -69,8 +71,9 @@ def _end_workers_then_die(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps errors to one line and an exit code."""
+def main(argv: list[str] | None = None, launch: Launch | None = None) -> None:
+    """Entry point: maps errors to one line and an exit code. ``launch``: how this process came to
+    be (a fork of the warm process, :mod:`agent.warm.server`); a fresh process by default."""
     import signal
     import threading
     import warnings
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     # five-line RuntimeWarning; the retry is its business, the study's lines say what was proposed.
     warnings.filterwarnings("ignore", message=r"Optimization failed", category=RuntimeWarning, module=r"botorch\..*")
     try:
-        cli.main(args=argv, prog_name="tune-agent", standalone_mode=False)
+        cli.main(args=argv, prog_name="tune-agent", standalone_mode=False, obj=Stores(launch or Launch()))
     except StudyInterrupted as exc:
         click.echo(f"tune-agent: {exc.line()}", err=True)
         sys.exit(exc.exit_code)

@@ -14,7 +14,9 @@ import click
 
 from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, PRUNERS, WARM_METHODS, StudyRequest
 from agent.errors import TuneAgentError
+from agent.execution.options import ASK_AHEAD
 from agent.registry import SAMPLERS, SURROGATES
+from agent.warm.launch import Launch
 
 tracking_option = click.option(
     "--tracking-uri",
@@ -34,10 +36,12 @@ artifact_option = click.option(
 
 
 class Stores:
-    """``ctx.obj``: the invocation's knowledge base, opened once (by URI scheme) on first use."""
+    """``ctx.obj``: the invocation's knowledge base, opened once (by URI scheme) on first use, and
+    how its process was launched (:class:`~agent.warm.launch.Launch`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, launch: Launch | None = None) -> None:
         self._open: dict[tuple[str | None, str | None, bool], Any] = {}
+        self.launch = launch or Launch()
 
     def get(self, tracking_uri: str | None, artifact_root: str | None = None, reads: bool = False) -> Any:
         key = (tracking_uri, artifact_root, reads)
@@ -46,6 +50,12 @@ class Stores:
 
             self._open[key] = open_knowledge_base(tracking_uri, artifact_root, fast_reads=reads)
         return self._open[key]
+
+
+def launched() -> Launch:
+    """How this invocation's process was launched (a fork of the warm process, or fresh)."""
+    stores = click.get_current_context().find_object(Stores)
+    return stores.launch if stores is not None else Launch()
 
 
 def kb_for(tracking_uri: str | None, artifact_root: str | None = None, reads: bool = False) -> Any:
@@ -310,7 +320,7 @@ EXECUTION_OPTIONS = [
     click.option(
         "--ask-ahead",
         type=int,
-        default=1,
+        default=ASK_AHEAD,
         show_default=True,
         help=(
             "With --workers > 1, trials proposed beyond the workers and held here, each started the moment a "

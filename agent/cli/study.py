@@ -12,6 +12,7 @@ from agent.cli.options import (
     artifact_option,
     execution_options,
     kb_for,
+    launched,
     lazy_kb,
     preparing,
     study_options,
@@ -44,7 +45,8 @@ def start(
     req = StudyRequest(**kwargs)
     from agent.execution.launch import abandoning, run_prepared, start_workers_early
 
-    early = start_workers_early(execution, req.job)
+    launch = launched()
+    early = start_workers_early(execution, req.job, fork=launch.fork)
     with (
         abandoning(early),
         preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"),
@@ -53,7 +55,8 @@ def start(
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
-    run_prepared(study, job, dataset, split, ProgressReporter(whole_process=True), execution, early, warn=_warn)
+    reporter = ProgressReporter(whole_process=True, launched_by=launch.client)
+    run_prepared(study, job, dataset, split, reporter, execution, early, warn=_warn)
 
 
 def _warn(line: str) -> None:
@@ -98,20 +101,17 @@ def resume(
     execution = check_execution(
         workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial, ray_working_dir
     )
-    from agent.execution.launch import abandoning, reopen, run_prepared, start_workers_early
+    from agent.execution.launch import abandoning, close_if_complete, reopen, run_prepared, start_workers_early
 
-    early = start_workers_early(execution, job)
+    launch = launched()
+    early = start_workers_early(execution, job, fork=launch.fork)
     with abandoning(early):
         with preparing(f"opening study {study_name}: loading libraries, data and trials"):
             from agent.execution.progress import ProgressReporter
 
             stored = reopen(study_name, kb_for(tracking_uri, artifact_root, reads=True), job, dataset)
-        reporter = ProgressReporter(whole_process=True)
-        for t in stored.closed:
-            reporter.line(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
-        if stored.study.remaining() <= 0:
-            stored.study.set_status("finished")
-            reporter.line(f"study {study_name} already has all {stored.study.settings.trials} trials")
+        reporter = ProgressReporter(whole_process=True, launched_by=launch.client)
+        if close_if_complete(stored, reporter.line):
             if early is not None:
                 early.abandon()
             return

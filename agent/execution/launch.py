@@ -19,10 +19,11 @@ from agent.errors import StoreError, StoreUnwritableError, StudyInterrupted, Tun
 from agent.execution.resources import ExecutionSettings
 
 
-def start_workers_early(execution: ExecutionSettings, job_spec: str | None) -> Any:
+def start_workers_early(execution: ExecutionSettings, job_spec: str | None, fork: bool = False) -> Any:
     """Ray's start begun now (:class:`agent.execution.ray_start.RayStart`) for a study on Ray; for one
     trial at a time here, the trial process started now
-    (:class:`agent.execution.trial_process.TrialProcess`); None for a benchmark job or with
+    (:class:`agent.execution.trial_process.TrialProcess`; ``fork``: it may be a fork of this
+    process, a command the warm process forked); None for a benchmark job or with
     ``TUNE_AGENT_TRIAL_PROCESS=0``."""
     from agent.execution.ray_start import start_workers_early as begin
 
@@ -33,7 +34,7 @@ def start_workers_early(execution: ExecutionSettings, job_spec: str | None) -> A
     from agent.jobs.registry import YAHPO_PREFIX
 
     if trial_process.wanted() and not (job_spec or "").strip().startswith(YAHPO_PREFIX):
-        return trial_process.TrialProcess()  # imports torch and Lightning while this process prepares
+        return trial_process.TrialProcess(fork=fork)  # imports torch and Lightning while this process prepares
     return None
 
 
@@ -124,3 +125,15 @@ def reopen(name: str, kb: Any, job: str | None = None, dataset: str | None = Non
     check_resume_matches(study, job_obj, job, dataset)
     data, split = load_study_data(study, job_obj)
     return Reopened(study, job_obj, data, split, study.recover())
+
+
+def close_if_complete(stored: Reopened, say: Callable[[str], None]) -> bool:
+    """The resume of a study that already has all its trials: marked finished, and said; True then
+    (nothing to run), False for a study with trials left."""
+    for t in stored.closed:
+        say(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
+    if stored.study.remaining() > 0:
+        return False
+    stored.study.set_status("finished")
+    say(f"study {stored.study.name} already has all {stored.study.settings.trials} trials")
+    return True

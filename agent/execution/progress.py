@@ -23,9 +23,16 @@ class ProgressReporter:
     under the lines: trials done of the budget, elapsed time and the estimate of what is left, the
     best so far, and the running trial's epoch with its latest metric."""
 
-    def __init__(self, stream: TextIO | None = None, rich: bool | None = None, whole_process: bool = False) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        rich: bool | None = None,
+        whole_process: bool = False,
+        launched_by: int | None = None,
+    ) -> None:
         self.stream = stream or sys.stdout
         self.whole_process = whole_process  # the command's own process: its closing line counts from launch
+        self.launched_by = launched_by  # a command the warm process forked: the client's pid, launched first
         self.rich = self.stream.isatty() if rich is None else rich
         self._console = None
         self._progress: Any = None
@@ -151,7 +158,7 @@ class ProgressReporter:
                 f"{timing.workers} workers ({100 * timing.utilisation:.0f}% of their time)"
             )
         elif timing.wall_seconds > 0:
-            age = process_seconds() if self.whole_process else None
+            age = process_seconds(self.launched_by) if self.whole_process else None
             if age is not None and age > timing.wall_seconds:  # the overhead of the whole command, start-up included
                 wait = getattr(timing, "first_wait_seconds", 0.0)  # the trial process still importing Lightning
                 self.line(
@@ -167,16 +174,13 @@ class ProgressReporter:
                 )
 
 
-LAUNCHED_BY: int | None = None  # a command the warm process runs: its client's pid (agent.ops.warm_server)
-
-
-def process_seconds() -> float | None:
-    """Seconds since this process was launched (Linux's /proc), or None where that is unknown; for
-    a command the warm process runs, since its client (:data:`LAUNCHED_BY`) was launched."""
+def process_seconds(pid: int | None = None) -> float | None:
+    """Seconds since this process (or process ``pid``: for a command the warm process forked, its
+    client) was launched, from Linux's /proc; None where that is unknown."""
     import os
 
     try:
-        fields = Path(f"/proc/{LAUNCHED_BY or 'self'}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid or 'self'}/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, counted after the command name
         return float(Path("/proc/uptime").read_text().split()[0]) - started
     except (OSError, ValueError, IndexError):

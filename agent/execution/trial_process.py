@@ -55,8 +55,10 @@ class TrialProcess:
     is sent (:func:`child_main`). ``abandon`` stops it (a study that fails before its first trial,
     or runs its trials elsewhere)."""
 
-    def __init__(self, fork: bool | None = None) -> None:
-        self._spawn(_can_fork() if fork is None else fork)
+    def __init__(self, fork: bool = False) -> None:
+        """``fork``: the caller may fork (a command the warm process forked); it forks where
+        :func:`fork_safe` agrees, and spawns a fresh Python otherwise."""
+        self._spawn(fork and fork_safe())
 
     def _spawn(self, fork: bool = False) -> None:
         import socket
@@ -107,27 +109,15 @@ class TrialProcess:
     abandon = close
 
 
-_FORKABLE = False  # set by the warm process's fork of a command, before the command runs
-
-
-def allow_fork() -> None:
-    """Said by a command the warm process runs (:mod:`agent.ops.warm_server`): this process imported
-    Lightning and has not computed with torch, so its first trial process may be a fork of it."""
-    global _FORKABLE
-    _FORKABLE = True
-
-
-def _can_fork() -> bool:
-    """A fork is the trial process at once in a command the warm process runs (:func:`allow_fork`),
-    once, while it runs one thread; otherwise a spawned Python imports torch and Lightning beside
-    the study's preparation. Never elsewhere: a fork of a process whose torch thread pool has run
-    hangs in its first parallel loop (seen: a test process that had trained in-process)."""
-    global _FORKABLE
+def fork_safe() -> bool:
+    """Whether a fork of this process can be the trial process: it imported Lightning (so the fork
+    trains at once) and runs one thread. The caller knows the rest (:class:`agent.warm.launch.Launch`):
+    only a command the warm process forked, which has never computed with torch, asks; a fork of a
+    process whose torch thread pool has run hangs in its first parallel loop (seen: a test process
+    that had trained in-process)."""
     import threading
 
-    ok = _FORKABLE and "lightning.pytorch" in sys.modules and threading.active_count() == 1 and hasattr(os, "fork")
-    _FORKABLE = False
-    return ok
+    return "lightning.pytorch" in sys.modules and threading.active_count() == 1 and hasattr(os, "fork")
 
 
 class _Forked:

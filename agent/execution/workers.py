@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent.errors import TuneAgentError
+from agent.execution.options import ASK_AHEAD
 from agent.execution.resources import ExecutionSettings, TrialResources
 from agent.execution.trial import TrialOutcome, run_trial
 from agent.knowledge.base import TrialRecord
@@ -35,13 +35,6 @@ from agent.tuning.study import Study
 
 if TYPE_CHECKING:
     from agent.execution.ray_start import RayStart
-
-# Trials a Ray study asks beyond its workers and holds in this process: when a trial ends, the next
-# one starts on its worker at once, and the finished one is told and the next asked while it runs.
-# Without it a worker waits out the driver's BO step (0.3-0.65 s with running points on the
-# 16-core machine, against 2.3 s trials in `bench parallel`). The cost: a trial asked ahead sees
-# the trial that ends just before it starts as running, not as its result (as a batch one larger).
-ASK_AHEAD = 1
 
 
 class TrialExecutor(Protocol):
@@ -143,17 +136,13 @@ def make_executor(
 ) -> TrialExecutor:
     """The executor for ``execution`` (:class:`~agent.execution.resources.ExecutionSettings`; default:
     one trial at a time here): inline for one local worker, queued for a benchmark job, Ray
-    otherwise (``ask_ahead``: see :data:`ASK_AHEAD`; ``started``: Ray's start begun by
+    otherwise (``ask_ahead``: see :data:`agent.execution.options.ASK_AHEAD`; ``started``: Ray's start begun by
     :func:`start_workers_early`, stopped here when the study does not run on Ray)."""
     from agent.jobs.base import BenchmarkJob
 
     execution = execution if execution is not None else ExecutionSettings(ask_ahead=ASK_AHEAD)
     workers, ray_address, ask_ahead = execution.workers, execution.ray_address, execution.ask_ahead
     resources, working_dir = execution.resources, execution.working_dir
-    if workers < 1:
-        raise TuneAgentError(f"--workers must be at least 1, got {workers}")
-    if ask_ahead < 0:
-        raise TuneAgentError(f"--ask-ahead must be 0 or more, got {ask_ahead}")
     on_ray = not isinstance(job, BenchmarkJob) and (workers > 1 or ray_address is not None)
     process = None
     if started is not None:  # a benchmark starts nothing early, so never imports this module

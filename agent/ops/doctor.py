@@ -337,7 +337,7 @@ def run_doctor(
     checks = _store_checks(tracking_uri, artifact_root, studies)  # the store is opened and listed once
     if any(c.name == "store reachable" and c.status == OK for c in checks):
         checks += _source_model_checks(studies, models_dir, tracking_uri, artifact_root)
-    from agent.ops.warm_process import describe
+    from agent.warm.process import describe
 
     warm_ok, warm = describe()
     checks += (

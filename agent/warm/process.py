@@ -25,7 +25,7 @@ The rules that keep it from surprising anyone:
 - **Said**: the first command that starts one says so in one line on stderr;
   ``tune-agent daemon status`` / ``stop``; ``TUNE_AGENT_DAEMON=0`` never uses or starts one.
 
-The warm process itself is :mod:`agent.ops.warm_server`. The first command of an environment runs
+The warm process itself is :mod:`agent.warm.server`. The first command of an environment runs
 in a fresh process and starts the warm process at its end, in the background (about 10 s of
 imports, on a core the command does not need any more).
 """
@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.ops.warm_relay import Relay, follow
+from agent.warm.relay import Relay, follow
 
 ENV = "TUNE_AGENT_DAEMON"  # 0: never use or start one
 DIR_ENV = "TUNE_AGENT_DAEMON_DIR"  # where the sockets live (default: $XDG_RUNTIME_DIR or ~/.cache)

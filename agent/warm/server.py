@@ -1,4 +1,4 @@
-"""The warm process itself (:mod:`agent.ops.warm_process` says what it is and why): imports what
+"""The warm process itself (:mod:`agent.warm.process` says what it is and why): imports what
 the commands import, then forks one process per command it is handed, and ends when idle."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, cast
 
-from agent.ops.warm_process import WARM_IMPORTS, all_sockets, ask, folder, idle_seconds, recv_request, socket_path
+from agent.warm.launch import Launch
+from agent.warm.process import WARM_IMPORTS, all_sockets, ask, folder, idle_seconds, recv_request, socket_path
 
 
-def serve(which: str, path_list: list[str], run: Callable[[list[str]], None]) -> None:
+def serve(which: str, path_list: list[str], run: Callable[[list[str], Launch], None]) -> None:
     """The warm process for key ``which``: imports, then serves until idle (see the module doc).
     ``run`` is the command line's entry point (:func:`agent.cli.main.main`)."""
     import fcntl
@@ -85,7 +86,7 @@ class _Loop:
     sent to its client, and a command whose client went away ended too."""
 
     def __init__(
-        self, listener: socket.socket, lock: IO[str], which: str, began: float, run: Callable[[list[str]], None]
+        self, listener: socket.socket, lock: IO[str], which: str, began: float, run: Callable[[list[str], Launch], None]
     ) -> None:
         import signal
         import time
@@ -257,7 +258,7 @@ def _reap(children: dict[int, socket.socket], selector: Any) -> None:
         conn.close()
 
 
-def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list[str]], None]) -> None:
+def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list[str], Launch], None]) -> None:
     """In the fork: becomes the client's command (its streams, folder, environment, umask, argv) and
     runs it; never returns (:func:`_end`)."""
     import io
@@ -293,43 +294,80 @@ def _become_command(request: dict[str, Any], fds: list[int], run: Callable[[list
         io.FileIO(2, "w", closefd=False), encoding=encoding, errors="backslashreplace", line_buffering=True
     )
     _fresh_randomness()
-    _own_exit_handlers()
-    from agent.execution import progress, trial_process
-
-    progress.LAUNCHED_BY = int(request["client"])
-    trial_process.allow_fork()
+    run_exit_handlers = _own_exit_handlers()
     code: Any = 0
     try:
-        run(argv)
+        run(argv, Launch(client=int(request["client"]), fork=True))
     except SystemExit as exc:
         code = exc.code
     except KeyboardInterrupt:
         code = 130
-    _end(code)
+    _end(code, run_exit_handlers)
 
 
-def _own_exit_handlers() -> None:
+def _own_exit_handlers() -> Callable[[], None]:
     """The exit handlers the warm process's imports registered are dropped (together they take 60 ms
     per command, for state the command never made), except the two that act on what a command
     makes: logging's flush and multiprocessing's end of its pools and children. What the command
-    registers runs, as in a fresh process."""
+    registers runs, as in a fresh process. Returns what runs them, for :func:`_end`.
+
+    CPython's ``atexit._clear`` and ``atexit._run_exitfuncs`` do it; an interpreter without them
+    gets the same through the public API: ``atexit.register`` records the command's handlers here
+    (the warm process's own stay registered and never run, as :func:`_end` leaves by ``os._exit``)."""
     import atexit
     import logging
 
-    atexit._clear()
-    atexit.register(logging.shutdown)
+    kept: list[Callable[[], Any]] = [logging.shutdown]
     util = sys.modules.get("multiprocessing.util")
-    if util is not None:
-        atexit.register(util._exit_function)
+    mp_exit = getattr(util, "_exit_function", None) if util is not None else None
+    if callable(mp_exit):  # without it, a command's pools are ended as their objects are collected
+        kept.append(mp_exit)
+    clear, run_all = getattr(atexit, "_clear", None), getattr(atexit, "_run_exitfuncs", None)
+    if callable(clear) and callable(run_all):
+        clear()
+        for handler in kept:
+            atexit.register(handler)
+        return run_all
+    recorded: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = [(h, (), {}) for h in kept]
+
+    def register(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        recorded.append((func, args, kwargs))
+        return func
+
+    def unregister(func: Callable[..., Any]) -> None:
+        recorded[:] = [entry for entry in recorded if entry[0] != func]
+
+    def run_recorded() -> None:
+        import traceback
+
+        for func, args, kwargs in reversed(recorded):  # last registered first, as atexit runs them
+            try:
+                func(*args, **kwargs)
+            except Exception:
+                traceback.print_exc()
+
+    atexit.register, atexit.unregister = register, unregister  # type: ignore[assignment]
+    return run_recorded
 
 
-def _end(code: Any) -> None:
+def _join_threads() -> None:
+    """What the interpreter does at exit before the handlers: ``threading._shutdown`` (executors'
+    exit hooks, then the non-daemon threads joined); where it is missing, the joins."""
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)
+    if callable(shutdown):
+        shutdown()
+        return
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+
+
+def _end(code: Any, run_exit_handlers: Callable[[], None]) -> None:
     """Ends as the interpreter would (the command's threads joined, exit handlers run, streams
     flushed), without tearing down the thousands of modules the warm process imported: that
     teardown takes half a second per command and does nothing a process exit does not."""
-    import atexit
-    import threading
-
     if code is None:
         status = 0
     elif isinstance(code, int):
@@ -338,16 +376,8 @@ def _end(code: Any) -> None:
         print(code, file=sys.stderr)
         status = 1
     try:
-        shutdown = getattr(
-            threading, "_shutdown", None
-        )  # what the interpreter calls: executors' exit hooks, then joins
-        if shutdown is not None:
-            shutdown()
-        else:
-            for thread in threading.enumerate():
-                if thread is not threading.main_thread() and not thread.daemon:
-                    thread.join()
-        atexit._run_exitfuncs()
+        _join_threads()
+        run_exit_handlers()
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -1,4 +1,4 @@
-"""The client's side of a command run in the warm process (:func:`agent.ops.warm_process.forward`):
+"""The client's side of a command run in the warm process (:func:`agent.warm.process.forward`):
 the signals a terminal sends, relayed to the command, and the warm process's lines about the
 command, followed to its exit code."""
 
