@@ -109,7 +109,7 @@ def _named_source(kb: KnowledgeBase, name: str, keys: set[str]) -> str:
 
 
 @dataclass(frozen=True)
-class _Request:
+class _PlanArgs:
     """The arguments of one :func:`plan_sampler` call, as its helpers read them."""
 
     kb: KnowledgeBase
@@ -155,7 +155,7 @@ def plan_sampler(
     from agent.samplers import registry as sampler_registry
     from agent.tuning.published import meta_models_dir, open_source_models
 
-    req = _Request(kb, space, settings, warm, requested, exclude_fingerprint, recorded, progress)
+    req = _PlanArgs(kb, space, settings, warm, requested, exclude_fingerprint, recorded, progress)
     models_dir = req.models_dir
     meta_dir = models_dir  # where meta-trained networks are read: a benchmark's fold, or as below
     if fits is None:  # the store's published meta-models, fetched once into the cache, and models_dir's own
@@ -169,7 +169,7 @@ def plan_sampler(
     return _plan_bo(req, fits, meta_dir)
 
 
-def _plan_source_sampler(req: _Request, fits: SourceFits, hands_over: bool) -> Planned:
+def _plan_source_sampler(req: _PlanArgs, fits: SourceFits, hands_over: bool) -> Planned:
     """A sampler that maps one source onto the target (paper 001): its candidate sources, the one
     it prefers, and with ``hands_over`` the plain GP that BO on the target's trials continues with."""
     from agent.surrogates import registry
@@ -208,7 +208,7 @@ def _plan_source_sampler(req: _Request, fits: SourceFits, hands_over: bool) -> P
     )
 
 
-def _preferred_source(req: _Request, keys: set[str]) -> tuple[str | None, str]:
+def _preferred_source(req: _PlanArgs, keys: set[str]) -> tuple[str | None, str]:
     """The source a paper-001 sampler starts from and why: ``--source``, else the warm start's
     nearest neighbour among ``keys`` (None: chosen after the initial design)."""
     if req.settings.source is not None:
@@ -217,7 +217,7 @@ def _preferred_source(req: _Request, keys: set[str]) -> tuple[str | None, str]:
     return preferred, "nearest neighbour"
 
 
-def _plan_bo(req: _Request, fits: SourceFits, meta_dir: Path) -> Planned:
+def _plan_bo(req: _PlanArgs, fits: SourceFits, meta_dir: Path) -> Planned:
     """BO on the surrogate the registry resolves for ``req.requested`` (a resumed study: the recorded
     one, on the same meta-model), its missing source models fitted, and the initial configurations."""
     from agent.surrogates import registry
@@ -262,7 +262,7 @@ def _plan_bo(req: _Request, fits: SourceFits, meta_dir: Path) -> Planned:
     return Planned(plan, surrogate)
 
 
-def _bo_sources(req: _Request, fits: SourceFits) -> list[SourceTask]:
+def _bo_sources(req: _PlanArgs, fits: SourceFits) -> list[SourceTask]:
     """The sources BO's surrogate is prepared on: none for a plain GP with a constant prior mean,
     a resumed study's recorded ones, else the history, cut to the most relevant when it is long."""
     from agent.tuning.source_models import MAX_SOURCES, most_relevant
