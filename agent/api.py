@@ -109,6 +109,23 @@ class TuningStudy:
         return FrozenTrial.of(best)
 
     @property
+    def best_trials(self) -> list[FrozenTrial]:
+        """The Pareto front (Optuna's name): the feasible finished trials no other one dominates
+        over every objective; for a one-metric study without constraints, the best trial."""
+        from agent.samplers.pareto import pareto_front
+
+        settings = self.study.settings
+        if not settings.multi:
+            best = self.study.best()
+            return [FrozenTrial.of(best)] if best is not None else []
+        return [FrozenTrial.of(t) for t in pareto_front(self.study.trials(), settings)]
+
+    @property
+    def directions(self) -> list[str]:
+        """Each objective's ``"minimize"`` or ``"maximize"``, the primary first."""
+        return ["minimize" if mode == "min" else "maximize" for _, mode in self.study.settings.objective_list()]
+
+    @property
     def best_value(self) -> float:
         value = self.best_trial.value
         assert value is not None  # a best trial is ok, with a value
@@ -215,7 +232,9 @@ def create_study(
 ) -> TuningStudy:
     """A new study, as ``tune-agent start`` makes it (checked, warm-started, stored) without
     running a trial; ``options`` are ``start``'s options by their Python names (``epochs=10``,
-    ``warm_start="none"``, ``surrogate="rgpe"``, ``pruner="asha"``, ``seed=1``, ...).
+    ``warm_start="none"``, ``surrogate="rgpe"``, ``pruner="asha"``, ``seed=1``, ...); several
+    objectives as ``metrics=["val_loss:min", "n_params:min"]`` and bounds as
+    ``constraints=["n_params<=20000"]`` (then :attr:`TuningStudy.best_trials` is the front).
     ``load_if_exists``: a study of that name in the store is opened instead (Optuna's flag)."""
     from agent.tuning.service import prepare_study
 
@@ -224,7 +243,9 @@ def create_study(
             return load_study(name, tracking_uri=tracking_uri)
         except UnknownStudyError:
             pass
-    request = StudyRequest(
+    if "metric" in options:  # one metric by its old name: the same as metrics=[metric]
+        options["metrics"] = (options.pop("metric"),)
+    request = StudyRequest.from_options(
         dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options
     )
     prepared = prepare_study(request, echo=lambda line: None)

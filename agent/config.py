@@ -7,7 +7,7 @@ reads it back from the knowledge base instead of asking the user again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -56,6 +56,10 @@ class StudyOptions:
     pruner: str = "none"
     pending: str = "auto"
     source: str | None = None  # --sampler hts: the historical study whose dataset is the source
+    # Several objectives: the metrics after the first (``--metric`` given again), each "NAME:min" or
+    # "NAME:max"; the first is ``metric``/``mode``, the primary. Constraints: "NAME<=V" or "NAME>=V".
+    objectives: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +97,7 @@ class StudyRequest(StudyOptions):
         if not 0.0 < self.val_fraction < 1.0:
             raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
         self._check_choices()
+        self._check_objectives()
         if self.study_name and "'" in self.study_name and '"' in self.study_name:
             raise TuneAgentError(
                 f"--study-name {self.study_name}: a name may hold ' or \", not both "
@@ -120,12 +125,45 @@ class StudyRequest(StudyOptions):
                 f"this study's sampler is {self.sampler}"
             )
 
+    def _check_objectives(self) -> None:
+        names = [self.metric] if self.metric is not None else []
+        for text in self.objectives:
+            name, _ = parse_objective(text, second=True)
+            if name in names:
+                raise TuneAgentError(f"--metric {name} is given twice")
+            names.append(name)
+        seen: set[tuple[str, str]] = set()
+        for text in self.constraints:
+            name, op, _ = parse_constraint(text)
+            if (name, op) in seen:
+                raise TuneAgentError(f"--constraint {name}{op}: one bound per metric and direction")
+            seen.add((name, op))
+        if self.objectives or self.constraints:
+            if self.metric is None:
+                raise TuneAgentError("--metric: name the first metric too when giving several or a --constraint")
+            if SAMPLERS.load(self.sampler).plan != "surrogate" and self.sampler != "random":
+                raise TuneAgentError(
+                    f"--sampler {self.sampler} takes one metric and no constraint; "
+                    "several metrics or constraints run with --sampler bo (qLogNEHVI) or random"
+                )
+
     def settings(self, **resolved: Any) -> StudySettings:
         """The study's :class:`StudySettings`: every field the two share copied from the request,
         then ``resolved`` (what the job, the dataset and the plan decided: names, fingerprint,
         metric, mode, n_init, prior mean, kernel)."""
         shared = {f.name: getattr(self, f.name) for f in fields(StudySettings) if f.name in _REQUEST_FIELDS}
         return StudySettings(**{**shared, "drop": tuple(self.drop), **resolved})
+
+    @classmethod
+    def from_options(cls, metrics: Sequence[str] = (), mode: str | None = None, **options: Any) -> StudyRequest:
+        """The request from the command line's (or :func:`agent.api.create_study`'s) options:
+        ``metrics`` the repeated ``--metric`` values (:func:`split_metrics`)."""
+        if isinstance(metrics, str):
+            metrics = (metrics,)
+        constraints = options.pop("constraints", ())
+        if isinstance(constraints, str):
+            constraints = (constraints,)
+        return cls(**split_metrics(tuple(metrics), mode), constraints=tuple(constraints), **options)
 
     @classmethod
     def default(cls, name: str) -> Any:
@@ -153,21 +191,98 @@ class StudySettings(StudyOptions):
     surrogate: str = "gp"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-shaped (``drop`` a list), as the store keeps it."""
-        return {**asdict(self), "drop": list(self.drop)}
+        """JSON-shaped (tuples as lists), as the store keeps it; a one-metric study's has no
+        ``objectives`` or ``constraints``."""
+        out = {**asdict(self), "drop": list(self.drop)}
+        for key in ("objectives", "constraints"):
+            if out[key]:
+                out[key] = list(out[key])
+            else:
+                del out[key]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StudySettings:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
-        if "drop" in values:
-            values["drop"] = tuple(values["drop"] or ())
+        for key in ("drop", "objectives", "constraints"):
+            if key in values:
+                values[key] = tuple(values[key] or ())
         return cls(**values)
 
     @property
     def sign(self) -> float:
         """Multiplies the objective so that the optimiser always maximises."""
         return -1.0 if self.mode == "min" else 1.0
+
+    @property
+    def multi(self) -> bool:
+        """Several objectives or any constraint: the study's result is a Pareto front."""
+        return bool(self.objectives or self.constraints)
+
+    def objective_list(self) -> list[tuple[str, str]]:
+        """Every objective as (metric, mode), the primary first."""
+        out = [(self.metric, self.mode)]
+        for text in self.objectives:
+            name, mode = parse_objective(text, second=True)
+            out.append((name, mode or "min"))  # a later metric always carries its direction
+        return out
+
+    def constraint_list(self) -> list[tuple[str, str, float]]:
+        """Every constraint as (metric, "<=" or ">=", bound)."""
+        return [parse_constraint(t) for t in self.constraints]
+
+    def required_metrics(self) -> list[str]:
+        """The metrics a trial must report besides the primary: further objectives, constraints."""
+        out: list[str] = []
+        for name in [n for n, _ in self.objective_list()[1:]] + [n for n, _, _ in self.constraint_list()]:
+            if name != self.metric and name not in out:
+                out.append(name)
+        return out
+
+
+def parse_objective(text: str, second: bool = False) -> tuple[str, str | None]:
+    """``"NAME"``, ``"NAME:min"`` or ``"NAME:max"`` as (name, mode or None); ``second``: a metric
+    after the first, which must say its direction."""
+    name, sep, mode = str(text).strip().partition(":")
+    name = name.strip()
+    if not name or (sep and mode not in ("min", "max")):
+        raise TuneAgentError(f"--metric {text!r}: write NAME, NAME:min or NAME:max")
+    if second and not sep:
+        raise TuneAgentError(f"--metric {name}: a second or later metric says its direction ({name}:min or {name}:max)")
+    return name, (mode or None)
+
+
+def parse_constraint(text: str) -> tuple[str, str, float]:
+    """``"NAME<=V"`` or ``"NAME>=V"`` as (name, op, bound)."""
+    import math
+    import re
+
+    match = re.fullmatch(r"\s*([A-Za-z_][\w./-]*)\s*(<=|>=)\s*([^\s]+)\s*", str(text))
+    bound = None
+    if match:
+        try:
+            bound = float(match.group(3))
+        except ValueError:
+            bound = None
+    if match is None or bound is None or not math.isfinite(bound):
+        raise TuneAgentError(f"--constraint {text!r}: write NAME<=VALUE or NAME>=VALUE (e.g. n_params<=20000)")
+    return match.group(1), match.group(2), bound
+
+
+def split_metrics(metrics: Sequence[str], mode: str | None = None) -> dict[str, Any]:
+    """Repeated ``--metric`` values (``create_study(metrics=...)``) as the request's ``metric``,
+    ``mode`` and ``objectives``; ``mode`` (``--mode``) is the first metric's when it has none."""
+    if not metrics:
+        return {"metric": None, "mode": mode}
+    name, own = parse_objective(metrics[0])
+    if own is not None and mode is not None and own != mode:
+        raise TuneAgentError(f"--metric {metrics[0]} and --mode {mode} disagree")
+    rest = []
+    for text in metrics[1:]:
+        other, direction = parse_objective(text, second=True)
+        rest.append(f"{other}:{direction}")
+    return {"metric": name, "mode": own or mode, "objectives": tuple(rest)}
 
 
 def check_positive(option: str, value: int) -> None:

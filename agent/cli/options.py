@@ -83,11 +83,19 @@ def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | N
         raise TuneAgentError(f"cannot read --config {value}: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise TuneAgentError(f"--config {value} must hold a mapping of option names to values")
-    known = {p.name for p in ctx.command.params if p.name and p.name != "config"}
-    settings = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise TuneAgentError(f"--config {value}: unknown option {unknown[0]!r}; options are {', '.join(sorted(known))}")
+    params = {p.name: p for p in ctx.command.params if p.name and p.name != "config"}
+    # a key is the option's name as on the command line (metric, constraint) or its Python name
+    names = {o.lstrip("-").replace("-", "_"): p.name for p in params.values() for o in p.opts if o.startswith("--")}
+    names.update({name: name for name in params})
+    settings: dict[str, Any] = {}
+    for key, item in data.items():
+        name = names.get(str(key).replace("-", "_"))
+        if name is None:
+            raise TuneAgentError(
+                f"--config {value}: unknown option {str(key)!r}; options are {', '.join(sorted(names))}"
+            )
+        multiple = getattr(params[name], "multiple", False)
+        settings[name] = [item] if multiple and not isinstance(item, (list, tuple)) else item
     ctx.default_map = {**(ctx.default_map or {}), **settings}
     return value
 
@@ -131,7 +139,21 @@ STUDY_OPTIONS = [
     click.option(
         "--time-limit", type=float, default=None, help="Seconds per trial before it is stopped and marked failed."
     ),
-    click.option("--metric", default=None, help="Objective metric [default: the job's, e.g. val_loss]."),
+    click.option(
+        "--metric",
+        "metrics",
+        multiple=True,
+        help=(
+            "Objective metric, NAME or NAME:min|max [default: the job's, e.g. val_loss]. Repeat it for several "
+            "objectives (a Pareto front; the first is the primary), e.g. --metric val_loss:min --metric n_params:min."
+        ),
+    ),
+    click.option(
+        "--constraint",
+        "constraints",
+        multiple=True,
+        help='A bound a trial must meet to count, "NAME<=V" or "NAME>=V" (repeatable), e.g. "n_params<=20000".',
+    ),
     click.option(
         "--mode",
         type=click.Choice(["min", "max"]),

@@ -42,7 +42,7 @@ def start(
     execution = check_execution(
         workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial, ray_working_dir
     )
-    req = StudyRequest(**kwargs)
+    req = StudyRequest.from_options(**kwargs)
     from agent.execution.launch import abandoning, run_prepared, start_workers_early
 
     launch = launched()
@@ -70,7 +70,7 @@ def create(**kwargs: Any) -> None:
     """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
     from agent.tuning.service import prepare_study
 
-    req = StudyRequest(**kwargs)
+    req = StudyRequest.from_options(**kwargs)
     study, *_ = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 
@@ -167,10 +167,18 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
     metavar="NAME",
     help="Retrain the best configuration once and register it in MLflow's model registry as NAME.",
 )
+@click.option(
+    "--trial",
+    "number",
+    type=int,
+    default=None,
+    help="A trial by number (from 1) instead of the best; --register of a study of several metrics needs one.",
+)
 @talks("reading the study")
-def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None) -> None:
-    """Print the best configuration of a study as JSON (and register its model with --register)."""
-    from agent.tuning.service import load_study_data, open_study, read_study
+def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None, number: int | None) -> None:
+    """Print the best configuration of a study as JSON, or the Pareto front of a study of several
+    metrics (and register a trial's model with --register)."""
+    from agent.tuning.service import best_summary, load_study_data, open_study, read_study
 
     if register_as is not None and not register_as.strip():
         raise TuneAgentError("--register needs a model name")
@@ -178,21 +186,17 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
     study, job = (
         open_study(study_name, kb=kb, with_sampler=False) if register_as else (read_study(study_name, kb), None)
     )
-    trial = study.best()
-    if trial is None:
-        raise TuneAgentError(f"study {study_name!r} has no successful trial yet")
-    out = {
-        "study": study_name,
-        "trial": trial.number + 1,
-        "metric": study.settings.metric,
-        "value": trial.value,
-        "config": dict(trial.config),
-    }
+    if register_as is not None and number is None and study.settings.multi:
+        raise TuneAgentError(
+            f"study {study_name} has several metrics: --register needs --trial N, one of its front's trials "
+            f"(tune-agent best {study_name} lists them)"
+        )
+    out = best_summary(study, number)
     if register_as is not None:
         from agent.ops.models import register_best
 
         data, split = load_study_data(study, job)
-        out["registered"] = register_best(study, job, data, split, register_as.strip())
+        out["registered"] = register_best(study, job, data, split, register_as.strip(), number)
     click.echo(json.dumps(out, indent=2))
 
 

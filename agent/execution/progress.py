@@ -152,6 +152,8 @@ class ProgressReporter:
             f"{_fmt(best.config)}",
             style="bold green",
         )
+        if getattr(study.settings, "multi", False):
+            self.line(_front_line(study), style="bold green")
         if timing.wall_seconds > 0 and timing.workers > 1:
             self.line(
                 f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s summed over "
@@ -172,6 +174,20 @@ class ProgressReporter:
                     f"wall {timing.wall_seconds:.1f} s, Trainer.fit {timing.fit_seconds:.1f} s, "
                     f"agent overhead {100 * timing.overhead:.1f}%"
                 )
+
+
+def _front_line(study: Any) -> str:
+    """The Pareto front of a study of several metrics or with constraints, in one line."""
+    from agent.samplers.pareto import front_summary
+
+    front = front_summary(study.trials(), study.settings)
+    points = "; ".join(
+        f"trial {p['trial']}: " + ", ".join(f"{k}={v:.5g}" for k, v in p["values"].items()) for p in front["pareto"]
+    )
+    return (
+        f"Pareto front ({len(front['pareto'])} feasible trial(s) no other beats on every metric): {points}; "
+        f"hypervolume {front['hypervolume']:.4g} (tune-agent best {study.name} prints it as JSON)"
+    )
 
 
 def process_seconds(pid: int | None = None) -> float | None:

@@ -206,7 +206,9 @@ def train_config(
             log_every_n_steps=1,
             num_sanity_val_steps=0,
         )
+        fit_start = time.perf_counter()
         trainer.fit(module, datamodule=datamodule)
+        fit_wall = time.perf_counter() - fit_start
         if keep is not None:
             keep.append((module, datamodule))
     except (KeyboardInterrupt, SystemExit):
@@ -216,14 +218,27 @@ def train_config(
         return TrialOutcome(None, f"{type(exc).__name__}: {message}"[:500], time.perf_counter() - start)
     fit_seconds = time.perf_counter() - start
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
-    return _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning)
+    metrics["n_params"] = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
+    metrics["fit_seconds"] = fit_wall  # ALWAYS_REPORTED (agent.jobs.base)
+    return _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning, _required(settings))
+
+
+def _required(settings: Any) -> list[str]:
+    required = getattr(settings, "required_metrics", None)
+    return required() if callable(required) else []
 
 
 def _fit_outcome(
-    metric: str, metrics: dict[str, float], fit_seconds: float, stopped: str, pruning: PruningState | None
+    metric: str,
+    metrics: dict[str, float],
+    fit_seconds: float,
+    stopped: str,
+    pruning: PruningState | None,
+    required: list[str] | None = None,
 ) -> TrialOutcome:
     """What a fit that returned comes to: failed when the guard ``stopped`` it (its reason), pruned
-    when ``pruning`` says so, else ``metric``'s last value (failed when missing or not finite)."""
+    when ``pruning`` says so, else ``metric``'s last value (failed when missing or not finite, or
+    when a ``required`` metric, a further objective's or a constraint's, is missing)."""
     if stopped:
         return TrialOutcome(None, stopped, fit_seconds, metrics)
     curve = dict(pruning.curve) if pruning is not None else {}
@@ -234,4 +249,9 @@ def _fit_outcome(
     value = metrics[metric]
     if not math.isfinite(value):
         return TrialOutcome(None, f"diverged: {metric} is {value}", fit_seconds, metrics)
+    for name in required or ():
+        if name not in metrics or not math.isfinite(metrics[name]):
+            return TrialOutcome(
+                None, f"job reported no finite {name!r}, an objective or constraint of this study", fit_seconds, metrics
+            )
     return TrialOutcome(value, "", fit_seconds, metrics, curve=curve)

@@ -20,6 +20,10 @@ from agent.space import SearchSpace
 # what agent.jobs.classifier.ClassifierModule logs per epoch; here, where a job's class can read
 # it without importing Lightning
 CLASSIFIER_METRICS = ("val_loss", "val_acc", "train_loss", "train_acc")
+# What every trial of a Lightning job reports besides what its module logs: its trainable
+# parameters and the wall time of its Trainer.fit (agent.execution.trial.train_config), so a study
+# can trade accuracy against size or time (--metric n_params:min, --constraint "n_params<=20000").
+ALWAYS_REPORTED = ("n_params", "fit_seconds")
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import lightning.pytorch as pl

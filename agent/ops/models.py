@@ -79,13 +79,19 @@ class RawClassifier:
         return pd.DataFrame(probabilities.astype(np.float64), columns=self.class_names)
 
 
-def register_best(study: Study, job: Any, dataset: Any, split: Any, name: str) -> dict[str, Any]:
-    """Retrains the best configuration, logs and registers it; returns the version's details."""
+def register_best(
+    study: Study, job: Any, dataset: Any, split: Any, name: str, number: int | None = None
+) -> dict[str, Any]:
+    """Retrains the best configuration (or trial ``number``'s, from 1), logs and registers it;
+    returns the version's details."""
     from agent.jobs.base import BenchmarkJob
 
     if isinstance(job, BenchmarkJob):
         raise StudyError(f"study {study.name!r} runs a benchmark job ({job.name}): it has no model to register")
-    best = study.best()
+    if number is None:
+        best = study.best()
+    else:
+        best = next((t for t in study.trials() if t.number == number - 1 and t.state == "ok"), None)
     if best is None:
         raise StudyError(f"study {study.name!r} has no successful trial yet: nothing to register")
     quiet_lightning()

@@ -98,14 +98,12 @@ class BoSampler:
             warm()
 
     def suggest(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion:
-        if number < len(self.initial):
-            return Suggestion(*self.initial[number])
-        k = number - len(self.initial)
+        early = self.before_bo(number, trials)
+        if early is not None:
+            return early
         U, y = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
         running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
         seen = np.vstack([U, running])
-        if k < len(self._design):
-            return Suggestion(self.space.decode(self._restrict(self._design[k], seen)), f"init:{self.settings.init}")
         seed = self.settings.seed * 100003 + number
         rng = np.random.default_rng(seed)
         bo_step = number - self.settings.n_init + 1
@@ -119,6 +117,18 @@ class BoSampler:
             return Suggestion(self.space.decode(u), FALLBACK_ORIGIN)
         u, origin = self.propose(U, y, seen, bo_step, seed, rng, pending=running)
         return Suggestion(self.space.decode(u), origin)
+
+    def before_bo(self, number: int, trials: Sequence[TrialRecord]) -> Suggestion | None:
+        """Slot ``number``'s warm-start configuration or design point, or None once BO begins."""
+        if number < len(self.initial):
+            return Suggestion(*self.initial[number])
+        k = number - len(self.initial)
+        if k >= len(self._design):
+            return None
+        U, _ = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
+        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
+        seen = np.vstack([U, running])
+        return Suggestion(self.space.decode(self._restrict(self._design[k], seen)), f"init:{self.settings.init}")
 
     def propose(
         self,

@@ -50,6 +50,10 @@ class SamplerSpec:
 
 
 def _bo(space: Any, settings: Any, planned: Any) -> Any:
+    if settings.multi:  # several objectives or constraints: qLogNEHVI over one GP per outcome
+        from agent.samplers.multi import MultiObjectiveSampler
+
+        return MultiObjectiveSampler(space, settings, planned.surrogate, planned.plan.initial)
     from agent.samplers.bo import BoSampler
 
     return BoSampler(space, settings, planned.surrogate, planned.plan.initial)

@@ -95,9 +95,14 @@ class Study:
         return self.settings.trials - len(self.counted(trials))
 
     def best(self, trials: list[TrialRecord] | None = None) -> TrialRecord | None:
+        """The finished trial with the best primary metric (among those meeting the constraints)."""
         ok = [
             t for t in (trials if trials is not None else self.trials()) if t.state == TRIAL_OK and t.value is not None
         ]
+        if self.settings.constraints:
+            from agent.samplers.pareto import feasible
+
+            ok = [t for t in ok if feasible(t, self.settings)]
         if not ok:
             return None
         return max(ok, key=lambda t: self.settings.sign * t.value)  # type: ignore[operator]
@@ -147,6 +152,23 @@ class Study:
         return self.kb.close_running_trials(self.record, "process died before the trial ended")
 
     def set_status(self, status: str, trials: list[TrialRecord] | None = None) -> None:
+        """The study's status and best trial on its run; for several metrics or constraints, also
+        its front (``pareto_trials``, numbered from 1), the hypervolume and its reference point."""
+        if self.settings.multi:
+            import json
+
+            from agent.samplers.pareto import front_summary
+
+            trials = trials if trials is not None else self.trials()
+            front = front_summary(trials, self.settings)
+            self.kb.set_study_tags(
+                self.record,
+                {
+                    "pareto_trials": ",".join(str(p["trial"]) for p in front["pareto"]),
+                    "hypervolume": f"{front['hypervolume']:.6g}",
+                    "hypervolume_reference": json.dumps(front["reference"]),
+                },
+            )
         best = self.best(trials)
         self.record = self.kb.update_study(
             self.record,
