@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TIMED = {"duration_s", "final_fit_seconds"}  # the trial's seconds and its Trainer.fit's: measurements, never equal twice
+TIMED = {"duration_s", "final_fit_seconds"}  # the trial's seconds, its fit's: measurements, never equal twice
 
 
 def _runs(store, name: str) -> list[tuple]:
