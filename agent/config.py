@@ -141,10 +141,13 @@ class StudyRequest(StudyOptions):
         if self.objectives or self.constraints:
             if self.metric is None:
                 raise TuneAgentError("--metric: name the first metric too when giving several or a --constraint")
-            if SAMPLERS.load(self.sampler).plan != "surrogate" and self.sampler != "random":
+            # bo (qLogNEHVI) and random take both; tpe (Optuna's multi-objective TPE) several metrics
+            takes = self.sampler == "random" or (self.sampler == "tpe" and not self.constraints)
+            if SAMPLERS.load(self.sampler).plan != "surrogate" and not takes:
                 raise TuneAgentError(
-                    f"--sampler {self.sampler} takes one metric and no constraint; "
-                    "several metrics or constraints run with --sampler bo (qLogNEHVI) or random"
+                    f"--sampler {self.sampler} takes "
+                    + ("several metrics but no constraint" if self.sampler == "tpe" else "one metric and no constraint")
+                    + "; several metrics and constraints run with --sampler bo (qLogNEHVI) or random"
                 )
 
     def settings(self, **resolved: Any) -> StudySettings:

@@ -85,7 +85,8 @@ def test_metrics_and_constraints_are_parsed_and_bad_ones_refused_in_one_line() -
         (dict(metrics=["val_loss:up"]), "NAME:min or NAME:max"),
         (dict(metrics=["val_loss"], constraints=["n_params < 5"]), "NAME<=VALUE"),
         (dict(metrics=["val_loss"], constraints=["n_params<=big"]), "NAME<=VALUE"),
-        (dict(metrics=["val_loss:min", "n_params:min"], sampler="tpe"), "takes one metric"),
+        (dict(metrics=["val_loss:min", "n_params:min"], sampler="hts"), "takes one metric"),
+        (dict(metrics=["val_loss"], constraints=["n_params<=9"], sampler="tpe"), "several metrics but no constraint"),
     ]:
         with pytest.raises(TuneAgentError, match=match):
             StudyRequest.from_options(dataset="wine", job="mlp", **bad)
@@ -207,3 +208,36 @@ def test_ask_and_tell_with_several_metrics_resumes_into_qlognehvi_steps(store) -
     front = again.best_trials
     assert front and all(t.metrics["val_acc"] <= 0.9 for t in front)
     assert again.directions == ["minimize", "maximize"]
+
+
+def test_the_multi_objective_benchmark_runs_product_studies_and_scores_their_fronts() -> None:
+    """`bench lcbench-mo`'s runner on the committed toy YAHPO scenario: each method a product study
+    of the scenario's two outputs, its hypervolume regret against a random sample's front."""
+    from pathlib import Path
+
+    from agent.bench.multi_objective import MoConfig, run_mo_benchmark
+
+    toy = Path(__file__).resolve().parent / "bench" / "fixtures" / "yahpo_toy"
+    config = MoConfig(
+        str(toy),
+        ("t1",),
+        seeds=1,
+        budget=8,
+        checkpoints=(4, 8),
+        methods=("bo", "tpe", "random"),
+        reference_configs=200,
+        metrics=("score:max", "cost:min"),
+    )
+    lines: list[str] = []
+    report = run_mo_benchmark(config, progress=lines.append)
+    assert len(report["runs"]) == 3 and len(lines) == 3
+    for method in ("bo", "tpe", "random"):
+        regret = report["summary"][method]["regret"]
+        assert set(regret) == {"4", "8"} and regret["8"] <= regret["4"] + 1e-12  # a front only grows
+        assert regret["8"] < 1.0
+    assert "--metric score:max --metric cost:min" in report["protocol"] and report["engine"]
+
+
+def test_the_benchmark_command_refuses_unknown_methods_in_one_line(cli) -> None:
+    res = cli("bench", "lcbench-mo", "--methods", "bo,nsga9")
+    assert res.code == 2 and "--methods takes names from bo, tpe, random" in res.err

@@ -4,6 +4,7 @@ pruning."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -172,4 +173,45 @@ def bench_reading(
     click.echo(json.dumps(report["median_s"], indent=2))
 
 
-COMMANDS = [bench_startup, bench_faults, bench_pruning, bench_reading]
+@click.command("lcbench-mo")
+@click.option(
+    "--scenario",
+    default=None,
+    help="A YAHPO-format scenario folder with val_accuracy and time [default: ../shared/benchmarks/yahpo/lcbench].",
+)
+@click.option("--tasks", default="3945,7593,34539,126025", show_default=True, help="Task ids, comma-separated.")
+@click.option("--seeds", type=int, default=2, show_default=True)
+@click.option("--budget", type=int, default=30, show_default=True, help="Trials per study.")
+@click.option("--methods", default="bo,tpe,random", show_default=True)
+@click.option("--out", default="metrics/lcbench_multi_objective.json", show_default=True)
+def bench_lcbench_mo(scenario: str | None, tasks: str, seeds: int, budget: int, methods: str, out: str) -> None:
+    """Several objectives on LCBench: hypervolume regret of val_accuracy against time at 10 and 30
+    trials, the product's qLogNEHVI against Optuna's multi-objective TPE and random search."""
+    from agent.bench.multi_objective import METHODS, MoConfig, run_mo_benchmark
+    from agent.config import check_positive
+    from agent.jobs.yahpo import yahpo_root
+
+    for option, value in (("--seeds", seeds), ("--budget", budget)):
+        check_positive(option, value)
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not chosen or any(m not in METHODS for m in chosen):
+        raise TuneAgentError(f"--methods takes names from {', '.join(METHODS)}, got {methods!r}")
+    folder = Path(scenario) if scenario else yahpo_root() / "lcbench"
+    if not (folder / "model.onnx").exists() and not any(folder.glob("*.onnx")):
+        raise TuneAgentError(f"--scenario {folder}: no YAHPO surrogate (.onnx) there")
+    checkpoints = tuple(k for k in (10, 30) if k <= budget) or (budget,)
+    config = MoConfig(
+        str(folder.resolve()),
+        tuple(t.strip() for t in tasks.split(",") if t.strip()),
+        seeds,
+        budget,
+        checkpoints,
+        chosen,
+        extra={"command": "tune-agent bench lcbench-mo " + " ".join(sys.argv[3:])},
+    )
+    report = run_mo_benchmark(config, progress=lambda line: click.echo(line, err=True))
+    write_json(Path(out), report)
+    click.echo(json.dumps(report["summary"], indent=2))
+
+
+COMMANDS = [bench_startup, bench_faults, bench_pruning, bench_reading, bench_lcbench_mo]

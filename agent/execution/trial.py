@@ -68,8 +68,14 @@ def quiet_lightning() -> None:
 def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -> TrialOutcome:
     """Queries a benchmark job's surrogate once; a failure is the trial's outcome, never raised."""
     start = time.perf_counter()
+    outputs: Any = getattr(job, "evaluate_outputs", None)
+    several = study.settings.multi and callable(outputs)
     try:
-        value = float(job.evaluate(dict(trial.config), task))
+        if several:  # a study of several metrics: every output, its primary the value
+            metrics = outputs(dict(trial.config), task)
+            value = float(metrics[study.settings.metric])
+        else:
+            value = float(job.evaluate(dict(trial.config), task))
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -77,6 +83,8 @@ def run_benchmark_trial(study: Study, trial: TrialRecord, job: Any, task: Any) -
     seconds = time.perf_counter() - start
     if not math.isfinite(value):
         return TrialOutcome(None, f"diverged: {study.settings.metric} is {value}", seconds)
+    if several:
+        return _fit_outcome(study.settings.metric, metrics, seconds, "", None, study.settings.required_metrics())
     return TrialOutcome(value, "", seconds, {study.settings.metric: value})
 
 

@@ -67,6 +67,7 @@ class YahpoJob:
         suffix += "".join(f"-{k}{v:g}" for k, v in sorted(self.fidelity.items()))
         self.name = f"yahpo-{folder.name}{suffix}"
         self.space = self.scenario.space
+        self.metrics = tuple(self.scenario.targets)  # every output: --metric and --constraint name them
 
     @classmethod
     def from_spec(cls, spec: str) -> YahpoJob:
@@ -101,6 +102,11 @@ class YahpoJob:
 
     def evaluate(self, config: Mapping[str, Any], task: BenchmarkTask) -> float:
         return float(self.evaluate_many([config], task)[0])
+
+    def evaluate_outputs(self, config: Mapping[str, Any], task: BenchmarkTask) -> dict[str, float]:
+        """Every output of the surrogate for one configuration (a study of several metrics)."""
+        row = self.scenario.predict(task.instance, [config], self.fidelity or None)[0]
+        return {name: float(v) for name, v in zip(self.scenario.targets, row)}
 
     def evaluate_many(self, configs: Any, task: BenchmarkTask) -> Any:
         """Objectives of many configurations (dicts, or `n x d` cube points) at once."""

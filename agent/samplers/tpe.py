@@ -1,4 +1,5 @@
-"""TPE: Optuna's ``TPESampler`` behind the sampler contract (the only sampler that imports optuna)."""
+"""TPE: Optuna's ``TPESampler`` behind the sampler contract (the only sampler that imports optuna);
+with several metrics, Optuna's multi-objective TPE (Ozaki et al. 2020)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ class TpeSampler:
         from optuna.trial import TrialState, create_trial
 
         optuna.logging.set_verbosity(logging.WARNING)
+        objectives = self.settings.objective_list()  # several: Optuna's multi-objective TPE
         study = optuna.create_study(
-            direction="maximize" if self.settings.mode == "max" else "minimize",
+            directions=["maximize" if mode == "max" else "minimize" for _, mode in objectives],
             sampler=optuna.samplers.TPESampler(
                 seed=self.settings.seed * 100003 + number, constant_liar=self.settings.pending == "liar"
             ),
@@ -53,14 +55,16 @@ class TpeSampler:
                 continue
             if t.state not in COUNTED_STATES:
                 continue
-            ok = t.state == TRIAL_OK and t.value is not None
+            values = self._values(t)
+            ok = t.state == TRIAL_OK and values is not None
             state = TrialState.COMPLETE if ok else TrialState.PRUNED if t.state == TRIAL_PRUNED else TrialState.FAIL
+            curve = _curve(t) if state == TrialState.PRUNED and len(objectives) == 1 else None
             study.add_trial(
                 create_trial(
                     params=dict(t.config),
                     distributions=dists,
-                    value=float(t.value) if ok else None,  # type: ignore[arg-type]
-                    intermediate_values=_curve(t) if state == TrialState.PRUNED else None,
+                    values=values if ok else None,
+                    intermediate_values=curve,
                     state=state,
                 )
             )
@@ -75,6 +79,15 @@ class TpeSampler:
                 else:
                     config[p.name] = trial.suggest_categorical(p.name, list(p.choices))
         return Suggestion(config, "tpe")
+
+    def _values(self, trial: TrialRecord) -> list[float] | None:
+        """The trial's value of each objective (the primary first), or None when one is missing."""
+        if not self.settings.multi:
+            return [float(trial.value)] if trial.value is not None else None
+        from agent.samplers.pareto import objective_values
+
+        values = objective_values(trial, self.settings)
+        return None if values is None else [values[name] for name, _ in self.settings.objective_list()]
 
     def pending_note(self) -> str:
         if self.settings.pending == "liar":
