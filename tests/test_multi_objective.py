@@ -161,6 +161,11 @@ def test_a_study_of_two_metrics_and_a_constraint_ends_with_a_feasible_front(cli,
     assert [t.number for t in load_study("mo", tracking_uri=store.uri).best_trials] == [p["trial"] for p in front]
     refused = cli("best", "mo", "--register", "m", "--tracking-uri", store.uri)
     assert refused.code == 2 and "--register needs --trial N" in refused.err
+    out_dir = store.root / "report"
+    report = cli("report", "mo", "--out", str(out_dir), "--tracking-uri", store.uri)
+    assert report.code == 0, report.err
+    page = (out_dir / "report.html").read_text()
+    assert "<h2>Pareto front</h2>" in page and (out_dir / "pareto_front.png").stat().st_size > 0
 
 
 def test_a_config_file_names_several_metrics_and_constraints(cli, store, tmp_path) -> None:
