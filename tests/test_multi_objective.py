@@ -161,6 +161,38 @@ def test_a_study_of_two_metrics_and_a_constraint_ends_with_a_feasible_front(cli,
     assert [t.number for t in load_study("mo", tracking_uri=store.uri).best_trials] == [p["trial"] for p in front]
     refused = cli("best", "mo", "--register", "m", "--tracking-uri", store.uri)
     assert refused.code == 2 and "--register needs --trial N" in refused.err
+    # a later study of the same metrics starts from both ends of that study's front (its neighbour)
+    later = cli(
+        "start",
+        "--dataset",
+        "iris",
+        "--job",
+        "mlp",
+        "--epochs",
+        "1",
+        "--trials",
+        "2",
+        "--warm-start",
+        "handcrafted",
+        "--k",
+        "1",
+        "--metric",
+        "val_loss:min",
+        "--metric",
+        "n_params:min",
+        "--constraint",
+        "n_params<=20000",
+        "--study-name",
+        "later",
+        *store.args,
+    )
+    assert later.code == 0, later.err
+    seeds = [t for t in kb.trials(kb.find_study("later")) if t.origin.startswith("warm:handcrafted:")]
+    by_loss = min(front, key=lambda p: p["values"]["val_loss"])["config"]
+    by_size = min(front, key=lambda p: p["values"]["n_params"])["config"]
+    assert [dict(t.config) for t in sorted(seeds, key=lambda t: t.number)] == (
+        [by_loss, by_size] if by_loss != by_size else [by_loss]
+    )
     out_dir = store.root / "report"
     report = cli("report", "mo", "--out", str(out_dir), "--tracking-uri", store.uri)
     assert report.code == 0, report.err

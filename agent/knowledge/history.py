@@ -27,6 +27,7 @@ class Evaluation:
     config: Mapping[str, Any]
     value: float
     val_error: float | None
+    metrics: Mapping[str, float] = field(default_factory=dict)  # what else it reported (n_params, ...)
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +70,8 @@ def _evaluation(trial: TrialRecord) -> Evaluation | None:
     if trial.state != TRIAL_OK or trial.value is None:
         return None
     acc = trial.extra.get("final_val_acc")
-    return Evaluation(dict(trial.config), float(trial.value), None if acc is None else 1.0 - float(acc))
+    reported = {k[len("final_") :]: float(v) for k, v in trial.extra.items() if k.startswith("final_")}
+    return Evaluation(dict(trial.config), float(trial.value), None if acc is None else 1.0 - float(acc), reported)
 
 
 def group_studies(

@@ -267,8 +267,24 @@ def _plan_warm_start(
         if req.warm_start != "none"
         else Path(req.models_dir)
     )
+    from agent.config import parse_constraint, parse_objective
+
+    objectives = [(req.metric or job.metric, req.mode or job.mode)] + [
+        (name, mode or "min") for name, mode in (parse_objective(t, second=True) for t in req.objectives)
+    ]
     return plan_warm_start(
-        kb, job, data, sample, summary, req.warm_start, req.k, models_dir, req.prior_mean, progress=echo
+        kb,
+        job,
+        data,
+        sample,
+        summary,
+        req.warm_start,
+        req.k,
+        models_dir,
+        req.prior_mean,
+        progress=echo,
+        objectives=objectives,
+        constraints=[parse_constraint(t) for t in req.constraints],
     )
 
 

@@ -20,7 +20,8 @@ class subsets of one source are one piece of evidence, not five).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,9 @@ class NeighbourInfo:
     distance: float
     best_config: Mapping[str, Any]
     best_value: float
+    # a study of several metrics: the other end of the neighbour's front (its feasible trials that no
+    # other beats on every metric), the best on the last metric; None for one metric
+    other_end: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,16 +80,19 @@ class WarmStart:
 
     @property
     def seeds(self) -> list[tuple[dict[str, Any], str]]:
-        """Distinct best configurations of the neighbours, nearest first, with their origin
-        (none when the dataset is far from the whole history)."""
+        """Distinct best configurations of the neighbours, nearest first, then (several metrics)
+        the other ends of their fronts, with their origin (none when the dataset is far from the
+        whole history)."""
         if self.far:
             return []
         out, seen = [], set()
-        for n in self.neighbours:
-            key = json.dumps(dict(n.best_config), sort_keys=True)
+        for config, n in [(n.best_config, n) for n in self.neighbours] + [
+            (n.other_end, n) for n in self.neighbours if n.other_end is not None
+        ]:
+            key = json.dumps(dict(config), sort_keys=True)
             if key not in seen:
                 seen.add(key)
-                out.append((dict(n.best_config), f"warm:{self.method}:{n.name}"))
+                out.append((dict(config), f"warm:{self.method}:{n.name}"))
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -186,8 +193,11 @@ def plan_warm_start(
     models_dir: Path,
     prior_mean: str | None = None,
     progress: Callable[[str], None] | None = None,
+    objectives: Sequence[tuple[str, str]] = (),
+    constraints: Sequence[tuple[str, str, float]] = (),
 ) -> WarmStart:
-    """Finds the neighbours of ``dataset`` among historical datasets of the same job and space.
+    """Finds the neighbours of ``dataset`` among historical datasets of the same job and space
+    (with several ``objectives`` or any ``constraints``, the ends of their fronts seed the study).
     ``progress`` hears of the one slow step there can be: meta-features stored by an older version,
     recomputed from the samples and stored again (once per store)."""
     if requested not in WARM_METHODS:
@@ -209,7 +219,9 @@ def plan_warm_start(
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
     found = nearest(query, vectors, len(history), featurizer.standardise)
     near = nearness(query, vectors, [h.source for h in history], featurizer.standardise)
-    neighbours = _pick_neighbours(kb, job, history, found, match, k, {s.study_id: s for s in listed})
+    neighbours = _pick_neighbours(
+        kb, job, history, found, match, k, {s.study_id: s for s in listed}, objectives, constraints
+    )
     far = near is not None and near.far
     prior = prior_mean or ("neighbours" if neighbours and not far else "constant")
     if not neighbours and evaluated_elsewhere and prior_mean in (None, "neighbours"):
@@ -269,22 +281,69 @@ def _pick_neighbours(
     match: SpaceMatch | None,
     k: int,
     studies: Mapping[str, Any],
+    objectives: Sequence[tuple[str, str]] = (),
+    constraints: Sequence[tuple[str, str, float]] = (),
 ) -> list[NeighbourInfo]:
     """Up to ``k`` of the ``found`` datasets with a best configuration (in ``job``'s space, translated
     through ``match`` when the history is another space's): distinct sources first, then the nearest
-    of the rest; nearest first. Loads the evaluations of each dataset it looks at into ``history``."""
+    of the rest; nearest first. Loads the evaluations of each dataset it looks at into ``history``.
+    With several ``objectives`` (or ``constraints``), a neighbour whose trials reported them gives
+    the two ends of its feasible front (:func:`front_ends`); one that did not, its best trial."""
     neighbours: list[NeighbourInfo] = []
     distance = {n.index: n.distance for n in found}
+
+    def here(config: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(config) if match is None else job.space.decode(job.space.translate(config, match))
+
     for i in distinct_first([n.index for n in found], [h.source for h in history]):
         if len(neighbours) == k:
             break
         h = history[i] = with_evaluations_loaded(kb, history[i], studies)
+        ends = front_ends(h, objectives, constraints) if len(objectives) > 1 or constraints else None
+        if ends is not None:
+            first, last = ends
+            other = here(last.config) if last is not first else None
+            neighbours.append(NeighbourInfo(h.name, h.key, distance[i], here(first.config), first.value, other))
+            continue
         best = h.best()
         if best is not None:
-            config = dict(best.config) if match is None else job.space.decode(job.space.translate(best.config, match))
-            neighbours.append(NeighbourInfo(h.name, h.key, distance[i], config, best.value))
+            neighbours.append(NeighbourInfo(h.name, h.key, distance[i], here(best.config), best.value))
     neighbours.sort(key=lambda x: x.distance)
     return neighbours
+
+
+def front_ends(
+    h: HistoricalDataset, objectives: Sequence[tuple[str, str]], constraints: Sequence[tuple[str, str, float]]
+) -> tuple[Any, Any] | None:
+    """The evaluations at the two ends of ``h``'s front over ``objectives`` (the best on the first,
+    the best on the last) among those meeting ``constraints``; None when no evaluation reported
+    every metric and met every bound (a history from before those metrics were reported)."""
+    from agent.samplers.pareto import non_dominated
+
+    def reported(e: Any, name: str) -> float | None:
+        value = e.value if name == h.metric else e.metrics.get(name)
+        return float(value) if value is not None and math.isfinite(float(value)) else None
+
+    rows, points = [], []
+    for e in h.evaluations:
+        values = [reported(e, name) for name, _ in objectives]
+        bounds = [reported(e, name) for name, _, _ in constraints]
+        if any(v is None for v in values + bounds):
+            continue
+        if any(
+            (op == "<=" and v > bound) or (op == ">=" and v < bound)  # type: ignore[operator]
+            for (_, op, bound), v in zip(constraints, bounds)
+        ):
+            continue
+        rows.append(e)
+        points.append([v if mode == "max" else -v for (_, mode), v in zip(objectives, values)])  # type: ignore[operator]
+    if not rows:
+        return None
+    P = np.array(points)
+    front = [i for i, keep in enumerate(non_dominated(P)) if keep]
+    first = max(front, key=lambda i: P[i, 0])
+    last = max(front, key=lambda i: P[i, -1])
+    return rows[first], rows[last]
 
 
 def _neighbours_message(head: str, neighbours: list[NeighbourInfo], near: Nearness | None, n_history: int) -> str:
