@@ -278,3 +278,39 @@ def test_the_multi_objective_benchmark_runs_product_studies_and_scores_their_fro
 def test_the_benchmark_command_refuses_unknown_methods_in_one_line(cli) -> None:
     res = cli("bench", "lcbench-mo", "--methods", "bo,nsga9")
     assert res.code == 2 and "--methods takes names from bo, tpe, random" in res.err
+
+
+def test_trials_in_flight_enter_the_qlognehvi_step_as_pending_points() -> None:
+    """Two trials at a time (the queued executor a benchmark job runs on): each step conditions on
+    the running trial, so a batch never holds the same configuration twice."""
+    from pathlib import Path
+
+    from agent.execution.progress import SilentReporter
+    from agent.execution.resources import ExecutionSettings
+    from agent.execution.runner import run_study
+    from agent.execution.workers import make_executor
+    from agent.knowledge import open_knowledge_base
+    from agent.tuning.service import prepare_study
+
+    toy = Path(__file__).resolve().parent / "bench" / "fixtures" / "yahpo_toy"
+    req = StudyRequest.from_options(
+        dataset="t1",
+        job=f"yahpo:{toy}",
+        trials=8,
+        n_init=3,
+        warm_start="none",
+        surrogate="gp",
+        random_every=0,
+        metrics=["score:max", "cost:min"],
+        study_name="batched-mo",
+    )
+    study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=open_knowledge_base("memory:"))
+    executor = make_executor(study, job, data, None, ExecutionSettings(workers=2, ask_ahead=0))
+    assert "X_pending" in study.sampler.pending_note()
+    run_study(study, job, data, None, SilentReporter(), trace_plot=False, executor=executor)
+    trials = sorted(study.trials(), key=lambda t: t.number)
+    assert [t.state for t in trials] == ["ok"] * 8
+    assert [t.origin for t in trials].count("bo:qlognehvi") == 5
+    configs = [tuple(sorted(t.config.items())) for t in trials]
+    assert len(set(configs)) == len(configs)
+    assert all("final_cost" in t.extra for t in trials)
