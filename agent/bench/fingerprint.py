@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = Path(__file__).resolve().parents[1]  # agent/
-PRESENTATION = ("cli", "bench", "examples", "ops", "warm", "execution/progress.py", "tuning/report.py")
+PRESENTATION = (
+    "cli",
+    "bench",
+    "examples",
+    "ops",
+    "warm",
+    "execution/progress.py",
+    "tuning/report.py",
+    "tuning/report_front.py",
+)
 NOT_BENCHMARKED = (
     "execution/ray_start.py",
     "execution/ray_workers.py",  # a study on Ray; benchmarks run none

@@ -136,3 +136,40 @@ def front_summary(trials: Sequence[TrialRecord], settings: StudySettings) -> dic
         if reference is None
         else {name: float(sign * r) for (name, _), sign, r in zip(settings.objective_list(), modes, reference)},
     }
+
+
+def front_ends(
+    evaluations: Sequence[Any],
+    metric: str,
+    objectives: Sequence[tuple[str, str]],
+    constraints: Sequence[tuple[str, str, float]],
+) -> tuple[Any, Any] | None:
+    """A historical dataset's evaluations (:class:`agent.knowledge.history.Evaluation`, whose
+    ``value`` is ``metric``'s) at the two ends of their front over ``objectives`` (the best on the
+    first, the best on the last) among those meeting ``constraints``; None when no evaluation
+    reported every metric and met every bound (history from before those metrics were reported)."""
+
+    def reported(e: Any, name: str) -> float | None:
+        value = e.value if name == metric else e.metrics.get(name)
+        return float(value) if value is not None and math.isfinite(float(value)) else None
+
+    rows, points = [], []
+    for e in evaluations:
+        values = [reported(e, name) for name, _ in objectives]
+        bounds = [reported(e, name) for name, _, _ in constraints]
+        if any(v is None for v in values + bounds):
+            continue
+        if any(
+            (op == "<=" and v > bound) or (op == ">=" and v < bound)  # type: ignore[operator]
+            for (_, op, bound), v in zip(constraints, bounds)
+        ):
+            continue
+        rows.append(e)
+        points.append([v if mode == "max" else -v for (_, mode), v in zip(objectives, values)])  # type: ignore[operator]
+    if not rows:
+        return None
+    P = np.array(points)
+    front = [i for i, keep in enumerate(non_dominated(P)) if keep]
+    first = max(front, key=lambda i: P[i, 0])
+    last = max(front, key=lambda i: P[i, -1])
+    return rows[first], rows[last]

@@ -20,7 +20,6 @@ class subsets of one source are one piece of evidence, not five).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from agent.meta.neighbours import (
     pairwise_distances,
     vectors_for,
 )
+from agent.samplers.pareto import front_ends
 from agent.space import SpaceMatch
 
 # A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
@@ -212,13 +212,7 @@ def plan_warm_start(
         )
     featurizer, note = _featurizer(requested, models_dir)
     evaluated_elsewhere = len(history)  # counted while datasets without samples or meta-features are still in
-    _attach_samples(kb, featurizer, history)
-    if featurizer.method == "handcrafted":
-        _refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
-    vectors = vectors_for(featurizer, history)
-    query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
-    found = nearest(query, vectors, len(history), featurizer.standardise)
-    near = nearness(query, vectors, [h.source for h in history], featurizer.standardise)
+    found, near = _nearest(kb, featurizer, history, listed, (dataset, sample, summary), progress)
     neighbours = _pick_neighbours(
         kb, job, history, found, match, k, {s.study_id: s for s in listed}, objectives, constraints
     )
@@ -243,6 +237,26 @@ def plan_warm_start(
         far=far,
         ranked=tuple(history[n.index].key for n in found),
     )
+
+
+def _nearest(
+    kb: Any,
+    featurizer: Any,
+    history: list[HistoricalDataset],
+    listed: list[Any],
+    target: tuple[Any, tuple[np.ndarray, np.ndarray], Mapping[str, Any]],
+    progress: Callable[[str], None] | None,
+) -> tuple[list[Neighbour], Nearness | None]:
+    """The historical datasets by distance to ``target`` (the dataset, its sample and summary) in
+    ``featurizer``'s meta-features, and how near the nearest is against the history's own."""
+    dataset, sample, summary = target
+    _attach_samples(kb, featurizer, history)
+    if featurizer.method == "handcrafted":
+        _refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
+    vectors = vectors_for(featurizer, history)
+    query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
+    found = nearest(query, vectors, len(history), featurizer.standardise)
+    return found, nearness(query, vectors, [h.source for h in history], featurizer.standardise)
 
 
 def _job_history(
@@ -288,7 +302,8 @@ def _pick_neighbours(
     through ``match`` when the history is another space's): distinct sources first, then the nearest
     of the rest; nearest first. Loads the evaluations of each dataset it looks at into ``history``.
     With several ``objectives`` (or ``constraints``), a neighbour whose trials reported them gives
-    the two ends of its feasible front (:func:`front_ends`); one that did not, its best trial."""
+    the two ends of its feasible front (:func:`~agent.samplers.pareto.front_ends`); one that did
+    not, its best trial."""
     neighbours: list[NeighbourInfo] = []
     distance = {n.index: n.distance for n in found}
 
@@ -299,7 +314,9 @@ def _pick_neighbours(
         if len(neighbours) == k:
             break
         h = history[i] = with_evaluations_loaded(kb, history[i], studies)
-        ends = front_ends(h, objectives, constraints) if len(objectives) > 1 or constraints else None
+        ends = (
+            front_ends(h.evaluations, h.metric, objectives, constraints) if len(objectives) > 1 or constraints else None
+        )
         if ends is not None:
             first, last = ends
             other = here(last.config) if last is not first else None
@@ -310,40 +327,6 @@ def _pick_neighbours(
             neighbours.append(NeighbourInfo(h.name, h.key, distance[i], here(best.config), best.value))
     neighbours.sort(key=lambda x: x.distance)
     return neighbours
-
-
-def front_ends(
-    h: HistoricalDataset, objectives: Sequence[tuple[str, str]], constraints: Sequence[tuple[str, str, float]]
-) -> tuple[Any, Any] | None:
-    """The evaluations at the two ends of ``h``'s front over ``objectives`` (the best on the first,
-    the best on the last) among those meeting ``constraints``; None when no evaluation reported
-    every metric and met every bound (a history from before those metrics were reported)."""
-    from agent.samplers.pareto import non_dominated
-
-    def reported(e: Any, name: str) -> float | None:
-        value = e.value if name == h.metric else e.metrics.get(name)
-        return float(value) if value is not None and math.isfinite(float(value)) else None
-
-    rows, points = [], []
-    for e in h.evaluations:
-        values = [reported(e, name) for name, _ in objectives]
-        bounds = [reported(e, name) for name, _, _ in constraints]
-        if any(v is None for v in values + bounds):
-            continue
-        if any(
-            (op == "<=" and v > bound) or (op == ">=" and v < bound)  # type: ignore[operator]
-            for (_, op, bound), v in zip(constraints, bounds)
-        ):
-            continue
-        rows.append(e)
-        points.append([v if mode == "max" else -v for (_, mode), v in zip(objectives, values)])  # type: ignore[operator]
-    if not rows:
-        return None
-    P = np.array(points)
-    front = [i for i, keep in enumerate(non_dominated(P)) if keep]
-    first = max(front, key=lambda i: P[i, 0])
-    last = max(front, key=lambda i: P[i, -1])
-    return rows[first], rows[last]
 
 
 def _neighbours_message(head: str, neighbours: list[NeighbourInfo], near: Nearness | None, n_history: int) -> str:
