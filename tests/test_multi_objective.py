@@ -314,3 +314,11 @@ def test_trials_in_flight_enter_the_qlognehvi_step_as_pending_points() -> None:
     configs = [tuple(sorted(t.config.items())) for t in trials]
     assert len(set(configs)) == len(configs)
     assert all("final_cost" in t.extra for t in trials)
+
+
+def test_the_reference_point_ignores_trials_that_break_a_bound() -> None:
+    settings = _settings()
+    trials = [_trial(0, 0.5, 80), _trial(1, 0.4, 90), _trial(2, 0.1, 500_000)]
+    summary = front_summary(trials, settings)
+    assert summary["reference"]["n_params"] < 100  # from the feasible trials, not the 500,000 one
+    assert summary["reference"]["val_loss"] == pytest.approx(0.51)  # the worst feasible, less 10 % of the range

@@ -84,9 +84,13 @@ def pareto_front(trials: Sequence[TrialRecord], settings: StudySettings) -> list
 
 
 def reference_point(trials: Sequence[TrialRecord], settings: StudySettings) -> np.ndarray | None:
-    """A maximised reference point: each objective's worst value over the finished trials, less
-    :data:`REFERENCE_MARGIN` of its range (a unit where the range is 0); None without a trial."""
-    values = [objective_values(t, settings) for t in trials if t.state == TRIAL_OK]
+    """A maximised reference point: each objective's worst value over the feasible finished trials
+    (all finished ones while none is feasible, as the sampler's), less :data:`REFERENCE_MARGIN` of
+    its range (a unit where the range is 0); None without a trial. A trial that breaks a bound by
+    far (a network of 500,000 parameters under n_params<=20000) would otherwise set the yardstick."""
+    done = [t for t in trials if t.state == TRIAL_OK]
+    meeting = [t for t in done if feasible(t, settings)]
+    values = [objective_values(t, settings) for t in (meeting or done)]
     points = np.array([maximised(v, settings) for v in values if v is not None])
     if not len(points):
         return None
