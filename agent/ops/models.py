@@ -94,6 +94,8 @@ def register_best(
         best = next((t for t in study.trials() if t.number == number - 1 and t.state == "ok"), None)
     if best is None:
         raise StudyError(f"study {study.name!r} has no successful trial yet: nothing to register")
+    import lightning.pytorch  # noqa: F401 - first: its import sets the levels that quiet_lightning lowers
+
     quiet_lightning()
     kept: list[Any] = []
     outcome = train_config(job, dict(best.config), best.number, study.settings, dataset, split, logger=False, keep=kept)
