@@ -387,3 +387,32 @@ def test_a_job_experiment_carries_a_saved_runs_view_and_ui_prints_its_link(store
         f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?viewStateShareKey=tune-agent"
         "&workflowType=machine_learning"
     )
+
+
+def test_register_in_a_fresh_process_prints_no_lightning_banner(store, cli) -> None:
+    """`best --register` retrains in a process that has not imported Lightning yet (the mlp job's
+    module does not): Lightning's device banner and hints stay out of what the user reads."""
+    from tests.conftest import run_tune_agent
+
+    res = cli(
+        "start",
+        "--dataset",
+        "wine",
+        "--job",
+        "mlp",
+        "--trials",
+        "1",
+        "--epochs",
+        "1",
+        "--warm-start",
+        "none",
+        "--study-name",
+        "fresh-reg",
+        *store.args,
+    )
+    assert res.code == 0, res.err
+    done = run_tune_agent("best", "fresh-reg", "--register", "fresh-model", "--tracking-uri", store.uri)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["registered"]["version"] == "1"
+    for banner in ("GPU available", "TPU available", "Tip:", "`Trainer.fit` stopped"):
+        assert banner not in done.stderr, done.stderr
