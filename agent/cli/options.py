@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from agent.cli.config_file import load_config_file
 from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, PRUNERS, WARM_METHODS, StudyRequest
 from agent.errors import TuneAgentError
 from agent.execution.options import ASK_AHEAD
@@ -70,36 +71,6 @@ def kb_for(tracking_uri: str | None, artifact_root: str | None = None, reads: bo
 STARTER_FILE = "mlp"  # the packaged starter history of job mlp (agent/knowledge/starters/)
 
 
-def _load_config_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--config FILE.yaml``: option defaults from a file whose keys are the option names; flags
-    given on the command line (or in the environment) still win."""
-    if not value:
-        return value
-    import yaml
-
-    try:
-        data = yaml.safe_load(open(value, encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise TuneAgentError(f"cannot read --config {value}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise TuneAgentError(f"--config {value} must hold a mapping of option names to values")
-    params = {p.name: p for p in ctx.command.params if p.name and p.name != "config"}
-    # a key is the option's name as on the command line (metric, constraint) or its Python name
-    names = {o.lstrip("-").replace("-", "_"): p.name for p in params.values() for o in p.opts if o.startswith("--")}
-    names.update({name: name for name in params})
-    settings: dict[str, Any] = {}
-    for key, item in data.items():
-        name = names.get(str(key).replace("-", "_"))
-        if name is None:
-            raise TuneAgentError(
-                f"--config {value}: unknown option {str(key)!r}; options are {', '.join(sorted(names))}"
-            )
-        multiple = getattr(params[name], "multiple", False)
-        settings[name] = [item] if multiple and not isinstance(item, (list, tuple)) else item
-    ctx.default_map = {**(ctx.default_map or {}), **settings}
-    return value
-
-
 # `start` and `create`: what a study is asked for, in --help's order (StudyRequest's fields)
 STUDY_OPTIONS = [
     click.option(
@@ -108,7 +79,7 @@ STUDY_OPTIONS = [
         default=None,
         is_eager=True,
         expose_value=False,
-        callback=_load_config_file,
+        callback=load_config_file,
         help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it.",
     ),
     click.option(

@@ -178,7 +178,8 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
 def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: str | None, number: int | None) -> None:
     """Print the best configuration of a study as JSON, or the Pareto front of a study of several
     metrics (and register a trial's model with --register)."""
-    from agent.tuning.service import best_summary, load_study_data, open_study, read_study
+    from agent.tuning.objectives import best_summary
+    from agent.tuning.service import load_study_data, open_study, read_study
 
     if register_as is not None and not register_as.strip():
         raise TuneAgentError("--register needs a model name")

@@ -101,11 +101,8 @@ class BoSampler:
         early = self.before_bo(number, trials)
         if early is not None:
             return early
-        U, y = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
-        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
-        seen = np.vstack([U, running])
-        seed = self.settings.seed * 100003 + number
-        rng = np.random.default_rng(seed)
+        U, y, running, seen = self.observed(trials)
+        seed, rng = self.step_seed(number)
         bo_step = number - self.settings.n_init + 1
         if self.surrogate.interleave_random and interleaved_random(bo_step, self.settings.random_every):
             return Suggestion(self.space.decode(self._random(seen, rng)), "random:interleaved")
@@ -125,10 +122,20 @@ class BoSampler:
         k = number - len(self.initial)
         if k >= len(self._design):
             return None
-        U, _ = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
-        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
-        seen = np.vstack([U, running])
+        seen = self.observed(trials)[3]
         return Suggestion(self.space.decode(self._restrict(self._design[k], seen)), f"init:{self.settings.init}")
+
+    def observed(self, trials: Sequence[TrialRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The finished trials' cube points and maximised values, the running trials' points, and
+        every point tried or trying (``seen``: never suggested again)."""
+        U, y = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
+        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
+        return U, y, running, np.vstack([U, running])
+
+    def step_seed(self, number: int) -> tuple[int, np.random.Generator]:
+        """Slot ``number``'s seed and random generator: the same step draws the same on resume."""
+        seed = self.settings.seed * 100003 + number
+        return seed, np.random.default_rng(seed)
 
     def propose(
         self,

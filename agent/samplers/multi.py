@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.knowledge.base import TRIAL_OK, TrialRecord
 from agent.samplers.acquisition import interleaved_random, optimize_on_space, random_unseen
-from agent.samplers.base import Suggestion, encoded
+from agent.samplers.base import Suggestion
 from agent.samplers.bo import BoSampler
 from agent.samplers.pareto import REFERENCE_MARGIN, maximised, metric_value, objective_values
 from agent.space import SearchSpace
@@ -57,11 +57,8 @@ class MultiObjectiveSampler(BoSampler):
         early = self.before_bo(number, trials)
         if early is not None:
             return early
-        U, _ = encoded(self.space, trials, COUNTED_STATES, self.settings.sign)
-        running, _ = encoded(self.space, trials, (TRIAL_RUNNING,), self.settings.sign)
-        seen = np.vstack([U, running])
-        seed = self.settings.seed * 100003 + number
-        rng = np.random.default_rng(seed)
+        _, _, running, seen = self.observed(trials)
+        seed, rng = self.step_seed(number)
         if interleaved_random(number - self.settings.n_init + 1, self.settings.random_every):
             return Suggestion(self.space.decode(self._random(seen, rng)), "random:interleaved")
         X, Y, C = self.outcomes(trials)

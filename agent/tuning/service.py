@@ -20,6 +20,7 @@ from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits
+from agent.tuning.objectives import check_metrics, multi_note
 from agent.tuning.plan import PLAN_TAG, SurrogatePlan, plan_sampler
 from agent.tuning.study import Study
 
@@ -121,7 +122,7 @@ def prepare_study(
         echo(warm.message)
     echo(planned.plan.note)
     if settings.multi:
-        echo(_multi_note(settings, planned.plan.surrogate))
+        echo(multi_note(settings, planned.plan.surrogate))
     trains = not isinstance(job, BenchmarkJob)
     description = study_description(job.name, data.name, settings, planned.plan, trains, warm)
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
@@ -155,7 +156,7 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
 
         data = load_dataset(req.dataset, label=req.label, drop=req.drop)
         job = load_job(req.job)
-    _check_metrics(req, job)
+    check_metrics(req, job)
     if isinstance(job, BenchmarkJob):
         task = job.task(req.dataset)
         return job, task, None, {"source": job.name, "kind": "benchmark", "instance": task.instance}
@@ -165,37 +166,6 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
     if data.preparation:
         echo(data.preparation)
     return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
-
-
-def _multi_note(settings: StudySettings, surrogate: str) -> str:
-    """One line for a study of several metrics or with constraints: how its BO steps model them."""
-    outcomes = [f"{n}:{m}" for n, m in settings.objective_list()] + list(settings.constraints)
-    line = f"several metrics: qLogNEHVI over one GP per outcome ({', '.join(outcomes)})"
-    if surrogate not in ("gp", "none", ""):
-        line += (
-            f"; the transfer surrogate {surrogate} models one metric, so each outcome falls back to the target's "
-            "own GP, and the history informs the warm start's configurations"
-        )
-    return line
-
-
-def _check_metrics(req: StudyRequest, job: Any) -> None:
-    """Every metric the request names (objectives, constraints) is one the job logs, where the job
-    declares its ``metrics``: refused before anything trains. A Lightning job's trials also report
-    ``n_params`` and ``fit_seconds`` (:data:`agent.jobs.base.ALWAYS_REPORTED`)."""
-    from agent.config import parse_constraint, parse_objective
-    from agent.jobs.base import ALWAYS_REPORTED, BenchmarkJob
-
-    known = getattr(job, "metrics", None)
-    if not known:
-        return
-    logged = tuple(known) + (() if isinstance(job, BenchmarkJob) else ALWAYS_REPORTED)
-    named = [(req.metric, "--metric")] if req.metric is not None else []
-    named += [(parse_objective(t)[0], "--metric") for t in req.objectives]
-    named += [(parse_constraint(t)[0], "--constraint") for t in req.constraints]
-    for name, option in named:
-        if name not in logged:
-            raise StudyError(f"{option} {name}: job {job.name} logs {', '.join(logged)}")
 
 
 def _plan(
@@ -267,11 +237,9 @@ def _plan_warm_start(
         if req.warm_start != "none"
         else Path(req.models_dir)
     )
-    from agent.config import parse_constraint, parse_objective
+    from agent.tuning.objectives import request_objectives
 
-    objectives = [(req.metric or job.metric, req.mode or job.mode)] + [
-        (name, mode or "min") for name, mode in (parse_objective(t, second=True) for t in req.objectives)
-    ]
+    objectives, constraints = request_objectives(req, job)
     return plan_warm_start(
         kb,
         job,
@@ -284,7 +252,7 @@ def _plan_warm_start(
         req.prior_mean,
         progress=echo,
         objectives=objectives,
-        constraints=[parse_constraint(t) for t in req.constraints],
+        constraints=constraints,
     )
 
 
@@ -405,35 +373,3 @@ def open_or_prepare(req: StudyRequest) -> tuple[Study, Any, Any, Any] | None:
     data, split = load_study_data(study, job)
     study.recover()
     return study, job, data, split
-
-
-def best_summary(study: Study, number: int | None = None) -> dict[str, Any]:
-    """What ``tune-agent best`` prints: the best trial (or trial ``number``, from 1) with its
-    configuration; for a study of several objectives or with constraints, the Pareto front of its
-    feasible finished trials (``{"pareto": [{"trial", "values", "config"}, ...]}``), the
-    hypervolume it dominates and the reference point that is measured from."""
-    from agent.samplers.pareto import front_summary
-
-    trials = study.trials()
-    if number is not None:
-        chosen = [t for t in trials if t.number == number - 1 and t.state == "ok"]
-        if not chosen:
-            raise StudyError(f"study {study.name!r} has no finished trial {number}")
-        trial = chosen[0]
-    elif study.settings.multi:
-        summary = front_summary(trials, study.settings)
-        if not summary["pareto"]:
-            raise StudyError(f"study {study.name!r} has no feasible finished trial yet")
-        return {"study": study.name, "metrics": [f"{n}:{m}" for n, m in study.settings.objective_list()], **summary}
-    else:
-        best = study.best(trials)
-        if best is None:
-            raise StudyError(f"study {study.name!r} has no successful trial yet")
-        trial = best
-    return {
-        "study": study.name,
-        "trial": trial.number + 1,
-        "metric": study.settings.metric,
-        "value": trial.value,
-        "config": dict(trial.config),
-    }
