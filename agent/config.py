@@ -33,6 +33,7 @@ PRIOR_MEANS = ("neighbours", "observations", "constant")
 # A GP that has found a local trend keeps refining it under LogEI while a narrow better region
 # elsewhere goes unsampled; on LCBench about 6 % of cold-GP runs stalled that way.
 RANDOM_EVERY = 4
+KEEP_ALL = -1  # --keep-models all
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +57,9 @@ class StudyOptions:
     pruner: str = "none"
     pending: str = "auto"
     source: str | None = None  # --sampler hts: the historical study whose dataset is the source
+    # The trained models kept on their trial runs: those of the best ``keep_models`` trials
+    # (agent/execution/keep.py); 0 keeps none, KEEP_ALL every successful trial's.
+    keep_models: int = 3
     # Several objectives: the metrics after the first (``--metric`` given again), each "NAME:min" or
     # "NAME:max"; the first is ``metric``/``mode``, the primary. Constraints: "NAME<=V" or "NAME>=V".
     objectives: tuple[str, ...] = ()
@@ -94,6 +98,8 @@ class StudyRequest(StudyOptions):
             raise TuneAgentError(f"--time-limit must be positive seconds, got {self.time_limit}")
         if self.random_every < 0:
             raise TuneAgentError(f"--random-every must be 0 (never) or a positive step count, got {self.random_every}")
+        if self.keep_models < KEEP_ALL:
+            raise TuneAgentError(f"--keep-models must be a count of at least 0 or 'all', got {self.keep_models}")
         if not 0.0 < self.val_fraction < 1.0:
             raise TuneAgentError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
         self._check_choices()

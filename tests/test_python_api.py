@@ -169,7 +169,7 @@ def test_the_readme_registry_snippets_run_as_written_in_an_empty_folder(tmp_path
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "registry.md").read_text()
-    section = readme[readme.index("# The best model, registered") :]
+    section = readme[readme.index("# Trained models, kept and registered") :]
     shell = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "TUNE_AGENT_"))}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from agent.cli.options import STARTER_FILE, fidelity_values, write_json
+from agent.cli.options import STARTER_FILE, write_json
+from agent.cli.values import fidelity_values
 from agent.config import PENDING
 from agent.errors import TuneAgentError
 from agent.execution.options import check_execution, checked_resources

@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from agent.cli.config_file import load_config_file
+from agent.cli.values import KeepModels
 from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, PRUNERS, WARM_METHODS, StudyRequest
-from agent.errors import TuneAgentError
 from agent.execution.options import ASK_AHEAD
 from agent.registry import SAMPLERS, SURROGATES
 from agent.warm.launch import Launch
@@ -222,6 +222,17 @@ STUDY_OPTIONS = [
         ),
     ),
     click.option(
+        "--keep-models",
+        type=KeepModels(),
+        default=StudyRequest.default("keep_models"),
+        show_default=True,
+        help=(
+            "Keep the trained models of the best K trials on their trial runs (MLflow pyfunc and pytorch "
+            "models; a model pushed out of the top K is deleted); 0 keeps none, all keeps every "
+            "successful trial's. `best --register` registers a kept model without training."
+        ),
+    ),
+    click.option(
         "--pruner",
         type=click.Choice(PRUNERS),
         default=StudyRequest.default("pruner"),
@@ -392,19 +403,6 @@ def talks(what: str) -> Any:
 params_option = click.option(
     "--params", "params_file", default="params.yaml", show_default=True, help="Pipeline settings."
 )
-
-
-def fidelity_values(values: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        try:
-            out[name.strip()] = float(value)
-        except ValueError:
-            raise TuneAgentError(f"--fidelity takes NAME=NUMBER, got {item!r}") from None
-        if not sep or not name.strip():
-            raise TuneAgentError(f"--fidelity takes NAME=NUMBER, got {item!r}")
-    return out
 
 
 def write_json(path: Path, report: Any) -> Path:

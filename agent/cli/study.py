@@ -196,8 +196,10 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
     if register_as is not None:
         from agent.ops.models import register_best
 
-        data, split = load_study_data(study, job)
-        out["registered"] = register_best(study, job, data, split, register_as.strip(), number)
+        def load() -> tuple[Any, Any, Any]:  # only for a trial that kept no model: it trains again
+            return (job, *load_study_data(study, job))
+
+        out["registered"] = register_best(study, load, register_as.strip(), number)
     click.echo(json.dumps(out, indent=2))
 
 

@@ -135,4 +135,11 @@ def pruning_callback(state: PruningState) -> Any:
             if state.observe(trainer.current_epoch + 1, float(value)):
                 trainer.should_stop = True
 
+        # the curve so far travels with the trial's checkpoint: a resumed trial is judged on all of it
+        def state_dict(self) -> dict[str, Any]:
+            return {"curve": {int(k): float(v) for k, v in state.curve.items()}}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            state.curve.update({int(k): float(v) for k, v in state_dict.get("curve", {}).items()})
+
     return PruningCallback()

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from agent.errors import TuneAgentError
@@ -55,6 +56,7 @@ class TrialWorker:
         number: int,
         settings: Any,
         pruning: Any = None,
+        scratch: str | None = None,
     ) -> tuple[Any, list[Any], int]:
         """One training run of ``config`` and what it logged. ``job``, ``dataset`` and ``split``
         come with this worker's first trial (Ray resolves them from its object store once) and are
@@ -72,7 +74,16 @@ class TrialWorker:
         logger = recording_logger()
         try:
             outcome = train_config(
-                job, config, number, settings, dataset, split, logger, pruning, accelerator=self.accelerator
+                job,
+                config,
+                number,
+                settings,
+                dataset,
+                split,
+                logger,
+                pruning,
+                accelerator=self.accelerator,
+                scratch=Path(scratch) if scratch else None,  # the driver's folder: a shared filesystem on a cluster
             )
         finally:
             if self.accelerator != "cpu" and torch.cuda.is_available():

@@ -20,6 +20,7 @@ from agent.execution.ray_start import RayStart
 from agent.execution.resources import TrialResources, fit_note, trial_slots
 from agent.execution.trial import TrialOutcome, replay_logged
 from agent.knowledge.base import TrialRecord
+from agent.tuning.scratch import trial_scratch
 from agent.tuning.study import Study
 
 WORKER_RETRIES = 1
@@ -97,7 +98,8 @@ class RayExecutor:
         pruning = pruning_state(self.study.settings, self.study.trials)  # the curves finished so far
         worker = self._idle.popleft() if self._idle else _Worker(self._start.new_worker())
         data = (None, None, None) if worker.given else (self._job, self._dataset, self._split)
-        ref = worker.handle.run.remote(*data, dict(trial.config), trial.number, self.study.settings, pruning)
+        scratch = str(trial_scratch(self.study.kb, self.study.record.study_id, trial.number))
+        ref = worker.handle.run.remote(*data, dict(trial.config), trial.number, self.study.settings, pruning, scratch)
         self._running[ref] = (trial, attempts, worker)
 
     def wait(self) -> tuple[TrialRecord, TrialOutcome]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from agent.errors import StudyFailedError, WorkersLostError
+from agent.execution.keep import ModelKeeper
 from agent.execution.pruning import curve_metrics
 from agent.execution.trial import (
     quiet_lightning,
@@ -79,6 +80,7 @@ def run_study(
         executor.on_epoch = getattr(reporter, "epoch_done", None)
     timing = StudyTiming(workers=executor.capacity)
     loop = _StudyLoop(study, executor, reporter, timing, timeout, n_trials)
+    loop.keeper = ModelKeeper(study, job, dataset, split, reporter.line)
     study.set_status("running")
     reporter.begin(study, loop.trials)
     try:
@@ -140,6 +142,7 @@ class _StudyLoop:
         self.untold: dict[int, TrialRecord] = {}
         self.ready: deque[TrialRecord] = deque()
         self.asked = 0
+        self.keeper: ModelKeeper | None = None  # the trained models kept (run_study sets it)
 
     def timed_out(self) -> bool:
         return self.timeout is not None and time.perf_counter() - self.wall_start >= self.timeout
@@ -167,6 +170,8 @@ class _StudyLoop:
         while self.ready and len(self.running) < self.executor.capacity:
             trial = self.ready.popleft()
             self.reporter.trial_started(trial)
+            if self.keeper is not None:
+                self.keeper.before(trial, self.trials)
             self.executor.submit(trial)
             self.running[trial.number] = trial
 
@@ -209,6 +214,13 @@ class _StudyLoop:
             extra = {f"final_{k}": v for k, v in outcome.metrics.items()} | curve_metrics(outcome.curve)
             if outcome.retries:
                 extra["worker_retries"] = float(outcome.retries)
+            if outcome.resumed_from:  # continued from its killed run's checkpoint
+                extra["resumed_from_epoch"] = float(outcome.resumed_from)
+                self.reporter.line(
+                    f"  trial {trial.number + 1} continued from its checkpoint after epoch {outcome.resumed_from}"
+                )
+            if outcome.note:
+                self.reporter.line(f"  trial {trial.number + 1}: {outcome.note}")
             done = self.study.tell(
                 trial,
                 value=outcome.value,
@@ -220,6 +232,8 @@ class _StudyLoop:
             self.untold.pop(trial.number)
             self.trials = _with(self.trials, done)
             self.reporter.trial_finished(done, self.study.best(self.trials), self.trials)
+            if self.keeper is not None:
+                self.keeper.ended(done, self.trials)
             if not ended:
                 return done
 

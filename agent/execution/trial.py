@@ -15,12 +15,22 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agent.execution.checkpoints import (
+    ResumePoint,
+    checkpoint_callbacks,
+    describe,
+    resume_point,
+    save_served,
+    wants_model,
+)
 from agent.execution.pruning import PruningState, pruning_callback, pruning_state
 from agent.knowledge.base import TrialRecord
+from agent.tuning.scratch import trial_scratch
 from agent.tuning.study import Study
 
 
@@ -33,6 +43,8 @@ class TrialOutcome:
     retries: int = 0  # times its worker died and it ran again (agent.execution.workers)
     pruned: bool = False  # stopped by the pruner: ``value`` is the last one it reached
     curve: dict[int, float] = field(default_factory=dict)  # per-epoch metric, kept when a pruner runs
+    resumed_from: int = 0  # epochs its checkpoint had finished when this run began (0: from the start)
+    note: str = ""  # one line for the study's output (a checkpoint that could not be used)
 
 
 def _guard_callback(time_limit: float | None) -> Any:
@@ -116,6 +128,7 @@ def run_trial(
         pruning_state(study.settings, study.trials),
         on_epoch=on_epoch,
         accelerator=accelerator,
+        scratch=trial_scratch(study.kb, study.record.study_id, trial.number),
     )
 
 
@@ -185,37 +198,30 @@ def train_config(
     on_epoch: EpochListener | None = None,
     keep: list[Any] | None = None,
     accelerator: str = "cpu",
+    scratch: Path | None = None,
 ) -> TrialOutcome:
     """One real ``Trainer.fit`` of ``job`` on ``config`` (trial slot ``number``), logging to
     ``logger`` and stopped early when ``pruning`` says so; what goes wrong inside is the outcome,
     never raised. Runs in the study's process or in a parallel worker (:mod:`agent.execution.workers`).
-    ``keep`` (a list) receives the trained ``(module, datamodule)``."""
+    ``keep`` (a list) receives the trained ``(module, datamodule)``. ``scratch``: the trial's
+    checkpoint folder (:mod:`agent.execution.checkpoints`): written after every epoch, and continued
+    from when it holds a checkpoint of this configuration."""
     import lightning.pytorch as pl
 
-    seed = settings.seed * 1009 + number
+    seed = trial_seed(settings, number)
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
     callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
     if on_epoch is not None:
         callbacks.append(_epoch_callback(number, on_epoch))
+    point = _checkpointing(scratch, config, seed, int(settings.epochs), callbacks)
     start = time.perf_counter()
     assert split is not None, "a training job needs its train/validation split"
     try:
         module, datamodule = job.build(config, dataset, split[0], split[1], seed)
-        trainer = pl.Trainer(
-            max_epochs=settings.epochs,
-            accelerator=accelerator,
-            devices=1,
-            logger=logger,
-            callbacks=callbacks,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            log_every_n_steps=1,
-            num_sanity_val_steps=0,
-        )
+        trainer = _trainer(settings.epochs, accelerator, logger, callbacks, checkpointing=scratch is not None)
         fit_start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=point.checkpoint)
         fit_wall = time.perf_counter() - fit_start
         if keep is not None:
             keep.append((module, datamodule))
@@ -223,12 +229,65 @@ def train_config(
         raise
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return TrialOutcome(None, f"{type(exc).__name__}: {message}"[:500], time.perf_counter() - start)
+        failed = TrialOutcome(None, f"{type(exc).__name__}: {message}"[:500], time.perf_counter() - start)
+        failed.resumed_from, failed.note = point.epoch, point.note
+        return failed
     fit_seconds = time.perf_counter() - start
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
     metrics["n_params"] = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
     metrics["fit_seconds"] = fit_wall  # ALWAYS_REPORTED (agent.jobs.base)
-    return _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning, _required(settings))
+    outcome = _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning, _required(settings))
+    outcome.resumed_from, outcome.note = point.epoch, point.note
+    if scratch is not None and not outcome.reason and wants_model(scratch, outcome.value):
+        outcome.note = _save_model(scratch, module, datamodule, dataset, split[1]) or outcome.note
+    return outcome
+
+
+def _save_model(scratch: Path, module: Any, datamodule: Any, dataset: Any, val_idx: Any) -> str:
+    """Saves the trained model in the trial's scratch for the study to keep; a by-product: one
+    that cannot be saved comes back as one line (the trial keeps its value), else ''."""
+    try:
+        save_served(scratch, module, datamodule, dataset, val_idx)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"model not kept ({type(exc).__name__}: {reason[:300]})"
+    return ""
+
+
+def _trainer(epochs: int, accelerator: str, logger: Any, callbacks: list[Any], checkpointing: bool) -> Any:
+    """A trial's ``Trainer``: quiet, no sanity steps, metrics logged every step."""
+    import lightning.pytorch as pl
+
+    return pl.Trainer(
+        max_epochs=epochs,
+        accelerator=accelerator,
+        devices=1,
+        logger=logger,
+        callbacks=callbacks,
+        enable_checkpointing=checkpointing,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        num_sanity_val_steps=0,
+    )
+
+
+def _checkpointing(scratch: Path | None, config: dict[str, Any], seed: int, epochs: int, callbacks: list[Any]) -> Any:
+    """Where the fit starts (:class:`ResumePoint`); with a ``scratch`` folder, the callbacks that
+    checkpoint it there join ``callbacks``."""
+    if scratch is None:
+        return ResumePoint()
+    point = resume_point(scratch, config, seed, epochs)
+    describe(scratch, config, seed)
+    callbacks += checkpoint_callbacks(scratch)
+    return point
+
+
+def trial_seed(settings: Any, number: int) -> int:
+    """The seed of trial slot ``number``: its initialisation, shuffling and dropout."""
+    return int(settings.seed) * 1009 + number
 
 
 def _required(settings: Any) -> list[str]:

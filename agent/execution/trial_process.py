@@ -29,7 +29,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+from agent.tuning.scratch import trial_scratch
 
 ENV = "TUNE_AGENT_TRIAL_PROCESS"
 
@@ -231,7 +234,8 @@ class ProcessExecutor:
         pruning = pruning_state(self.study.settings, self.study.trials)
         writer = self.study.kb.trial_writer(self.study.record, trial)
         try:
-            self.process.conn.send(("trial", trial.number, dict(trial.config), pruning))
+            scratch = trial_scratch(self.study.kb, self.study.record.study_id, trial.number)
+            self.process.conn.send(("trial", trial.number, dict(trial.config), pruning, str(scratch)))
             if self._sent_first is None:
                 self._sent_first = time.perf_counter()
             while True:
@@ -400,7 +404,7 @@ def child_main(fd: int) -> None:
             return
         if message[0] != "trial":
             return
-        _, number, config, pruning = message
+        _, number, config, pruning, scratch = message
         try:
             conn.send(("begun",))
             outcome = train_config(
@@ -414,6 +418,7 @@ def child_main(fd: int) -> None:
                 pruning,
                 on_epoch=lambda *epoch: conn.send(("epoch", *epoch)),
                 accelerator=accelerator,
+                scratch=Path(scratch),
             )
             conn.send(("done", outcome))
         except (BrokenPipeError, ConnectionResetError, EOFError):

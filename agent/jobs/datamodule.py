@@ -40,6 +40,9 @@ class ArrayDataModule(pl.LightningDataModule):
         self.batch_size = max(1, min(int(batch_size), len(self.train_idx)))
         self.standardise = standardise
         self.seed = int(seed)
+        # the shuffling's generator, one per fit: a checkpoint carries its state
+        # (agent.execution.checkpoints), so a resumed trial sees the epochs' orders an unbroken one saw
+        self.generator = torch.Generator().manual_seed(self.seed)
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
 
@@ -59,12 +62,11 @@ class ArrayDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "setup() builds the datasets first"
         n = len(self.train_set)
-        generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
             self.train_set,
             batch_size=self.batch_size,
             shuffle=True,
-            generator=generator,
+            generator=self.generator,
             num_workers=0,
             drop_last=n > self.batch_size and n % self.batch_size == 1,
         )

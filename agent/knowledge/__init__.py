@@ -98,3 +98,13 @@ __all__ = [
     "sqlite_path",
     "store_exists",
 ]
+
+
+def save_model_files(folder: Path, model: object, example: object, predictions: object, network: object) -> None:
+    """Writes ``model`` (``predict(rows)``) as an MLflow pyfunc in ``folder/model`` (signature from
+    ``example`` -> ``predictions``, and the example) and ``network`` (a torch module) in
+    ``folder/network`` (MLflow's pytorch flavour): what a store's ``keep_model_files`` keeps. Runs
+    where the model trained (a trial's worker), which may not reach the store."""
+    from agent.knowledge.mlflow.kept import save_model_files as save
+
+    save(folder, model, example, predictions, network)

@@ -219,6 +219,32 @@ class KnowledgeBase(abc.ABC):
 
         raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")
 
+    # -- kept models (agent.execution.keep): the trained weights of a study's best trials ------
+    def keep_model_files(self, study: StudyRecord, trial: TrialRecord, folder: Path) -> int:
+        """Keeps the model files :func:`agent.knowledge.save_model_files` wrote in ``folder`` on
+        ``trial``'s run (``model/``, ``network/``) without reopening it; returns their bytes.
+        Stores that keep no artifacts refuse."""
+        from agent.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} keeps no models: use an MLflow tracking store")
+
+    def drop_model(self, study: StudyRecord, trial: TrialRecord, note: str) -> None:  # noqa: B027 - keeps none
+        """Deletes what :meth:`keep_model` kept on ``trial``'s run; its ``model`` tag becomes ``note``."""
+
+    def kept_model_uri(self, trial: TrialRecord) -> str | None:
+        """Where ``trial``'s kept pyfunc lies (an artifact URI), None when it kept none."""
+        return None
+
+    def register_kept_model(self, study: StudyRecord, trial: TrialRecord, name: str, tags: Mapping[str, str]) -> str:
+        """Registers ``trial``'s kept model as a new version of ``name`` tagged ``tags``, with no
+        training and no change to the run; returns the version."""
+        from agent.errors import StoreError
+
+        raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")
+
+    def set_trial_tags(self, trial: TrialRecord, tags: Mapping[str, Any]) -> None:  # noqa: B027 - keeps none
+        """Sets ``tune_agent.<key>`` tags on ``trial``'s run (stores without tags ignore them)."""
+
     @abc.abstractmethod
     def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
         """Keeps the files at ``paths`` with the study under the folder ``artifact_path`` (a report);

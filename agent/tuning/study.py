@@ -117,8 +117,22 @@ class Study:
         if not free:
             raise StudyError(f"study {self.name!r} has no trial slots left ({self.settings.trials} used or running)")
         number = free[0]
+        again = self._checkpointed(number, trials)
+        if again is not None:  # its killed run left a checkpoint: the re-run continues from it
+            return self.kb.start_trial(self.record, number, again.config, again.origin)
         suggestion = self.sampler.suggest(number, trials)
         return self.kb.start_trial(self.record, number, suggestion.config, suggestion.origin)
+
+    def _checkpointed(self, number: int, trials: list[TrialRecord]) -> TrialRecord | None:
+        """Slot ``number``'s last killed trial when its checkpoint is in scratch (:mod:`agent.tuning.scratch`)."""
+        killed = [t for t in trials if t.number == number and t.state == TRIAL_KILLED]
+        if not killed:
+            return None
+        from agent.tuning.scratch import checkpointed_config, description, trial_scratch
+
+        config = checkpointed_config(trial_scratch(self.kb, self.record.study_id, number))
+        last = killed[-1]
+        return last if config is not None and description(config, 0) == description(last.config, 0) else None
 
     def tell(
         self,

@@ -32,3 +32,33 @@ class SlowJob(LogisticJob):
 
 unpicklable = UnpicklableJob()
 slow = SlowJob()
+
+
+class SlowStepsJob:
+    """The built-in ``mlp`` whose every training step first waits ``SLOW_STEP`` seconds (none when
+    unset), so a test can kill a trial in the middle of an epoch (tests/test_kept_models.py)."""
+
+    def __init__(self) -> None:
+        from agent.jobs import MLPJob
+
+        self.inner = MLPJob()
+        self.name, self.space, self.metric, self.mode = "slow-steps", self.inner.space, "val_loss", "min"
+        self.metrics = self.inner.metrics
+
+    def check_dataset(self, dataset: Any) -> None:
+        self.inner.check_dataset(dataset)
+
+    def build(self, config: dict, dataset: Any, train_idx: Any, val_idx: Any, seed: int) -> Any:
+        module, datamodule = self.inner.build(config, dataset, train_idx, val_idx, seed)
+        wait = float(os.environ.get("SLOW_STEP", "0"))
+        step = module.training_step
+
+        def slow_step(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(wait)
+            return step(*args, **kwargs)
+
+        module.training_step = slow_step
+        return module, datamodule
+
+
+slow_steps = SlowStepsJob()

@@ -1,0 +1,102 @@
+"""The trained models a study keeps: its best ``--keep-models`` trials' weights on their runs.
+
+Before a trial starts, the study loop writes what it must beat to be kept into the trial's scratch
+(:mod:`agent.execution.checkpoints`): the K-th best value so far, or nothing while fewer than K
+trials succeeded. Where it trains (this process, a trial process, a Ray worker), a trial that beats
+it saves its trained model there as ``model/`` (an MLflow pyfunc on raw rows, with a signature and
+an input example) and ``network/`` (the pytorch flavour): the weights of its last epoch, whose
+metric is the trial's value. When the trial ends and still ranks among the study's best K (on the
+first metric; the K-th best only gets better, so every trial that ranks has saved), those files
+are kept on its run, file by file; a trial it pushes out of the top K loses its model, and its
+run's ``tune_agent.model`` tag says by which trial. The study's process imports neither Lightning
+nor torch for it. The study run carries
+``kept_models`` (trial numbers) and ``kept_models_bytes``. The trial's scratch is removed either
+way; a killed trial's stays for its re-run.
+
+Keeping a model is a by-product: one that cannot be kept (a full disk, a store that keeps no
+artifacts) is one line, and the trial keeps its value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from agent.config import KEEP_ALL
+from agent.execution.checkpoints import SERVED, request_keep
+from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TrialRecord
+from agent.tuning.scratch import clear, trial_scratch
+from agent.tuning.study import Study
+
+
+class ModelKeeper:
+    """Keeps and drops models as a study's trials end (:meth:`ended`)."""
+
+    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, say: Callable[[str], None]) -> None:
+        from agent.jobs.base import BenchmarkJob
+
+        self.study, self.job, self.dataset, self.split, self.say = study, job, dataset, split, say
+        self.count = int(getattr(study.settings, "keep_models", 0))
+        self.trains = not isinstance(job, BenchmarkJob)
+        tags = study.record.tags
+        self.kept: dict[int, int] = {int(k): int(v) for k, v in json.loads(tags.get("kept_models_sizes", "{}")).items()}
+
+    def before(self, trial: TrialRecord, trials: list[TrialRecord]) -> None:
+        """``trial`` is about to start: what it must beat to be kept, in its scratch."""
+        if not self.trains or self.count == 0:
+            return
+        ranked = self._ranked(trials)
+        beat = None if self.count == KEEP_ALL or len(ranked) < self.count else ranked[self.count - 1].value
+        request_keep(
+            trial_scratch(self.study.kb, self.study.record.study_id, trial.number), self.study.settings.mode, beat
+        )
+
+    def ended(self, trial: TrialRecord, trials: list[TrialRecord]) -> None:
+        """``trial`` was told (``trials``: the study's trials with it): keep its model when it
+        ranks, drop the one it pushes out, clear its scratch unless it was killed."""
+        if not self.trains or trial.state == TRIAL_KILLED:
+            return
+        folder = trial_scratch(self.study.kb, self.study.record.study_id, trial.number)
+        try:
+            if self.count != 0 and trial.state == TRIAL_OK and (folder / SERVED).is_dir():
+                self._rank(trial, trials, folder / SERVED)
+        finally:
+            clear(folder)
+
+    def _rank(self, trial: TrialRecord, trials: list[TrialRecord], served: Any) -> None:
+        ranked = {
+            t.number for t in (self._ranked(trials) if self.count == KEEP_ALL else self._ranked(trials)[: self.count])
+        }
+        if trial.number not in ranked:
+            return
+        try:
+            size = self.study.kb.keep_model_files(self.study.record, trial, served)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            self.say(f"  trial {trial.number + 1}: model not kept ({type(exc).__name__}: {reason[:300]})")
+            return
+        label = "all" if self.count == KEEP_ALL else f"top {self.count}"
+        self.study.kb.set_trial_tags(trial, {"model": f"kept ({label})"})
+        self.kept[trial.number] = size
+        for number in [n for n in self.kept if n not in ranked]:
+            out = next((t for t in trials if t.number == number and t.state == TRIAL_OK), None)
+            if out is not None:
+                note = f"deleted: pushed out of the {label} by trial {trial.number + 1}"
+                self.study.kb.drop_model(self.study.record, out, note)
+            del self.kept[number]
+        self.study.kb.set_study_tags(
+            self.study.record,
+            {
+                "kept_models": ",".join(str(n + 1) for n in sorted(self.kept)),
+                "kept_models_bytes": str(sum(self.kept.values())),
+                "kept_models_sizes": json.dumps({str(n): b for n, b in sorted(self.kept.items())}),
+            },
+        )
+
+    def _ranked(self, trials: list[TrialRecord]) -> list[TrialRecord]:
+        """The study's successful trials, best first (ties: the earlier first)."""
+        ok = [t for t in trials if t.state == TRIAL_OK and t.value is not None]
+        return sorted(ok, key=lambda t: (-self.study.settings.sign * float(t.value or 0.0), t.number))
