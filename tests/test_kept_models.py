@@ -198,3 +198,51 @@ def test_a_corrupt_checkpoint_restarts_the_trial_from_epoch_zero_with_one_line(t
     assert outcome.note.startswith(f"checkpoint {folder / CHECKPOINT} is unreadable (")
     assert outcome.note.endswith("the trial starts again from epoch 0")
     assert _checkpoint_epoch(folder / CHECKPOINT) == 2  # and checkpoints afresh
+
+
+def test_a_resumed_trial_is_judged_by_the_pruner_on_its_whole_curve(tmp_path, monkeypatch) -> None:
+    """The pruner's view of a trial travels in its checkpoint: a trial stopped inside epoch 3 and
+    run again reports the curve of all its epochs, equal to an unbroken run's, and the same verdict."""
+    import lightning.pytorch as pl
+
+    from agent.config import StudySettings
+    from agent.data import load_dataset
+    from agent.execution.pruning import Pruner, PruningState
+    from agent.execution.trial import train_config
+    from agent.jobs import load_job
+
+    job, data = load_job("mlp"), load_dataset("wine")
+    order = np.random.default_rng(0).permutation(len(data.y))
+    split = (order[:140], order[140:])
+    settings = StudySettings(
+        job="mlp", job_name="mlp", dataset="wine", dataset_name="wine", fingerprint="f",
+        space_signature="s", metric="val_loss", mode="min", epochs=5, pruner="median",
+    )  # fmt: skip
+    config = {"batch_size": 32, "learning_rate": 0.01, "momentum": 0.9, "weight_decay": 1e-4,
+              "num_layers": 2, "max_units": 64, "max_dropout": 0.5}  # fmt: skip
+    peers = {epoch: [5.0, 5.0, 5.0] for epoch in range(1, 6)}  # far worse val_loss: it is never pruned
+
+    def state() -> PruningState:
+        return PruningState(Pruner("median"), "val_loss", -1.0, 5, peers)
+
+    unbroken = train_config(job, config, 0, settings, data, split, logger=False, pruning=state())
+
+    fit = pl.Trainer.fit
+
+    def stopped_in_epoch_3(trainer, *args, **kwargs):  # the process "dies" inside epoch 3
+        class Stop(pl.Callback):
+            def on_train_batch_start(self, trainer, module, batch, index):
+                if trainer.current_epoch == 2 and index == 1:
+                    raise RuntimeError("killed")
+
+        trainer.callbacks.append(Stop())
+        return fit(trainer, *args, **kwargs)
+
+    folder = tmp_path / "trial-1"
+    monkeypatch.setattr(pl.Trainer, "fit", stopped_in_epoch_3)
+    assert train_config(job, config, 0, settings, data, split, False, state(), scratch=folder).value is None
+    monkeypatch.setattr(pl.Trainer, "fit", fit)
+    resumed = train_config(job, config, 0, settings, data, split, False, state(), scratch=folder)
+    assert resumed.resumed_from == 2
+    assert sorted(resumed.curve) == [1, 2, 3, 4, 5] and resumed.curve == unbroken.curve
+    assert resumed.value == unbroken.value and not resumed.pruned and not unbroken.pruned

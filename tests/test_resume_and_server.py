@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -164,8 +165,13 @@ def test_study_against_a_real_tracking_server(mlflow_server, cli, monkeypatch) -
     assert kinds == ["study", "trial", "trial"]
     parent = next(r for r in runs if r.data.tags["tune_agent.kind"] == "study")
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "dataset")} >= {"dataset/sample.npz"}
+    for trial in (r for r in runs if r.data.tags["tune_agent.kind"] == "trial"):  # models kept through the server
+        assert {"model", "network"} <= {a.path for a in client.list_artifacts(trial.info.run_id)}
     best = cli("best", "shared", "--tracking-uri", mlflow_server)
     assert best.code == 0 and '"value"' in best.out
+    registered = cli("best", "shared", "--register", "iris-shared", "--tracking-uri", mlflow_server)
+    assert registered.code == 0, registered.err
+    assert json.loads(registered.out)["registered"]["source"] == "kept"
 
 
 def test_a_new_store_killed_while_mlflow_builds_its_tables_is_not_broken(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from agent.cli.options import STARTER_FILE, write_json
 from agent.errors import TuneAgentError
@@ -85,15 +86,35 @@ def bench_startup(
 @click.option("--trials", type=int, default=4, show_default=True)
 @click.option("--epochs", type=int, default=2, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", default="metrics/faults.json", show_default=True)
-def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str) -> None:
+@click.option(
+    "--out", default=None, help="[default: metrics/faults.json, metrics/faults_mid_epoch.json with --mid-epoch]"
+)
+@click.option(
+    "--mid-epoch",
+    is_flag=True,
+    help="Kill while a trial trains (after its first epoch checkpoint) and check that it continues from it "
+    "(defaults then: --trials 2 --epochs 8 on digits with mlp).",
+)
+def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str | None, mid_epoch: bool) -> None:
     """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
-    from agent.bench.faults import run_fault_campaign
     from agent.config import check_positive
 
     for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
         check_positive(option, value)
-    report = run_fault_campaign(studies, trials, epochs, seed=seed, say=lambda line: click.echo(line, err=True))
+    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    if mid_epoch:
+        from agent.bench.faults_mid_epoch import EPOCHS, TRIALS, run_mid_epoch_campaign
+
+        source = click.get_current_context().get_parameter_source
+        given = [source(k) != ParameterSource.DEFAULT for k in ("trials", "epochs")]  # else the campaign's own
+        report = run_mid_epoch_campaign(
+            studies, trials if given[0] else TRIALS, epochs if given[1] else EPOCHS, seed=seed, say=say
+        )
+    else:
+        from agent.bench.faults import run_fault_campaign
+
+        report = run_fault_campaign(studies, trials, epochs, seed=seed, say=say)
+    out = out or ("metrics/faults_mid_epoch.json" if mid_epoch else "metrics/faults.json")
     write_json(Path(out), report)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
 

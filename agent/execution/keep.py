@@ -37,7 +37,8 @@ class ModelKeeper:
         from agent.jobs.base import BenchmarkJob
 
         self.study, self.job, self.dataset, self.split, self.say = study, job, dataset, split, say
-        self.count = int(getattr(study.settings, "keep_models", 0))
+        # a store that keeps no artifacts (memory://) keeps no models: nothing is saved for it
+        self.count = int(getattr(study.settings, "keep_models", 0)) if study.kb.keeps_models else 0
         self.trains = not isinstance(job, BenchmarkJob)
         tags = study.record.tags
         self.kept: dict[int, int] = {int(k): int(v) for k, v in json.loads(tags.get("kept_models_sizes", "{}")).items()}

@@ -220,6 +220,8 @@ class KnowledgeBase(abc.ABC):
         raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")
 
     # -- kept models (agent.execution.keep): the trained weights of a study's best trials ------
+    keeps_models = False  # whether keep_model_files keeps them (an MLflow store does)
+
     def keep_model_files(self, study: StudyRecord, trial: TrialRecord, folder: Path) -> int:
         """Keeps the model files :func:`agent.knowledge.save_model_files` wrote in ``folder`` on
         ``trial``'s run (``model/``, ``network/``) without reopening it; returns their bytes.

@@ -33,6 +33,7 @@ MAX_ROWS = 60
 COMMANDS = {
     "arc": "tune-agent bench arc --bo-seeds 5",
     "faults": "tune-agent bench faults",
+    "faults_mid_epoch": "tune-agent bench faults --mid-epoch --studies 10",
     "hts_pairs": "tune-agent bench hts --tracking-uri sqlite:///STARTER_STORE",
     "hts_pairs_m10": "tune-agent bench hts --tracking-uri sqlite:///STARTER_STORE --n-init 10",
     "lcbench": "tune-agent bench lcbench",

@@ -46,6 +46,8 @@ def save_model_files(folder: Path, model: Any, example: Any, predictions: Any, n
 class MlflowKeptModels(MlflowConnection):
     """The knowledge base's kept-model methods (:class:`agent.knowledge.base.KnowledgeBase`)."""
 
+    keeps_models = True
+
     def keep_model_files(self, study: StudyRecord, trial: TrialRecord, folder: Path) -> int:
         size = 0
         for name in (MODEL, NETWORK):
