@@ -19,13 +19,17 @@ training.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 
 from agent.api import create_study, load_study
+from agent.execution.checkpoints import describe
 from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
+from agent.tuning.scratch import CHECKPOINT
 from agent.tuning.study import TrialHandle
 
 __all__ = ["TuneAgentCallback", "create_study", "load_study", "open_study", "quiet_lightning"]
@@ -40,15 +44,23 @@ open_study = load_study  # its earlier name: a stored study by name, to go on af
 class TuneAgentCallback(pl.Callback):
     """Reports a trial's per-epoch metrics, sets its objective (the study's metric after the last
     validation epoch) and, when the study has a pruner, stops the training early as ``tune-agent
-    start --pruner`` would, against the curves the study's finished trials left."""
+    start --pruner`` would, against the curves the study's finished trials left.
 
-    def __init__(self, trial: TrialHandle) -> None:
+    It also checkpoints the trial after every validation epoch into ``trial.checkpoint_dir``
+    (``checkpoint=False`` turns that off): when the script is killed, the re-run of the slot gets
+    the same configuration and ``trial.resume_from``, to pass as ``trainer.fit(...,
+    ckpt_path=trial.resume_from)``; the pruner's curve and torch's random state come back with it
+    (your data loaders' shuffling order is yours)."""
+
+    def __init__(self, trial: TrialHandle, checkpoint: bool = True) -> None:
         self.trial = trial
         settings = trial.study.settings
         self.metric = settings.metric
         self._pruning: PruningState | None = None
         self._pruner = getattr(settings, "pruner", "none")
         self._sign = settings.sign
+        self._checkpoint = checkpoint
+        self._restored: dict[str, Any] = {}
 
     def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         if self._pruner != "none":
@@ -59,6 +71,26 @@ class TuneAgentCallback(pl.Callback):
                 int(trainer.max_epochs or 1),
                 study_curves(self.trial.study.trials()),
             )
+            self._pruning.curve.update(self._restored.get("curve", {}))
+        if self._checkpoint:
+            describe(self.trial.checkpoint_dir, self.trial.config, 0)
+
+    def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if self._checkpoint and not trainer.sanity_checking:
+            trainer.save_checkpoint(str(self.trial.checkpoint_dir / CHECKPOINT))
+
+    def state_dict(self) -> dict[str, Any]:
+        curve = dict(self._pruning.curve) if self._pruning is not None else {}
+        return {"curve": curve, "torch": torch.get_rng_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = dict(state_dict)
+        if self._pruning is not None:
+            self._pruning.curve.update(self._restored.get("curve", {}))
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if "torch" in self._restored:  # dropout's random state as the checkpoint left it
+            torch.set_rng_state(self._restored.pop("torch"))
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         if trainer.sanity_checking:

@@ -246,3 +246,68 @@ def test_a_resumed_trial_is_judged_by_the_pruner_on_its_whole_curve(tmp_path, mo
     assert resumed.resumed_from == 2
     assert sorted(resumed.curve) == [1, 2, 3, 4, 5] and resumed.curve == unbroken.curve
     assert resumed.value == unbroken.value and not resumed.pruned and not unbroken.pruned
+
+
+OWN_LOOP_KILLED = """
+import os, sys
+import lightning.pytorch as pl
+from agent.examples.own_loop import WineNet, loaders
+from agent.lightning import TuneAgentCallback, create_study
+
+study = create_study("own", dataset="wine", job="agent.jobs.examples:logistic", trials=1, epochs=5,
+                     warm_start="none", tracking_uri=sys.argv[1])
+
+class Dies(pl.Callback):  # the process dies inside epoch 3, as under SIGKILL: no exception, no cleanup
+    def on_train_batch_start(self, trainer, module, batch, index):
+        if trainer.current_epoch == 2 and index == 1:
+            os._exit(9)
+
+train, val = loaders()
+with study.trial() as trial:
+    pl.seed_everything(0, verbose=False)
+    trainer = pl.Trainer(max_epochs=5, callbacks=[TuneAgentCallback(trial), Dies()], logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    trainer.fit(WineNet(**trial.config), train, val, ckpt_path=trial.resume_from)
+"""
+
+
+def test_an_own_loop_trial_whose_process_died_in_epoch_3_continues_from_its_checkpoint(store) -> None:
+    """The Python API's own loop: TuneAgentCallback checkpoints each epoch; after the script died
+    inside epoch 3, the slot's next trial has the same configuration and ``resume_from``, and
+    training from it ends where an unbroken run of that configuration ends."""
+    import lightning.pytorch as pl
+
+    from agent.examples.own_loop import WineNet, loaders
+    from agent.lightning import TuneAgentCallback, create_study
+
+    died = subprocess.run([sys.executable, "-c", OWN_LOOP_KILLED, store.uri], capture_output=True, text=True)
+    assert died.returncode == 9, died.stderr[-1500:]
+    train, val = loaders()
+
+    def fit(trial, ckpt_path=None, checkpoint=True):
+        pl.seed_everything(0, verbose=False)
+        trainer = pl.Trainer(
+            max_epochs=5, callbacks=[TuneAgentCallback(trial, checkpoint)], logger=False,
+            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        )  # fmt: skip
+        trainer.fit(WineNet(**trial.config), train, val, ckpt_path=ckpt_path)
+
+    study = create_study(
+        "own", dataset="wine", job="agent.jobs.examples:logistic", tracking_uri=store.uri, load_if_exists=True
+    )
+    killed = [t for t in study.study.trials() if t.state == TRIAL_KILLED]
+    assert len(killed) == 1  # the dead process's trial, closed when the study was opened again
+    with study.trial() as again:
+        assert again.config == dict(killed[0].config) and again.resume_from is not None
+        assert _checkpoint_epoch(Path(again.resume_from)) == 2
+        fit(again, ckpt_path=again.resume_from)
+    assert again.value is not None and not again.checkpoint_dir.exists()  # removed when the trial ended
+
+    unbroken = create_study(
+        "own-unbroken", dataset="wine", job="agent.jobs.examples:logistic", trials=1, epochs=5,
+        warm_start="none", tracking_uri=store.uri,
+    )  # fmt: skip
+    with unbroken.trial() as straight:
+        straight.record = type(straight.record)(**{**vars(straight.record), "config": dict(killed[0].config)})
+        fit(straight, checkpoint=False)
+    assert again.value == straight.value

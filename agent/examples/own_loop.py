@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                 enable_model_summary=False,
                 enable_checkpointing=False,
             )
-            trainer.fit(model, train, val)
+            trainer.fit(model, train, val, ckpt_path=trial.resume_from)  # a killed run's slot continues
         print(
             f"trial {trial.number}: {trial.record.origin} {trial.config} -> "
             f"{'pruned: ' + trial.pruned if trial.pruned else f'val_loss={trial.value:.4f}'}"

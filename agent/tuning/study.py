@@ -16,6 +16,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from agent.config import StudySettings
@@ -214,10 +215,26 @@ class Study:
         start = time.perf_counter()
         try:
             yield handle
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # its checkpoint stays in scratch: the slot's re-run continues from it
             self.tell(handle.record, failed="interrupted by the user", state=TRIAL_KILLED)
             raise
         except Exception as exc:
+            self._close_own(handle, start, exc)
+        else:
+            self._close_own(handle, start, None)
+        self.settle()
+
+    def _close_own(self, handle: TrialHandle, start: float, exc: Exception | None) -> None:
+        """Tells a trial of :meth:`trial` how its block ended, and removes its scratch."""
+        from agent.tuning.scratch import clear
+
+        try:
+            self._tell_own(handle, start, exc)
+        finally:
+            clear(handle.checkpoint_dir)
+
+    def _tell_own(self, handle: TrialHandle, start: float, exc: Exception | None) -> None:
+        if exc is not None:
             first = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first}"[:500]
             self.tell(handle.record, failed=reason, duration=time.perf_counter() - start)
@@ -241,7 +258,6 @@ class Study:
                 )
             else:
                 self.tell(handle.record, value=handle.value, duration=seconds, metrics=handle.metrics)
-        self.settle()
 
 
 class TrialHandle:
@@ -271,6 +287,25 @@ class TrialHandle:
     def logger(self) -> Any:
         """A Lightning logger writing to this trial's MLflow run (per-epoch metrics)."""
         return self.study.kb.trial_logger(self.study.record, self.record)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """This trial's scratch folder: :class:`agent.lightning.TuneAgentCallback` checkpoints
+        into it after every validation epoch; it is removed when the trial ends (kept when killed)."""
+        from agent.tuning.scratch import trial_scratch
+
+        return trial_scratch(self.study.kb, self.study.record.study_id, self.record.number)
+
+    @property
+    def resume_from(self) -> str | None:
+        """The checkpoint a killed run of this trial's slot left with this configuration (pass it
+        as ``trainer.fit(..., ckpt_path=trial.resume_from)``), None when there is none."""
+        from agent.tuning.scratch import CHECKPOINT, checkpointed_config, description
+
+        found = checkpointed_config(self.checkpoint_dir)
+        if found is None or description(found, 0) != description(self.config, 0):
+            return None
+        return str(self.checkpoint_dir / CHECKPOINT)
 
 
 __all__ = ["Study", "TrialHandle", "TRIAL_KILLED", "TRIAL_OK", "TRIAL_FAILED"]

@@ -632,6 +632,12 @@ def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store,
     seen = [f.read_text().split() for f in threads.iterdir()]
     # --cpus-per-trial threads in the Ray workers (neither Ray's old one thread nor torch's default here)
     assert len(seen) == 4 and {n for n, _ in seen} == {"3"}, seen
+    # the best 3 trials' models, saved in the Ray workers to the study's scratch, kept on their runs
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store.uri)
+    holding = {t.number for t in trials if "model" in {a.path for a in client.list_artifacts(t.trial_id)}}
+    assert holding == {t.number for t in sorted(trials, key=lambda t: t.value)[:3]}
 
 
 def test_bad_input_with_workers_is_refused_in_one_line_and_stops_the_ray_it_began(tmp_path: Path) -> None:
