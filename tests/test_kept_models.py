@@ -311,3 +311,42 @@ def test_an_own_loop_trial_whose_process_died_in_epoch_3_continues_from_its_chec
         straight.record = type(straight.record)(**{**vars(straight.record), "config": dict(killed[0].config)})
         fit(straight, checkpoint=False)
     assert again.value == straight.value
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 3 MB tmpfs: a real filesystem that fills up (needs the right to mount; skipped without it)."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()[:200]}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_full_artifact_disk_while_keeping_a_model_leaves_the_trial_its_value(tiny_disk, store) -> None:
+    """The disk holding the artifacts fills up as the trial's model is saved: the trial ends with its
+    value and one line, and no run is left running."""
+    from agent.knowledge.base import TRIAL_RUNNING
+
+    exe = Path(sys.executable).with_name("tune-agent")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {"FILL_DIR": str(tiny_disk)}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [str(exe), "start", "--dataset", "wine", "--job", "tests.tuning.trial_process_jobs:fills_disk",
+         "--trials", "1", "--epochs", "2", "--warm-start", "none", "--study-name", "F",
+         "--tracking-uri", store.uri, "--artifact-root", str(tiny_disk)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if "model not kept" in line]
+    assert lines == ["  trial 1: model not kept (OSError: [Errno 28] No space left on device)"], done.stdout
+    assert "trial 1 done (1/1): val_loss=" in done.stdout
+    kb = store.kb()
+    trials = kb.trials(kb.find_study("F"))
+    assert [t.state for t in trials] == [TRIAL_OK] and trials[0].value is not None
+    assert not any(t.state == TRIAL_RUNNING for t in trials)
+    # the study's own end finds the disk still full: one line naming `resume`, exit 2
+    assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr[-1500:]

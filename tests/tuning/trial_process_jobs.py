@@ -62,3 +62,38 @@ class SlowStepsJob:
 
 
 slow_steps = SlowStepsJob()
+
+
+class FillsDiskJob:
+    """The example ``logistic`` job whose module, when its fit ends (its last checkpoint written),
+    fills the filesystem of ``FILL_DIR`` with one file until no byte is left: the disk is full
+    as the trial's model is saved (tests/test_kept_models.py)."""
+
+    def __init__(self) -> None:
+        from agent.jobs.examples import LogisticJob
+
+        self.inner = LogisticJob()
+        self.name, self.space, self.metric, self.mode = "fills-disk", self.inner.space, "val_loss", "min"
+        self.metrics = self.inner.metrics
+
+    def check_dataset(self, dataset: Any) -> None:
+        self.inner.check_dataset(dataset)
+
+    def build(self, config: dict, dataset: Any, train_idx: Any, val_idx: Any, seed: int) -> Any:
+        module, datamodule = self.inner.build(config, dataset, train_idx, val_idx, seed)
+        fit_end = module.on_fit_end
+
+        def fill() -> None:
+            fit_end()
+            with open(os.path.join(os.environ["FILL_DIR"], "filler"), "wb", buffering=0) as out:
+                try:
+                    while True:
+                        out.write(b"\0" * 4096)
+                except OSError:  # no space left on the device: full
+                    pass
+
+        module.on_fit_end = fill
+        return module, datamodule
+
+
+fills_disk = FillsDiskJob()
