@@ -33,10 +33,10 @@ from agent.tuning.study import Study
 class ModelKeeper:
     """Keeps and drops models as a study's trials end (:meth:`ended`)."""
 
-    def __init__(self, study: Study, job: Any, dataset: Any, split: Any, say: Callable[[str], None]) -> None:
+    def __init__(self, study: Study, job: Any, say: Callable[[str], None]) -> None:
         from agent.jobs.base import BenchmarkJob
 
-        self.study, self.job, self.dataset, self.split, self.say = study, job, dataset, split, say
+        self.study, self.say = study, say
         # a store that keeps no artifacts (memory://) keeps no models: nothing is saved for it
         self.count = int(getattr(study.settings, "keep_models", 0)) if study.kb.keeps_models else 0
         self.trains = not isinstance(job, BenchmarkJob)
@@ -66,9 +66,8 @@ class ModelKeeper:
             clear(folder)
 
     def _rank(self, trial: TrialRecord, trials: list[TrialRecord], served: Any) -> None:
-        ranked = {
-            t.number for t in (self._ranked(trials) if self.count == KEEP_ALL else self._ranked(trials)[: self.count])
-        }
+        best = self._ranked(trials)
+        ranked = {t.number for t in (best if self.count == KEEP_ALL else best[: self.count])}
         if trial.number not in ranked:
             return
         try:

@@ -80,7 +80,7 @@ def run_study(
         executor.on_epoch = getattr(reporter, "epoch_done", None)
     timing = StudyTiming(workers=executor.capacity)
     loop = _StudyLoop(study, executor, reporter, timing, timeout, n_trials)
-    loop.keeper = ModelKeeper(study, job, dataset, split, reporter.line)
+    loop.keeper = ModelKeeper(study, job, reporter.line)
     study.set_status("running")
     reporter.begin(study, loop.trials)
     try:
