@@ -134,18 +134,21 @@ def request_keep(folder: Path, mode: str, beat: float | None) -> None:
     (folder / KEEP).write_text(json.dumps({"mode": mode, "beat": beat}))
 
 
-def wants_model(folder: Path | None, value: float | None) -> bool:
-    """Whether a trial that reached ``value`` saves its model in ``folder`` (:func:`request_keep`)."""
-    if folder is None or value is None:
+def wants_model(folder: Path | None, value: float | None, asked: bool = False) -> bool:
+    """Whether a trial that reached ``value`` saves its model in ``folder`` (:func:`request_keep`);
+    ``asked``: whether the study asked for it at all (before the trial has a value)."""
+    if folder is None or (value is None and not asked):
         return False
     try:
-        asked = json.loads((folder / KEEP).read_text())
+        request = json.loads((folder / KEEP).read_text())
     except (OSError, ValueError):
         return False
-    beat = asked.get("beat")
+    if value is None:
+        return asked
+    beat = request.get("beat")
     if beat is None:
         return True
-    return value <= float(beat) if asked.get("mode") == "min" else value >= float(beat)
+    return value <= float(beat) if request.get("mode") == "min" else value >= float(beat)
 
 
 def save_served(folder: Path, module: Any, datamodule: Any, dataset: Any, val_idx: Any) -> None:

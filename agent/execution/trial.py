@@ -215,6 +215,10 @@ def train_config(
     if on_epoch is not None:
         callbacks.append(_epoch_callback(number, on_epoch))
     point = _checkpointing(scratch, config, seed, int(settings.epochs), callbacks)
+    if scratch is not None and wants_model(scratch, None, asked=True):
+        from agent.knowledge import warm_model_saving
+
+        warm_model_saving()  # MLflow's first save costs seconds: begun while this trial trains
     start = time.perf_counter()
     assert split is not None, "a training job needs its train/validation split"
     try:

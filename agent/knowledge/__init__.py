@@ -108,3 +108,12 @@ def save_model_files(folder: Path, model: object, example: object, predictions: 
     from agent.knowledge.mlflow.kept import save_model_files as save
 
     save(folder, model, example, predictions, network)
+
+
+def warm_model_saving() -> None:
+    """Starts, once per process, what :func:`save_model_files` first spends seconds on (MLflow's
+    imports and its map of the installed packages) on a background thread, so that a trial
+    training meanwhile finds it done when it saves its model."""
+    from agent.knowledge.mlflow.kept import warm_model_saving as warm
+
+    warm()

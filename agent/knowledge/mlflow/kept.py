@@ -28,6 +28,8 @@ def save_model_files(folder: Path, model: Any, example: Any, predictions: Any, n
     import mlflow
     from agent.knowledge.mlflow.pyfunc import ServingPyfunc
 
+    for warming in _WARMING:  # its scan done once, not again here beside it
+        warming.join()
     for name in (MODEL, NETWORK):
         shutil.rmtree(folder / name, ignore_errors=True)
     # MLflow narrates each save on stderr; the study prints its own line for a kept model
@@ -41,6 +43,34 @@ def save_model_files(folder: Path, model: Any, example: Any, predictions: Any, n
         )
         # pickled (its classes by reference): any module saves; torch.export ("pt2") does not
         mlflow.pytorch.save_model(network, str(folder / NETWORK), pip_requirements=[], serialization_format="pickle")
+
+
+_WARMING: list[Any] = []  # the warm-up thread, once per process
+
+
+def warm_model_saving() -> None:
+    """:func:`agent.knowledge.warm_model_saving`. The map is MLflow's own cache (a private function
+    of its requirements checks): where it is missing, saving works as before, only slower."""
+    import threading
+
+    if _WARMING:
+        return
+
+    def warm() -> None:
+        try:
+            import mlflow.pyfunc
+            import mlflow.pytorch  # noqa: F401
+            from mlflow.utils import requirements_utils
+
+            prepare = getattr(requirements_utils, "_init_packages_to_modules_map", None)
+            if callable(prepare):
+                prepare()
+        except Exception:  # a warm-up only: the save does the work itself
+            pass
+
+    thread = threading.Thread(target=warm, name="tune-agent-model-saving", daemon=True)
+    _WARMING.append(thread)
+    thread.start()
 
 
 class MlflowKeptModels(MlflowConnection):
