@@ -176,6 +176,44 @@ def recording_logger() -> Any:
     return RecordingLogger()
 
 
+def forwarding_logger(send: Callable[[tuple[Any, ...]], None], known: set[str]) -> Any:
+    """A Lightning logger that sends what a trial logs to the study's process (the trial process,
+    :mod:`agent.execution.trial_process`), which writes it to the trial's run; ``known``: the
+    parameters written as the trial began."""
+    from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+    from lightning.pytorch.loggers import Logger
+
+    def lightning_params(params: Mapping[str, Any]) -> dict[str, str]:
+        """As Lightning's MLflow logger writes hyperparameters: flattened, values as text cut at 250."""
+        return {k: str(v)[:250] for k, v in _flatten_dict(_convert_params(dict(params))).items()}
+
+    class ForwardingLogger(Logger):
+        """What the trial logs, sent to the study's process (which writes it to the trial's run)."""
+
+        @property
+        def name(self) -> str:
+            return "forwarding"
+
+        @property
+        def version(self) -> int:
+            return 0
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            items = dict(params if isinstance(params, Mapping) else vars(params))
+            extra = {k: v for k, v in items.items() if k not in known}  # the trial's own: written as it began
+            if extra:
+                send(("params", lightning_params(extra)))
+
+        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+            values = {k: float(v) for k, v in metrics.items() if not isinstance(v, str)}
+            send(("metrics", values, step, int(time.time() * 1000)))  # stamped when logged, as in one process
+
+        def finalize(self, status: str) -> None:
+            send(("finalize", status))
+
+    return ForwardingLogger()
+
+
 def replay_logged(records: list[tuple[str, Any, int | None]], logger: Any) -> None:
     """Writes a :func:`recording_logger`'s records through ``logger`` (the trial's store logger)."""
     for kind, payload, step in records:

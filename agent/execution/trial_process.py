@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -320,41 +320,6 @@ def _quietly(warm: Callable[[], None]) -> None:
 
 
 # -- the child ---------------------------------------------------------------------------------
-def _forwarding_logger(send: Callable[[tuple[Any, ...]], None], known: set[str]) -> Any:
-    from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
-    from lightning.pytorch.loggers import Logger
-
-    def lightning_params(params: Mapping[str, Any]) -> dict[str, str]:
-        """As Lightning's MLflow logger writes hyperparameters: flattened, values as text cut at 250."""
-        return {k: str(v)[:250] for k, v in _flatten_dict(_convert_params(dict(params))).items()}
-
-    class ForwardingLogger(Logger):
-        """What the trial logs, sent to the study's process (which writes it to the trial's run)."""
-
-        @property
-        def name(self) -> str:
-            return "forwarding"
-
-        @property
-        def version(self) -> int:
-            return 0
-
-        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-            items = dict(params if isinstance(params, Mapping) else vars(params))
-            extra = {k: v for k, v in items.items() if k not in known}  # the trial's own: written as it began
-            if extra:
-                send(("params", lightning_params(extra)))
-
-        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-            values = {k: float(v) for k, v in metrics.items() if not isinstance(v, str)}
-            send(("metrics", values, step, int(time.time() * 1000)))  # stamped when logged, as in one process
-
-        def finalize(self, status: str) -> None:
-            send(("finalize", status))
-
-    return ForwardingLogger()
-
-
 def _die_with_parent() -> None:
     """Linux: SIGTERM when the study's process dies, even while a trial trains (best effort)."""
     try:
@@ -377,7 +342,7 @@ def child_main(fd: int) -> None:
     conn = Connection(fd)
     import lightning.pytorch  # noqa: F401 - the point of this process: imported while the study prepares
 
-    from agent.execution.trial import quiet_lightning, train_config
+    from agent.execution.trial import forwarding_logger, quiet_lightning, train_config
 
     quiet_lightning()
     try:
@@ -414,7 +379,7 @@ def child_main(fd: int) -> None:
                 settings,
                 dataset,
                 split,
-                _forwarding_logger(conn.send, set(config)),
+                forwarding_logger(conn.send, set(config)),
                 pruning,
                 on_epoch=lambda *epoch: conn.send(("epoch", *epoch)),
                 accelerator=accelerator,
