@@ -1,10 +1,12 @@
-"""Derived variants of built-in datasets: ``NAME?classes=0-4,7&fraction=0.3&seed=1``.
+"""Derived variants of built-in datasets: ``NAME?classes=0-4,7&rows=1000&size=10&fraction=0.3&seed=1``.
 
-A variant keeps a subset of the original classes and/or a stratified, seeded
-fraction of the instances, so many related datasets come from few real sources.
-This module owns parsing the query, its canonical name (keys in the order classes,
-fraction, seed; defaults omitted; ``seed`` dropped when there is no fraction, since
-it changes nothing then) and applying it to a source.
+A variant keeps a subset of the original classes, a stratified sample of ``rows`` instances
+(always the same one: seed 0), images resized to ``size`` x ``size`` (bilinear) and/or a
+stratified, seeded fraction of what is left, so many related datasets come from few real
+sources (paper 003 subsamples each image dataset at ten fractions). This module owns parsing
+the query, its canonical name (keys in the order classes, rows, size, fraction, seed; defaults
+omitted; ``seed`` dropped when there is no fraction, since it changes nothing then) and applying
+it to a source.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from agent.data.builtin import BUILTIN_DATASETS, load_source
 from agent.data.dataset import Dataset, build_dataset
 from agent.errors import DatasetError
 
-VARIANT_KEYS: tuple[str, ...] = ("classes", "fraction", "seed")
+VARIANT_KEYS: tuple[str, ...] = ("classes", "rows", "size", "fraction", "seed")
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class VariantSpec:
 
     source: str
     classes: tuple[int, ...] | None = None
+    rows: int | None = None
+    size: int | None = None
     fraction: float = 1.0
     seed: int = 0
 
@@ -37,6 +41,10 @@ class VariantSpec:
         parts = []
         if self.classes is not None:
             parts.append(f"classes={format_classes(self.classes)}")
+        if self.rows is not None:
+            parts.append(f"rows={self.rows}")
+        if self.size is not None:
+            parts.append(f"size={self.size}")
         if self.fraction != 1.0:
             parts.append(f"fraction={self.fraction!r}")
             if self.seed != 0:
@@ -79,6 +87,17 @@ def _parse_fraction(value: str, spec: str) -> float:
     return f
 
 
+def _positive(key: str, example: str) -> Callable[[str, str], int]:
+    def parse(value: str, spec: str) -> int:
+        if not value.strip().isdigit() or int(value) < 1:
+            raise DatasetError(
+                f"bad {key} {value!r} in dataset spec {spec!r}; expected a positive integer, e.g. {example}"
+            )
+        return int(value)
+
+    return parse
+
+
 def _parse_seed(value: str, spec: str) -> int:
     if not value.strip().isdigit():
         raise DatasetError(f"bad seed {value!r} in dataset spec {spec!r}; expected a non-negative integer")
@@ -107,6 +126,8 @@ def parse_spec(spec: str) -> VariantSpec:
         options[key] = value.strip()
     parsers: dict[str, Callable[[str, str], Any]] = {
         "classes": _parse_classes,
+        "rows": _positive("rows", "rows=1000"),
+        "size": _positive("size", "size=10"),
         "fraction": _parse_fraction,
         "seed": _parse_seed,
     }
@@ -125,6 +146,25 @@ def stratified_fraction(y: np.ndarray, fraction: float, seed: int) -> np.ndarray
     return np.sort(np.concatenate(keep))
 
 
+def _area_matrix(n: int, size: int) -> np.ndarray:
+    """``size x n`` weights: row i averages the source pixels under target pixel i, by overlap."""
+    edges = np.linspace(0.0, n, size + 1)
+    lo, hi = edges[:-1, None], edges[1:, None]
+    pixel = np.arange(n)[None]
+    overlap = np.clip(np.minimum(hi, pixel + 1) - np.maximum(lo, pixel), 0.0, None)
+    return overlap / overlap.sum(axis=1, keepdims=True)
+
+
+def resized(X: np.ndarray, size: int, kind: str, spec: str) -> np.ndarray:
+    """Images ``n x C x H x W`` resized to ``size`` x ``size`` by area averaging (each new pixel is
+    the overlap-weighted mean of the old ones under it; values stay in range)."""
+    if kind != "image":
+        raise DatasetError(f"size= resizes images; dataset spec {spec!r} is {kind} data")
+    _, _, height, width = X.shape
+    rows, cols = _area_matrix(height, size), _area_matrix(width, size)
+    return np.einsum("ih,nchw,jw->ncij", rows, np.asarray(X, dtype=np.float64), cols)
+
+
 def load_variant(spec: str) -> Dataset:
     """Load a built-in dataset or one of its derived variants."""
     parsed = parse_spec(spec)
@@ -140,6 +180,11 @@ def load_variant(spec: str) -> Dataset:
             )
         mask = np.isin(y, parsed.classes)
         X, y = X[mask], y[mask]
+    if parsed.rows is not None and parsed.rows < len(y):
+        idx = stratified_fraction(y, parsed.rows / len(y), 0)
+        X, y = X[idx], y[idx]
+    if parsed.size is not None:
+        X = resized(X, parsed.size, raw.kind, spec)
     if parsed.fraction < 1.0:
         idx = stratified_fraction(y, parsed.fraction, parsed.seed)
         X, y = X[idx], y[idx]

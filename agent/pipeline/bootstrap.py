@@ -86,6 +86,7 @@ def bootstrap_one(
             study_name=name,
             warm_start="none",
             surrogate="gp",
+            keep_models=0,  # a knowledge base of response surfaces: no trained model is worth its upload
             tracking_uri=tracking_uri,
             artifact_root=artifact_root,
         )
@@ -108,6 +109,7 @@ def bootstrap_one(
 
 
 def _worker_init() -> None:
+    import lightning.pytorch  # noqa: F401 - its import sets its loggers to INFO: quieten them after it
     import torch
 
     from agent.execution.runner import quiet_lightning

@@ -22,7 +22,11 @@ Protocol:
   target distance (paper 003 eq. 2) from each target to its history;
 * the verdict decides ``--warm-start auto``: the learned extractor only where it is at least as good
   as hand-crafted meta-features at trials 1, 3 and 5 and in rank correlation
-  (:func:`choose_meta_features`, written to ``models/warm_start.json``).
+  (:func:`agent.pipeline.evaluation_tables.choose_meta_features`, written to ``models/warm_start.json``).
+
+With ``holdout: dataset`` (paper 003's own setting: a new dataset's source has other subsamples in
+the history) a target's history is every other dataset, its own source's included, and folds hold
+datasets instead of sources.
 
 The stage is resumable: each target's curves are appended to a journal under ``data/evaluate/``
 (kept by DVC between runs, keyed by the settings and the exported history) as soon as they are
@@ -166,6 +170,10 @@ class _Setup:
     wings: list[str]  # the default aggregator first, then the extra ones
     key: str
     workers: int
+    holdout: str = "source"  # what a target's history leaves out: its whole source, or only itself
+
+
+HOLDOUTS = ("source", "dataset")
 
 
 def stage_evaluate(
@@ -179,7 +187,7 @@ def stage_evaluate(
     progress: Callable[[str], None] = _stderr,
     choice_dir: Path | None = None,
 ) -> dict[str, Any]:
-    from agent.pipeline.evaluation_tables import summarise, write_outputs
+    from agent.pipeline.evaluation_tables import choose_meta_features, paired, summarise, write_outputs
 
     start = time.perf_counter()
     s = _setup(p, mf, export, distances)
@@ -189,14 +197,14 @@ def stage_evaluate(
     done = _replay_missing(s, tasks, journal / "journal.jsonl", progress)
     per_target = _per_target_curves(tasks, done)
     report = _report(s, summarise(per_target, baseline="cold"), facts, start)
+    report["learned_vs_handcrafted"] = paired(summarise(per_target, baseline="handcrafted"))
     report["auto_choice"] = choose_meta_features(report)
     mean_curves = {m: np.mean([c[m] for c in per_target], axis=0) for m in per_target[0]}
     write_outputs(report, mean_curves, metrics, plots)
     if choice_dir is not None:
-        from agent.tuning.warmstart import CHOICE_FILE
+        from agent.tuning.warm_choice import write_choice
 
-        choice_dir.mkdir(parents=True, exist_ok=True)
-        (choice_dir / CHOICE_FILE).write_text(json.dumps(report["auto_choice"], indent=1) + "\n")
+        write_choice(choice_dir, report["auto_choice"], f"{s.datasets[0].job}/{s.space.signature()}")
     return report
 
 
@@ -214,13 +222,17 @@ def _setup(p: Mapping[str, Any], mf: Mapping[str, Any], export: Path, distances:
     if len(set(sources)) < 2:
         raise EmptyHistoryError("a leave-one-source-out evaluation needs datasets from at least 2 sources")
     default = str(mf.get("aggregator", "mean"))
+    holdout = str(p.get("holdout", "source"))
+    if holdout not in HOLDOUTS:
+        raise EmptyHistoryError(f"evaluate.holdout must be one of {', '.join(HOLDOUTS)}, got {holdout!r}")
+    units = sources if holdout == "source" else [h.name for h in datasets]
     return _Setup(
         datasets=datasets,
         D=D,
         space=space,
         table=table,
         sources=sources,
-        folds=source_folds(sources, int(p.get("folds", 5)), int(mf.get("seed", 0))),
+        folds=source_folds(units, int(p.get("folds", 5)), int(mf.get("seed", 0))),
         k=int(p.get("k", 3)),
         budget=int(p.get("budget", 10)),
         seeds=int(p.get("seeds", 1)),
@@ -229,6 +241,7 @@ def _setup(p: Mapping[str, Any], mf: Mapping[str, Any], export: Path, distances:
         wings=[default] + [w for w in p.get("wings", []) if w != default],
         key=_settings_key(p, mf, [h.key for h in datasets], table.keys),
         workers=max(1, int(p.get("workers", 2))),
+        holdout=holdout,
     )
 
 
@@ -267,7 +280,9 @@ def _target_tasks(
     learned_d = {f: pairwise_distances(v, False) for f, v in learned[s.default].items()}
     tasks, facts = [], {}
     for t, h in enumerate(s.datasets):
-        history = [j for j in range(len(s.datasets)) if s.sources[j] != s.sources[t]]
+        history = [
+            j for j in range(len(s.datasets)) if (s.sources[j] != s.sources[t] if s.holdout == "source" else j != t)
+        ]
         runs, far = _target_runs(s, t, history, hand, learned)
         facts[h.name] = {
             "far": far,
@@ -365,15 +380,18 @@ def _per_target_curves(tasks: list[dict[str, Any]], done: Mapping[str, Mapping[s
 def _report(s: _Setup, methods: dict[str, Any], facts: Mapping[str, Mapping[str, Any]], start: float) -> dict[str, Any]:
     """The stage's report (without its ``auto_choice``): the protocol in words, the methods' regret
     and the meta-features' rank correlation."""
+    from agent.pipeline.evaluation_tables import rank_summary
+
     n, n_sources, n_folds = len(s.datasets), len(set(s.sources)), int(s.folds.max()) + 1
     return {
         "protocol": (
-            f"leave-one-source-out replay of every dataset ({n} datasets, {n_sources} "
-            f"sources, {n_folds} source folds): the product's sampler restricted to the target's "
+            f"leave-one-{s.holdout}-out replay of every dataset ({n} datasets, {n_sources} "
+            f"sources, {n_folds} {s.holdout} folds): the product's sampler restricted to the target's "
             f"{len(s.table.keys)}-configuration table, {s.k} initial configurations then BO ({s.acq}) to {s.budget} "
-            "trials; the history of a target is every dataset of other sources; the learned extractor is "
-            "retrained without the target's fold; regret normalised over the target's table; paired "
-            f"Wilcoxon signed-rank test against cold over the {n} targets"
+            "trials; the history of a target is every dataset of "
+            + ("other sources" if s.holdout == "source" else "its own and other sources but itself")
+            + "; the learned extractor is retrained without the target's fold; regret normalised over the "
+            f"target's table; paired Wilcoxon signed-rank test against cold over the {n} targets"
         ),
         "datasets": n,
         "sources": n_sources,
@@ -385,50 +403,8 @@ def _report(s: _Setup, methods: dict[str, Any], facts: Mapping[str, Mapping[str,
         "aggregator": s.default,
         "objective": "validation error (1 - val_acc)",
         "methods": methods,
-        "rank_correlation": _rank_summary(facts),
+        "rank_correlation": rank_summary(facts),
         "far_targets": {m: int(sum(f["far"][m] for f in facts.values())) for m in ("handcrafted", "learned")},
         "normalisation": normalisation_report(s.table.E, s.sources, s.k),
         "seconds": round(time.perf_counter() - start, 1),
     }
-
-
-def choose_meta_features(report: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``--warm-start auto`` uses after this evaluation: the learned extractor only where it is
-    at least as good as hand-crafted meta-features at trials 1, 3 and 5 and in rank correlation."""
-    m = report["methods"]
-    at = [t for t in (1, 3, 5) if f"regret@{t}" in m["learned"]]
-    rc = report["rank_correlation"]
-    better = (
-        all(m["learned"][f"regret@{t}"] <= m["handcrafted"][f"regret@{t}"] for t in at)
-        and rc["learned"]["mean"] >= rc["handcrafted"]["mean"]
-    )
-    at_str = "/".join(str(t) for t in at)
-    learned = "/".join(f"{m['learned'][f'regret@{t}']:.2g}" for t in at)
-    hand = "/".join(f"{m['handcrafted'][f'regret@{t}']:.2g}" for t in at)
-    why = (
-        f"learned vs hand-crafted on this history: regret@{at_str} {learned} vs {hand}, rank correlation "
-        f"{rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g}"
-    )
-    return {"method": "learned" if better else "handcrafted", "why": why}
-
-
-def _rank_summary(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Mean/median rank correlation per meta-feature kind, and the paired test learned vs hand-crafted."""
-    from scipy.stats import wilcoxon
-
-    out: dict[str, Any] = {}
-    values = {
-        m: np.array([f["rank_correlation"][m] for f in facts.values()], dtype=float) for m in ("handcrafted", "learned")
-    }
-    for m, v in values.items():
-        v = v[np.isfinite(v)]
-        out[m] = {
-            "mean": round(float(v.mean()), 4),
-            "median": round(float(np.median(v)), 4),
-            "positive_share": round(float((v > 0).mean()), 4),
-        }
-    ok = np.isfinite(values["learned"]) & np.isfinite(values["handcrafted"])
-    diff = values["learned"][ok] - values["handcrafted"][ok]
-    out["p_learned_vs_handcrafted"] = float(f"{float(wilcoxon(diff).pvalue):.3g}") if np.any(diff != 0) else 1.0
-    out["pairs"] = "each target against every dataset of other sources (held-out target, extractor of its fold)"
-    return out

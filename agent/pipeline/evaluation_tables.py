@@ -7,7 +7,10 @@ initial configurations. Folds hold whole sources (:func:`source_folds`): when a 
 target, no dataset of its R package or built-in source is history, and the learned extractor that
 places it was trained without its fold. Neighbours are taken as the product takes them: nearest
 first, one per source before a second from any (:func:`distinct_first`). The objective is the
-validation error (1 - val accuracy), as in paper 003.
+validation error (1 - val accuracy), as in paper 003. The report's summaries live here too: mean
+regret with paired Wilcoxon tests (:func:`summarise`, :func:`paired`), the rank correlation of
+meta-feature and target distances (:func:`rank_summary`) and the verdict for ``--warm-start auto``
+(:func:`choose_meta_features`).
 """
 
 from __future__ import annotations
@@ -160,3 +163,55 @@ def write_outputs(
     fig.tight_layout()
     fig.savefig(plots_dir / "regret.png", dpi=110)
     plt.close(fig)
+
+
+def paired(against_hand: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Learned against hand-crafted meta-features, target by target: the paired Wilcoxon p-value
+    of their regret at each reported trial."""
+    row = against_hand["learned"]
+    return {
+        "p_at": {k.split("@")[1]: v for k, v in row.items() if k.startswith("p_vs_handcrafted@")},
+        "pairs": "each target's regret with learned against hand-crafted meta-features (paired Wilcoxon)",
+    }
+
+
+def choose_meta_features(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``--warm-start auto`` uses after this evaluation: the learned extractor only where it is
+    at least as good as hand-crafted meta-features at trials 1, 3 and 5 and in rank correlation."""
+    m = report["methods"]
+    at = [t for t in (1, 3, 5) if f"regret@{t}" in m["learned"]]
+    rc = report["rank_correlation"]
+    better = (
+        all(m["learned"][f"regret@{t}"] <= m["handcrafted"][f"regret@{t}"] for t in at)
+        and rc["learned"]["mean"] >= rc["handcrafted"]["mean"]
+    )
+    at_str = "/".join(str(t) for t in at)
+    learned = "/".join(f"{m['learned'][f'regret@{t}']:.2g}" for t in at)
+    hand = "/".join(f"{m['handcrafted'][f'regret@{t}']:.2g}" for t in at)
+    why = (
+        f"learned vs hand-crafted on this history: regret@{at_str} {learned} vs {hand}, rank correlation "
+        f"{rc['learned']['mean']:.2g} vs {rc['handcrafted']['mean']:.2g}"
+    )
+    return {"method": "learned" if better else "handcrafted", "why": why}
+
+
+def rank_summary(facts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean/median rank correlation per meta-feature kind, and the paired test learned vs hand-crafted."""
+    from scipy.stats import wilcoxon
+
+    out: dict[str, Any] = {}
+    values = {
+        m: np.array([f["rank_correlation"][m] for f in facts.values()], dtype=float) for m in ("handcrafted", "learned")
+    }
+    for m, v in values.items():
+        v = v[np.isfinite(v)]
+        out[m] = {
+            "mean": round(float(v.mean()), 4),
+            "median": round(float(np.median(v)), 4),
+            "positive_share": round(float((v > 0).mean()), 4),
+        }
+    ok = np.isfinite(values["learned"]) & np.isfinite(values["handcrafted"])
+    diff = values["learned"][ok] - values["handcrafted"][ok]
+    out["p_learned_vs_handcrafted"] = float(f"{float(wilcoxon(diff).pvalue):.3g}") if np.any(diff != 0) else 1.0
+    out["pairs"] = "each target against every dataset of other sources (held-out target, extractor of its fold)"
+    return out

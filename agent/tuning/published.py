@@ -81,15 +81,20 @@ def meta_models_dir(
     kb: KnowledgeBase, models_dir: Path | str, job_name: str, space: Any, progress: Progress | None = None
 ) -> Path:
     """Where a study reads whole meta-model files (extractor, index, TNP, warm-start choice):
-    ``models_dir`` when it holds any (this folder's own ``dvc repro``), else the cached ``files/``
-    of the store's current version (fetched once), else ``models_dir``."""
-    local = Path(models_dir)
-    if any((local / name).is_file() for name in META_FILES):
+    ``models_dir`` when it holds any of this scope (this folder's own ``dvc repro``; its warm-start
+    choice names the scope it was built on), else the cached ``files/`` of the store's current
+    version (fetched once), else ``models_dir`` (its ``<job>-<signature>/`` subfolder when its files
+    are another scope's: nothing of one job's history is read for another)."""
+    from agent.tuning.warm_choice import choice_scope
+
+    local, scope = Path(models_dir), scope_of(job_name, space)
+    ours = choice_scope(local) in (None, scope)
+    if ours and any((local / name).is_file() for name in META_FILES):
         return local
     fetched = fetch_current(kb, job_name, space, progress)
     if fetched.folder is not None and fetched.paths("files/"):
         return fetched.folder / "files"
-    return local
+    return local if ours else local / scope.replace("/", "-")
 
 
 def _blob(records: list[dict[str, Any]]) -> bytes:

@@ -47,6 +47,7 @@ from agent.meta.neighbours import (
 )
 from agent.samplers.pareto import front_ends
 from agent.space import SpaceMatch
+from agent.tuning.warm_choice import CHOICE_FILE, evaluated_choice  # noqa: F401 - CHOICE_FILE re-exported
 
 # A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
 # any historical dataset has to its nearest other-source neighbour is "far from everything".
@@ -154,22 +155,9 @@ def nearness(query: np.ndarray, vectors: np.ndarray, sources: list[str], standar
     return Nearness(float(D[-1, :-1].min()), float(np.median(own)), float(max(own)))
 
 
-# Written by the evaluate stage: which meta-features `--warm-start auto` uses on this history.
-CHOICE_FILE = "warm_start.json"
-
-
-def evaluated_choice(models_dir: Path) -> dict[str, Any] | None:
-    """The evaluate stage's verdict in ``models_dir`` (``{"method": ..., "why": ...}``), if any."""
-    path = Path(models_dir) / CHOICE_FILE
-    try:
-        return json.loads(path.read_text()) if path.exists() else None
-    except (OSError, ValueError):
-        return None
-
-
-def _featurizer(requested: str, models_dir: Path) -> tuple[Any, str]:
+def _featurizer(requested: str, models_dir: Path, scope: str | None = None) -> tuple[Any, str]:
     if requested in ("auto", "learned"):
-        choice = evaluated_choice(models_dir) if requested == "auto" else None
+        choice = evaluated_choice(models_dir, scope) if requested == "auto" else None
         if choice is not None and choice.get("method") == "handcrafted":
             return HandcraftedFeaturizer(), f"auto chose them: {choice.get('why', 'the evaluation of this history')}"
         learned = LearnedFeaturizer.load(models_dir)
@@ -210,7 +198,7 @@ def plan_warm_start(
         return WarmStart(
             "none", message=f"warm start: no history for job {job.name} with this search space; starting cold"
         )
-    featurizer, note = _featurizer(requested, models_dir)
+    featurizer, note = _featurizer(requested, models_dir, f"{job.name}/{job.space.signature()}")
     evaluated_elsewhere = len(history)  # counted while datasets without samples or meta-features are still in
     found, near = _nearest(kb, featurizer, history, listed, (dataset, sample, summary), progress)
     neighbours = _pick_neighbours(

@@ -17,6 +17,8 @@ EXPECTED = {
     "digits": ("image", (1, 8, 8), 1797, 10),
     "mnist-5k": ("image", (1, 28, 28), 5000, 10),
     "mnist1d": ("sequence", (1, 40), 5000, 10),
+    "lfw-subset": ("image", (1, 25, 25), 200, 2),
+    "bars": ("image", (1, 8, 8), 2000, 4),
     "breast-cancer": ("tabular", (30,), 569, 2),
     "wine": ("tabular", (13,), 178, 3),
     "iris": ("tabular", (4,), 150, 3),
@@ -91,6 +93,24 @@ def test_fraction_is_stratified_and_seeded(digits: Dataset) -> None:
     assert a.fingerprint == b.fingerprint != c.fingerprint
 
 
+def test_rows_and_size_make_a_smaller_base(digits: Dataset) -> None:
+    """``rows`` is one fixed stratified sample (fractions are drawn from it); ``size`` resizes
+    images by area averaging, so halving 28x28 is the mean of each 2x2 block."""
+    base = load_dataset("digits?rows=500")
+    assert base.n == 500 and np.all(np.abs(np.bincount(base.y) - np.bincount(digits.y) * 500 / digits.n) <= 1)
+    part = load_dataset("digits?rows=500&fraction=0.2&seed=4")
+    rows = {r.tobytes() for r in base.X}
+    assert part.n == 100 and all(r.tobytes() in rows for r in part.X)
+    small, full = load_dataset("mnist-5k?rows=50&size=14"), load_dataset("mnist-5k?rows=50")
+    assert small.X.shape == (50, 1, 14, 14)
+    np.testing.assert_allclose(small.X, full.X.reshape(50, 1, 14, 2, 14, 2).mean(axis=(3, 5)), atol=1e-6)
+    odd = load_dataset("lfw-subset?size=12")
+    assert odd.X.shape == (200, 1, 12, 12) and 0.0 <= odd.X.min() and odd.X.max() <= 1.0
+    _raises_one_line("mnist1d?size=10", match="size= resizes images")
+    _raises_one_line("digits?rows=0", match="positive integer")
+    _raises_one_line("digits?size=x", match="positive integer")
+
+
 @pytest.mark.parametrize(
     ("spec", "canonical"),
     [
@@ -99,6 +119,7 @@ def test_fraction_is_stratified_and_seeded(digits: Dataset) -> None:
         ("digits?fraction=1&seed=0", "digits"),
         ("iris?seed=5&classes=1-2", "iris?classes=1-2"),
         ("wine?seed=2&fraction=0.5", "wine?fraction=0.5&seed=2"),
+        ("mnist-5k?fraction=0.5&size=10&rows=300&seed=3", "mnist-5k?rows=300&size=10&fraction=0.5&seed=3"),
     ],
 )
 def test_canonical_names(spec: str, canonical: str) -> None:
