@@ -388,8 +388,12 @@ def _report(s: _Setup, methods: dict[str, Any], facts: Mapping[str, Mapping[str,
             f"leave-one-{s.holdout}-out replay of every dataset ({n} datasets, {n_sources} "
             f"sources, {n_folds} {s.holdout} folds): the product's sampler restricted to the target's "
             f"{len(s.table.keys)}-configuration table, {s.k} initial configurations then BO ({s.acq}) to {s.budget} "
-            "trials; the history of a target is every dataset of "
-            + ("other sources" if s.holdout == "source" else "its own and other sources but itself")
+            "trials; the history of a target is "
+            + (
+                "every dataset of other sources"
+                if s.holdout == "source"
+                else "every other dataset, its source's included"
+            )
             + "; the learned extractor is retrained without the target's fold; regret normalised over the "
             f"target's table; paired Wilcoxon signed-rank test against cold over the {n} targets"
         ),
@@ -403,7 +407,7 @@ def _report(s: _Setup, methods: dict[str, Any], facts: Mapping[str, Mapping[str,
         "aggregator": s.default,
         "objective": "validation error (1 - val_acc)",
         "methods": methods,
-        "rank_correlation": rank_summary(facts),
+        "rank_correlation": rank_summary(facts, s.holdout),
         "far_targets": {m: int(sum(f["far"][m] for f in facts.values())) for m in ("handcrafted", "learned")},
         "normalisation": normalisation_report(s.table.E, s.sources, s.k),
         "seconds": round(time.perf_counter() - start, 1),

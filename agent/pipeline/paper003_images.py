@@ -184,6 +184,8 @@ def run_paper003_images(
         echo,
     )
     out = _report(sources, datasets, epochs, report, own)
+    wings = (str(meta_features.get("aggregator", "mean")), *settings["wings"])
+    out["placing_seconds"] = placing_seconds(datasets, meta_features, wings)
     return {**out, "bootstrap": totals, "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -263,3 +265,39 @@ def settle_choice(
     write_choice(models_dir, report["auto_choice"], scope)
     done = update_for_job(kb, models_dir, "cnn", progress=echo)
     return {"scope": scope, "version": done.get("published"), "models_dir": str(models_dir)}
+
+
+def placing_seconds(datasets: list[Any], meta_features: Mapping[str, Any], wings: tuple[str, ...]) -> dict[str, float]:
+    """What each kind of meta-features costs a study that places its dataset: the mean seconds (one
+    torch thread) to compute the hand-crafted statistics and to embed the sample with an extractor of
+    each aggregator ``wings`` names (a forward pass costs the same whatever the weights), over the
+    history's samples."""
+    import torch
+
+    from agent.meta.handcrafted import handcrafted_metafeatures
+    from agent.meta.siamese import ExtractorConfig, MetaFeatureExtractor, MetaFeatureNet
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    extractors = {}
+    for wing in wings:
+        config = ExtractorConfig.from_dict({**meta_features, "aggregator": wing})
+        extractors["learned" if wing == wings[0] else f"learned:{wing}"] = MetaFeatureExtractor(
+            MetaFeatureNet(config), config, 1.0
+        )
+    spent = dict.fromkeys(["handcrafted", *extractors], 0.0)
+    try:
+        for h in datasets:
+            assert h.sample is not None, f"{h.name}: the export holds no sample"
+            X, y = h.sample
+            t0 = time.perf_counter()
+            handcrafted_metafeatures(X, y, h.summary)
+            spent["handcrafted"] += time.perf_counter() - t0
+            for name, extractor in extractors.items():
+                t0 = time.perf_counter()
+                extractor.embed(X, y, h.kind, h.num_classes)
+                spent[name] += time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    return {name: round(total / len(datasets), 4) for name, total in spent.items()}

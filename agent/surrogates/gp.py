@@ -143,14 +143,19 @@ def make_gp(
         from botorch.models.transforms.input import FilterFeatures
 
         transform = FilterFeatures(torch.as_tensor(list(input_dims), dtype=torch.long))
-    return SingleTaskGP(
-        train_X,
-        train_Y,
-        mean_module=mean_module,
-        covar_module=covar_module,
-        outcome_transform=Standardize(m=1),
-        input_transform=transform,
-    )
+    with warnings.catch_warnings():
+        if train_Y.shape[0] > 1 and bool((train_Y == train_Y[0]).all()):  # every value alike (all at chance):
+            from botorch.exceptions.warnings import InputDataWarning  # "not standardized" tells nothing then
+
+            warnings.simplefilter("ignore", InputDataWarning)
+        return SingleTaskGP(
+            train_X,
+            train_Y,
+            mean_module=mean_module,
+            covar_module=covar_module,
+            outcome_transform=Standardize(m=1),
+            input_transform=transform,
+        )
 
 
 def gp_state(model: Any) -> dict[str, Any]:

@@ -98,6 +98,7 @@ def test_the_campaign_end_to_end_on_a_real_store(store, tmp_path: Path) -> None:
     assert set(report["learned_vs_handcrafted"]["p_at"]) == {"1", "3", "5", "10"}
     assert report["bootstrap"]["trials"] == 48 and report["auto_choice"]["method"] in ("learned", "handcrafted")
     assert set(report["size_effect"]) == {"bars", "digits"}
+    assert set(report["placing_seconds"]) == {"handcrafted", "learned", "learned:bilstm"}
     own = report["same_source_history"]  # paper 003's setting: the target's siblings are history
     assert own["protocol"].startswith("leave-one-dataset-out") and set(own["regret"]["learned"]) == {
         "1",
