@@ -62,6 +62,7 @@ def test_bad_scenario_target_and_fidelity_are_one_line(cli, tmp_path: Path) -> N
         assert message in res.err and "Traceback" not in res.err, (args, res.err)
 
 
+@pytest.mark.slow  # a benchmark command's run: with the benchmarks, out of the default suite
 def test_scale_bench_reports_what_each_study_ran_as(cli, tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     res = cli(

@@ -11,6 +11,7 @@ from agent.bench.parallel import WAIT_JOB_ENV, ParallelConfig, run_parallel_benc
 from agent.errors import JobError
 
 
+@pytest.mark.slow  # a benchmark command's run: with the benchmarks, out of the default suite
 def test_each_count_can_run_as_its_own_start_process_with_epochs_that_wait(tmp_path: Path) -> None:
     """A real `tune-agent start` process per count, on the mlp job whose epochs also wait: the
     trials are all logged, each took at least its waits, and the environment is left as it was."""

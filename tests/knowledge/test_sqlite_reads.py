@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 TOY = Path(__file__).resolve().parents[1] / "bench" / "fixtures" / "yahpo_toy"
 JOB = f"yahpo:{TOY}"
@@ -170,6 +171,7 @@ def test_the_installed_mlflow_makes_stores_of_a_revision_read_here(tmp_path: Pat
     assert revision(tmp_path / "missing.db") is None
 
 
+@pytest.mark.slow  # a benchmark command's run: with the benchmarks, out of the default suite
 def test_bench_reading_times_each_command_against_a_baseline(store, cli, tmp_path: Path) -> None:
     import agent
 

@@ -498,6 +498,7 @@ def test_end_to_end_warm_start_evaluation_holds_out_whole_sources(built, cli, tm
     assert missing.code == 2 and "no such file" in missing.err
 
 
+@pytest.mark.slow  # a benchmark command's run: with the benchmarks, out of the default suite
 def test_hts_pairs_bench_reports_the_evaluation_ratio(built, cli, tmp_path) -> None:
     """`bench hts`: real cold and HTS studies on the target, the source alone as history, a journal."""
     store, _ = built
@@ -562,6 +563,7 @@ def test_extra_datasets_keep_their_source_fold() -> None:
     assert folds.tolist() == [1, 0, 0, 1, 0]  # b -> 1, a -> 0; the new x, y, z dealt 0, 1, 0 in sorted order
 
 
+@pytest.mark.slow  # a benchmark command's run: with the benchmarks, out of the default suite
 def test_the_metafeature_data_bench_trains_on_extra_datasets_and_resumes(built, tmp_path) -> None:
     """`bench metafeature-data` on the tiny history with three extra datasets (two of its sources,
     one new): the hand-crafted reference and three learned arms replayed on every history dataset
