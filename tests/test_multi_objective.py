@@ -14,7 +14,7 @@ import pytest
 from agent.config import StudyRequest, StudySettings, parse_constraint, split_metrics
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
-from agent.samplers.pareto import feasible, front_summary, hypervolume, non_dominated, pareto_front
+from agent.samplers.pareto import feasible, front_order, front_summary, hypervolume, non_dominated, pareto_front
 
 BASE = ["--dataset", "wine", "--job", "mlp", "--epochs", "1", "--warm-start", "none"]
 
@@ -55,6 +55,20 @@ def test_the_front_holds_the_feasible_finished_trials_no_other_beats() -> None:
     assert [p["trial"] for p in summary["pareto"]] == [1, 2]
     assert summary["pareto"][0]["values"] == {"val_loss": 0.5, "n_params": 80.0}
     assert summary["hypervolume"] > 0 and set(summary["reference"]) == {"val_loss", "n_params"}
+
+
+def test_kept_models_rank_front_by_front() -> None:
+    """What --keep-models keeps in a study of several objectives: the Pareto front first (by the
+    primary metric), then the front of the rest, then trials that break a bound; never a pruned one."""
+    trials = [
+        _trial(0, 0.5, 80),  # front
+        _trial(1, 0.4, 90),  # front, better primary
+        _trial(2, 0.6, 95),  # second front (trial 0 dominates it)
+        _trial(3, 0.1, 500),  # best loss, but breaks n_params<=100: after every feasible one
+        _trial(4, 0.05, 10, TRIAL_PRUNED),
+        _trial(5, 0.7, 99),  # third front
+    ]
+    assert [t.number for t in front_order(trials, _settings())] == [1, 0, 2, 5, 3]
 
 
 def test_hypervolume_is_exact_in_two_dimensions_and_agrees_with_botorch_in_three() -> None:
@@ -159,6 +173,10 @@ def test_a_study_of_two_metrics_and_a_constraint_ends_with_a_feasible_front(cli,
     from agent.api import load_study
 
     assert [t.number for t in load_study("mo", tracking_uri=store.uri).best_trials] == [p["trial"] for p in front]
+    # the models kept (the default 3) are the front's first: all of it, or only front members
+    kept = {int(n) - 1 for n in tags["kept_models"].split(",")}
+    on_front = {p["trial"] - 1 for p in front}  # `best` numbers trials from 1
+    assert len(kept) == 3 and (kept <= on_front if len(on_front) >= 3 else on_front <= kept), (kept, on_front)
     refused = cli("best", "mo", "--register", "m", "--tracking-uri", store.uri)
     assert refused.code == 2 and "--register needs --trial N" in refused.err
     # a later study of the same metrics starts from both ends of that study's front (its neighbour)

@@ -5,8 +5,9 @@ Before a trial starts, the study loop writes what it must beat to be kept into t
 trials succeeded. Where it trains (this process, a trial process, a Ray worker), a trial that beats
 it saves its trained model there as ``model/`` (an MLflow pyfunc on raw rows, with a signature and
 an input example) and ``network/`` (the pytorch flavour): the weights of its last epoch, whose
-metric is the trial's value. When the trial ends and still ranks among the study's best K (on the
-first metric; the K-th best only gets better, so every trial that ranks has saved), those files
+metric is the trial's value. When the trial ends and still ranks among the study's best K (the
+K-th best only gets better, so every trial that ranks has saved; a study of several objectives or
+constraints ranks front by front, the Pareto front first, and every trial saves), those files
 are kept on its run, file by file; a trial it pushes out of the top K loses its model, and its
 run's ``tune_agent.model`` tag says by which trial. The study's process imports neither Lightning
 nor torch for it. The study run carries
@@ -48,7 +49,8 @@ class ModelKeeper:
         if not self.trains or self.count == 0:
             return
         ranked = self._ranked(trials)
-        beat = None if self.count == KEEP_ALL or len(ranked) < self.count else ranked[self.count - 1].value
+        several = self.study.settings.multi  # a front: no one value to beat, every trial saves
+        beat = None if several or self.count == KEEP_ALL or len(ranked) < self.count else ranked[self.count - 1].value
         request_keep(
             trial_scratch(self.study.kb, self.study.record.study_id, trial.number), self.study.settings.mode, beat
         )
@@ -97,6 +99,11 @@ class ModelKeeper:
         )
 
     def _ranked(self, trials: list[TrialRecord]) -> list[TrialRecord]:
-        """The study's successful trials, best first (ties: the earlier first)."""
+        """The study's successful trials, best first (ties: the earlier first); with several
+        objectives or constraints, front by front (:func:`agent.samplers.pareto.front_order`)."""
+        if self.study.settings.multi:
+            from agent.samplers.pareto import front_order
+
+            return front_order(trials, self.study.settings)
         ok = [t for t in trials if t.state == TRIAL_OK and t.value is not None]
         return sorted(ok, key=lambda t: (-self.study.settings.sign * float(t.value or 0.0), t.number))

@@ -83,6 +83,34 @@ def pareto_front(trials: Sequence[TrialRecord], settings: StudySettings) -> list
     return [t for t, keep in zip(rows, mask) if keep]
 
 
+def front_order(trials: Sequence[TrialRecord], settings: StudySettings) -> list[TrialRecord]:
+    """The successful trials, best first for a study of several objectives: the feasible ones with
+    every objective front by front (the Pareto front, then the front of the rest, ...), each front
+    by its primary metric; then the others by their primary metric. Ties: the earlier trial first."""
+    sign = 1.0 if settings.mode == "max" else -1.0
+
+    def primary(t: TrialRecord) -> tuple[float, int]:
+        return (-sign * float(t.value or 0.0), t.number)
+
+    ok = [t for t in trials if t.state == TRIAL_OK and t.value is not None]
+    ranked, values, rest = [], [], []
+    for t in ok:
+        v = objective_values(t, settings) if feasible(t, settings) else None
+        if v is None:
+            rest.append(t)
+        else:
+            ranked.append(t)
+            values.append(maximised(v, settings))
+    out: list[TrialRecord] = []
+    left = list(range(len(ranked)))
+    while left:
+        mask = non_dominated(np.array([values[i] for i in left]))
+        front = [left[j] for j, keep in enumerate(mask) if keep]
+        out += sorted((ranked[i] for i in front), key=primary)
+        left = [i for i in left if i not in front]
+    return out + sorted(rest, key=primary)
+
+
 def reference_point(trials: Sequence[TrialRecord], settings: StudySettings) -> np.ndarray | None:
     """A maximised reference point: each objective's worst value over the feasible finished trials
     (all finished ones while none is feasible, as the sampler's), less :data:`REFERENCE_MARGIN` of
