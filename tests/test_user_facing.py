@@ -118,6 +118,21 @@ def test_doctor_reports_a_healthy_store_and_a_corrupt_one(store, cli, tmp_path) 
     assert "1 studies" in checks["store reachable"]["detail"]
     assert checks["meta-feature extractor"]["status"] in ("ok", "warn")
     assert "torch" in checks["versions"]["detail"]
+    assert checks["trial scratch"]["status"] == "ok"  # the finished study left none
+    # checkpoints of a finished study and of one no longer in the store: named for removal
+    from agent.tuning.scratch import CHECKPOINT, trial_scratch
+
+    kb = store.kb()
+    finished = kb.find_study("d")
+    for study_id in (finished.study_id, "gone0123"):
+        folder = trial_scratch(kb, study_id, 0)
+        folder.mkdir(parents=True)
+        (folder / CHECKPOINT).write_bytes(b"x" * 2_000_000)
+    res = cli("doctor", "--json", *store.args)
+    scratch = {c["name"]: c for c in json.loads(res.out)}["trial scratch"]
+    assert res.code == 0 and scratch["status"] == "warn", scratch
+    assert "2 folder(s) of studies that will not resume" in scratch["detail"] and "4.0 MB" in scratch["detail"]
+    assert "gone0123" in scratch["detail"] and finished.study_id in scratch["detail"]
     bad = tmp_path / "bad.db"
     bad.write_text("not a database")
     res = cli("doctor", "--tracking-uri", f"sqlite:///{bad}")

@@ -59,9 +59,40 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
                 )
             )
         out.append(_artifacts_check(kb))
+        out.append(_scratch_check(getattr(kb, "artifact_root", None), studies))
     except TuneAgentError as exc:
         out.append(Check("store reachable", FAIL, str(exc)))
     return out
+
+
+def _scratch_check(artifact_root: str | None, studies: list[Any]) -> Check:
+    """The trial scratch (checkpoints of killed trials) kept for studies that can resume, and what
+    is left of studies that never will (finished, or gone from the store): named for removal."""
+    from agent.tuning.scratch import scratch_root
+
+    root = scratch_root(artifact_root)
+    if root == scratch_root(None):  # shared by every store without a local artifact root: not this store's alone
+        return Check("trial scratch", OK, f"under {root}, shared with other stores: not checked")
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not folders:
+        return Check("trial scratch", OK, f"no checkpoints of killed trials under {root}")
+    status = {s.study_id: s.status for s in studies}
+
+    def megabytes(paths: list[Path]) -> float:
+        return sum(f.stat().st_size for p in paths for f in p.rglob("*") if f.is_file()) / 1e6
+
+    stale = [p for p in folders if status.get(p.name) in (None, "finished")]
+    kept = [p for p in folders if p not in stale]
+    said = f"{len(kept)} resumable studies' checkpoints ({megabytes(kept):.1f} MB) under {root}"
+    if not stale:
+        return Check("trial scratch", OK, said)
+    names = " ".join(str(p) for p in stale[:3]) + (" ..." if len(stale) > 3 else "")
+    return Check(
+        "trial scratch",
+        WARN,
+        f"{len(stale)} folder(s) of studies that will not resume (finished or gone), {megabytes(stale):.1f} MB: "
+        f"remove them (rm -r {names}); {said}",
+    )
 
 
 def _schema_check(path: Path) -> Check:
