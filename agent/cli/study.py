@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from agent.cli.execution_options import execution_options
 from agent.cli.options import (
     artifact_option,
-    execution_options,
     kb_for,
     launched,
     lazy_kb,

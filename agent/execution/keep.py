@@ -48,9 +48,10 @@ class ModelKeeper:
         """``trial`` is about to start: what it must beat to be kept, in its scratch."""
         if not self.trains or self.count == 0:
             return
-        ranked = self._ranked(trials)
-        several = self.study.settings.multi  # a front: no one value to beat, every trial saves
-        beat = None if several or self.count == KEEP_ALL or len(ranked) < self.count else ranked[self.count - 1].value
+        beat = None  # keep all, fewer than K so far, or a front (no one value to beat): every trial saves
+        if self.count != KEEP_ALL and not self.study.settings.multi:
+            ranked = self._ranked(trials)
+            beat = ranked[self.count - 1].value if len(ranked) >= self.count else None
         request_keep(
             trial_scratch(self.study.kb, self.study.record.study_id, trial.number), self.study.settings.mode, beat
         )

@@ -35,7 +35,6 @@ computed, and a rerun replays only what is missing. Progress goes to stderr, one
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent.errors import EmptyHistoryError
+from agent.pipeline.evaluation_journal import cached, read_journal, settings_key
 from agent.pipeline.export import load_export
 from agent.pipeline.stages import DISTANCES_FILE, EXPORT_DIR, fold_vectors, history_space, normalisation_report
 
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from agent.pipeline.evaluation_tables import Table
 
 EVALUATE_DIR = Path("data/evaluate")
-REVISION = 2  # of the protocol: bump when what a journal line means changes
 
 
 def _stderr(line: str) -> None:
@@ -87,19 +86,6 @@ def _handcrafted(datasets: list[Any], workers: int = 1) -> np.ndarray:
         return np.vstack(list(pool.map(_handcrafted_one, datasets, chunksize=8)))
 
 
-def _cached(path: Path, make: Callable[[], Any]) -> Any:
-    """``make()``'s arrays, kept in ``path`` (.npz) so a resumed stage does not recompute them."""
-    if path.exists():
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-    out = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **out)
-    tmp.replace(path)
-    return out
-
-
 def _neighbour_plan(
     vectors: np.ndarray,
     t: int,
@@ -122,34 +108,6 @@ def _neighbour_plan(
         return [], fallback, True
     neigh = order[:k]
     return neigh, best_rows(E, neigh, k), False
-
-
-def _settings_key(p: Mapping[str, Any], mf: Mapping[str, Any], keys: Sequence[str], configs: Sequence[str]) -> str:
-    blob = json.dumps(
-        {
-            "revision": REVISION,
-            "evaluate": dict(p),
-            "meta_features": dict(mf),
-            "datasets": list(keys),
-            "configs": list(configs),
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
-
-
-def _read_journal(path: Path, key: str) -> dict[str, dict[str, Any]]:
-    done: dict[str, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill: that target is replayed again
-            if entry.get("key") == key:
-                done[entry["target"]] = entry
-    return done
 
 
 @dataclass
@@ -239,7 +197,7 @@ def _setup(p: Mapping[str, Any], mf: Mapping[str, Any], export: Path, distances:
         acq=str(p.get("acquisition", "ei")),
         default=default,
         wings=[default] + [w for w in p.get("wings", []) if w != default],
-        key=_settings_key(p, mf, [h.key for h in datasets], table.keys),
+        key=settings_key(p, mf, [h.key for h in datasets], table.keys),
         workers=max(1, int(p.get("workers", 2))),
         holdout=holdout,
     )
@@ -257,13 +215,13 @@ def _meta_vectors(
     vectors, each cached in ``journal``."""
     from agent.meta.handcrafted import HANDCRAFTED_VERSION
 
-    hand = _cached(
+    hand = cached(
         journal / f"handcrafted-v{HANDCRAFTED_VERSION}-{s.key}.npz", lambda: {"v": _handcrafted(s.datasets, s.workers)}
     )["v"]
     learned: dict[str, dict[int, np.ndarray]] = {}
     for w in s.wings:
         progress(f"evaluate: training the {w} extractor on {int(s.folds.max()) + 1} source folds")
-        arrays = _cached(journal / f"learned-{w}-{s.key}.npz", partial(_learned_arrays, s, mf, w))
+        arrays = cached(journal / f"learned-{w}-{s.key}.npz", partial(_learned_arrays, s, mf, w))
         learned[w] = {int(f): v for f, v in arrays.items()}
     return hand, learned
 
@@ -339,7 +297,7 @@ def _replay_missing(
     replayed over ``s.workers`` processes, each appended as soon as it is done."""
     from agent.pipeline.replay import replay_dataset
 
-    done = _read_journal(journal_file, s.key)
+    done = read_journal(journal_file, s.key)
     todo = [task for task in tasks if task["name"] not in done]
     if done:
         progress(f"evaluate: {len(done)} of {len(tasks)} targets already in {journal_file}; replaying {len(todo)}")

@@ -47,6 +47,7 @@ from agent.meta.neighbours import (
 )
 from agent.samplers.pareto import front_ends
 from agent.space import SpaceMatch
+from agent.tuning.history_features import attach_samples, refresh_metafeatures
 from agent.tuning.warm_choice import CHOICE_FILE, evaluated_choice  # noqa: F401 - CHOICE_FILE re-exported
 
 # A new dataset farther from its nearest historical dataset than FAR_FACTOR x the largest distance
@@ -238,9 +239,9 @@ def _nearest(
     """The historical datasets by distance to ``target`` (the dataset, its sample and summary) in
     ``featurizer``'s meta-features, and how near the nearest is against the history's own."""
     dataset, sample, summary = target
-    _attach_samples(kb, featurizer, history)
+    attach_samples(kb, featurizer, history)
     if featurizer.method == "handcrafted":
-        _refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
+        refresh_metafeatures(kb, history, {s.study_id: s for s in listed}, progress)
     vectors = vectors_for(featurizer, history)
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
     found = nearest(query, vectors, len(history), featurizer.standardise)
@@ -331,60 +332,6 @@ def _neighbours_message(head: str, neighbours: list[NeighbourInfo], near: Nearne
             "the history's portfolio and the guarded transfer surrogate lead"
         )
     return f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"
-
-
-def _attach_samples(kb: Any, featurizer: Any, history: list[HistoricalDataset]) -> None:
-    """Downloads samples only for datasets whose meta-features are neither stored (by this version
-    of them) nor indexed."""
-    from dataclasses import replace
-
-    from agent.meta.handcrafted import is_current
-
-    for i, h in enumerate(history):
-        indexed = h.key in getattr(featurizer, "index", {})
-        stored = featurizer.method == "handcrafted" and is_current(h.metafeatures)
-        if not indexed and not stored:
-            history[i] = replace(h, sample=kb.load_dataset_sample(h.study_ids[0]))
-    history[:] = [
-        h
-        for h in history
-        if h.sample is not None
-        or h.key in getattr(featurizer, "index", {})
-        or (featurizer.method == "handcrafted" and is_current(h.metafeatures))
-    ]
-
-
-def _refresh_metafeatures(
-    kb: Any, history: list[HistoricalDataset], studies: Mapping[str, Any], progress: Callable[[str], None] | None
-) -> None:
-    """Stored hand-crafted meta-features of an older version are recomputed from the sample and
-    stored on the study run, so the next study reads them (an upgraded store pays this once)."""
-    from dataclasses import replace
-
-    from agent.meta.handcrafted import handcrafted_metafeatures, is_current
-    from agent.tuning.ticker import Ticker
-
-    stale = [i for i, h in enumerate(history) if h.sample is not None and not is_current(h.metafeatures)]
-    if not stale:
-        return
-    if progress is not None:
-        progress(
-            f"warm start: meta-features of {len(stale)} historical datasets are an older version's; "
-            "recomputing and storing them (once)"
-        )
-    ticker = Ticker(progress, "meta-features recomputed", len(stale))
-    for n, i in enumerate(stale):
-        h = history[i]
-        assert h.sample is not None  # stale holds sampled datasets only
-        features = handcrafted_metafeatures(h.sample[0], h.sample[1], h.summary)
-        record = studies.get(h.study_ids[0])
-        if record is not None:
-            try:
-                kb.set_study_tags(record, {"metafeatures": features})
-            except Exception:
-                pass
-        history[i] = replace(h, metafeatures=features)
-        ticker.tick(n + 1)
 
 
 def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Callable[[], Any] | None:
