@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from agent.cli import bench, bench_paper003, bench_papers, bench_product, daemon, pipeline, store, study
+from agent.cli import bench, bench_paper003, bench_papers, bench_product, daemon, pipeline, project, store, study
 from agent.cli.options import Stores
 from agent.errors import StudyInterrupted, TuneAgentError
 from agent.warm.launch import Launch
@@ -30,7 +30,7 @@ def cli(ctx: click.Context) -> None:
         ctx.obj = Stores()
 
 
-for _module in (study, store, pipeline, bench, daemon):
+for _module in (study, project, store, pipeline, bench, daemon):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 for _command in bench_papers.COMMANDS + bench_product.COMMANDS + bench_paper003.COMMANDS:

@@ -79,11 +79,15 @@ STUDY_OPTIONS = [
         is_eager=True,
         expose_value=False,
         callback=load_config_file,
-        help="YAML file of option values (keys are the option names, e.g. trials: 30); flags override it.",
+        multiple=True,
+        help=(
+            "YAML file of option values (keys are the option names, e.g. trials: 30); flags override it. With "
+            "--cli, a LightningCLI config file (trainer/model/data sections) for your script (repeatable)."
+        ),
     ),
     click.option(
         "--dataset",
-        required=True,
+        default=None,
         help=(
             "Built-in name (digits, mnist-5k, mnist1d, breast-cancer, wine, iris; variants like "
             "'digits?classes=0-4&fraction=0.3') or a path (.npz, .csv, .parquet, ImageFolder directory)."
@@ -91,7 +95,7 @@ STUDY_OPTIONS = [
     ),
     click.option(
         "--job",
-        required=True,
+        default=None,
         help="A registered job (cnn, mlp, mlp-arch, a plugin's), yahpo:SCENARIO or 'package.module:attr'.",
     ),
     click.option("--label", default=None, help="Label column of a .csv/.parquet dataset."),
@@ -282,8 +286,11 @@ STUDY_OPTIONS = [
 
 
 def study_options(fn: Any) -> Any:
-    """Decorates a command with :data:`STUDY_OPTIONS`."""
-    for option in reversed(STUDY_OPTIONS):
+    """Decorates a command with :data:`STUDY_OPTIONS`, your project's options after the first three."""
+    from agent.cli.project_options import PROJECT_OPTIONS
+
+    options = [*STUDY_OPTIONS[:3], *PROJECT_OPTIONS, *STUDY_OPTIONS[3:]]
+    for option in reversed(options):
         fn = option(fn)
     return fn
 

@@ -19,6 +19,7 @@ from agent.cli.options import (
     talks,
     tracking_option,
 )
+from agent.cli.project_options import project_request_options
 from agent.config import StudyRequest
 from agent.errors import TuneAgentError
 from agent.execution.options import check_execution
@@ -42,21 +43,24 @@ def start(
     execution = check_execution(
         workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial, ray_working_dir
     )
-    req = StudyRequest.from_options(**kwargs)
+    req = StudyRequest.from_options(**project_request_options(kwargs))
     from agent.execution.launch import abandoning, run_prepared, start_workers_early
 
     launch = launched()
     early = start_workers_early(execution, req.job, fork=launch.fork)
-    with (
-        abandoning(early),
-        preparing(f"preparing a study of {req.job} on {req.dataset}: loading libraries, data and history"),
-    ):
+    with abandoning(early), preparing(f"preparing a study of {_what(req)}: loading libraries, data and history"):
         from agent.execution.progress import ProgressReporter
         from agent.tuning.service import prepare_study
 
         study, job, dataset, split = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
     reporter = ProgressReporter(whole_process=True, launched_by=launch.client)
     run_prepared(study, job, dataset, split, reporter, execution, early, warn=_warn)
+
+
+def _what(req: StudyRequest) -> str:
+    from agent.project.spec import is_project_spec
+
+    return "your Lightning project" if is_project_spec(req.job) else f"{req.job} on {req.dataset}"
 
 
 def _warn(line: str) -> None:
@@ -70,7 +74,7 @@ def create(**kwargs: Any) -> None:
     """Create a study without running it, for `tune-agent ask` / `tell` from your own loop."""
     from agent.tuning.service import prepare_study
 
-    req = StudyRequest.from_options(**kwargs)
+    req = StudyRequest.from_options(**project_request_options(kwargs))
     study, *_ = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
     click.echo(f"created study {study.name} ({study.settings.trials} trials)")
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from agent.execution.checkpoints import (
+    SERVED,
     ResumePoint,
     checkpoint_callbacks,
     describe,
@@ -30,7 +31,7 @@ from agent.execution.checkpoints import (
 )
 from agent.execution.pruning import PruningState, pruning_callback, pruning_state
 from agent.knowledge.base import TrialRecord
-from agent.tuning.scratch import trial_scratch
+from agent.tuning.scratch import CHECKPOINT, trial_scratch
 from agent.tuning.study import Study
 
 
@@ -69,9 +70,20 @@ def _guard_callback(time_limit: float | None) -> Any:
     return TrialGuard()
 
 
+# Lightning's loggers, and the leaves its banners ("GPU available", the tips, "`Trainer.fit`
+# stopped") come from: importing a Lightning package later (MLflow's model saving imports
+# ``pytorch_lightning``) sets its top logger back to INFO, so the leaves are set too
+LIGHTNING_LOGGERS = tuple(
+    f"{top}{leaf}"
+    for top in ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "lightning_fabric")
+    for leaf in ("", ".utilities.rank_zero", ".accelerators.cuda")
+)
+
+
 def quiet_lightning() -> None:
-    """Lightning's banners and hints would drown the study's own progress lines."""
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning"):
+    """Lightning's banners and hints would drown the study's own progress lines; called before
+    every trial, since a later import of a Lightning package raises its level again."""
+    for name in LIGHTNING_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module=r"lightning\..*")
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
@@ -244,24 +256,39 @@ def train_config(
     ``keep`` (a list) receives the trained ``(module, datamodule)``. ``scratch``: the trial's
     checkpoint folder (:mod:`agent.execution.checkpoints`): written after every epoch, and continued
     from when it holds a checkpoint of this configuration."""
+    if getattr(job, "runs_script", False):  # a user's LightningCLI script: each trial in a process of its own
+        return _script_trial(job, config, number, settings, logger, pruning, on_epoch, scratch)
     import lightning.pytorch as pl
 
+    quiet_lightning()
     seed = trial_seed(settings, number)
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
     callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
     if on_epoch is not None:
         callbacks.append(_epoch_callback(number, on_epoch))
+    own = getattr(job, "trial_callbacks", None)  # a user's project: a few input rows for a kept model's signature
+    callbacks += own() if callable(own) else []
     point = _checkpointing(scratch, config, seed, int(settings.epochs), callbacks)
     if scratch is not None and wants_model(scratch, None, asked=True):
         from agent.knowledge import warm_model_saving
 
         warm_model_saving()  # MLflow's first save costs seconds: begun while this trial trains
     start = time.perf_counter()
-    assert split is not None, "a training job needs its train/validation split"
+    if split is None:  # a job whose DataModule splits its own data (a user's project)
+        assert getattr(job, "owns_data", False), "a training job needs its train/validation split"
+        split = (None, None)
     try:
         module, datamodule = job.build(config, dataset, split[0], split[1], seed)
-        trainer = _trainer(settings.epochs, accelerator, logger, callbacks, checkpointing=scratch is not None)
+        options = getattr(job, "trainer_options", None)
+        trainer = _trainer(
+            settings.epochs,
+            accelerator,
+            logger,
+            callbacks,
+            checkpointing=scratch is not None,
+            options=options(config) if callable(options) else None,
+        )
         fit_start = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=point.checkpoint)
         fit_wall = time.perf_counter() - fit_start
@@ -281,38 +308,81 @@ def train_config(
     outcome = _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning, _required(settings))
     outcome.resumed_from, outcome.note = point.epoch, point.note
     if scratch is not None and not outcome.reason and wants_model(scratch, outcome.value):
-        outcome.note = _save_model(scratch, module, datamodule, dataset, split[1]) or outcome.note
+        own_save = getattr(job, "save_model", None)
+
+        def save() -> str:
+            if callable(own_save):  # a user's project: its LightningModule as it is
+                return str(own_save(scratch / SERVED, module, callbacks, scratch / CHECKPOINT) or "")
+            save_served(scratch, module, datamodule, dataset, split[1])
+            return ""
+
+        outcome.note = _save_model(save) or outcome.note
     return outcome
 
 
-def _save_model(scratch: Path, module: Any, datamodule: Any, dataset: Any, val_idx: Any) -> str:
+def _script_trial(
+    job: Any,
+    config: dict[str, Any],
+    number: int,
+    settings: Any,
+    logger: Any,
+    pruning: PruningState | None,
+    on_epoch: EpochListener | None,
+    scratch: Path | None,
+) -> TrialOutcome:
+    """A trial of a LightningCLI job: its script's run (:mod:`agent.execution.cli_trial`) as an outcome."""
+    from agent.execution.cli_trial import run_cli_trial
+
+    seed = trial_seed(settings, number)
+    run = run_cli_trial(job, config, settings, logger, pruning, on_epoch, scratch, number, seed)
+    if run.metrics is None:
+        outcome = TrialOutcome(None, run.failed, run.seconds)
+    else:
+        outcome = _fit_outcome(settings.metric, run.metrics, run.seconds, "", pruning, _required(settings))
+    outcome.resumed_from, outcome.note = run.resumed_from, run.note
+    return outcome
+
+
+def _save_model(save: Callable[[], str]) -> str:
     """Saves the trained model in the trial's scratch for the study to keep; a by-product: one
-    that cannot be saved comes back as one line (the trial keeps its value), else ''."""
+    that cannot be saved comes back as one line (the trial keeps its value), else what ``save``
+    said ('' when all went well)."""
     try:
-        save_served(scratch, module, datamodule, dataset, val_idx)
+        return save()
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return f"model not kept ({type(exc).__name__}: {reason[:300]})"
-    return ""
 
 
-def _trainer(epochs: int, accelerator: str, logger: Any, callbacks: list[Any], checkpointing: bool) -> Any:
-    """A trial's ``Trainer``: quiet, no sanity steps, metrics logged every step."""
+def _trainer(
+    epochs: int,
+    accelerator: str,
+    logger: Any,
+    callbacks: list[Any],
+    checkpointing: bool,
+    options: Mapping[str, Any] | None = None,
+) -> Any:
+    """A trial's ``Trainer``: quiet, no sanity steps, metrics logged every step; ``options`` (a
+    user's project's ``--trainer`` and ``trainer.*`` values) set what else they name."""
     import lightning.pytorch as pl
 
+    kwargs: dict[str, Any] = {
+        "accelerator": accelerator,
+        "devices": 1,
+        "log_every_n_steps": 1,
+        "num_sanity_val_steps": 0,
+    }
+    kwargs.update(options or {})
     return pl.Trainer(
+        **kwargs,
         max_epochs=epochs,
-        accelerator=accelerator,
-        devices=1,
         logger=logger,
         callbacks=callbacks,
         enable_checkpointing=checkpointing,
         enable_progress_bar=False,
         enable_model_summary=False,
-        log_every_n_steps=1,
-        num_sanity_val_steps=0,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from agent.errors import JobError, TuneAgentError
 from agent.jobs.base import Job, validate_job
+from agent.project.spec import is_project_spec
 from agent.registry import JOBS
 
 YAHPO_PREFIX = "yahpo:"  # a YAHPO Gym surrogate scenario: agent.jobs.yahpo
@@ -27,7 +28,7 @@ def job_names() -> tuple[str, ...]:
 def check_job_spec(spec: str) -> None:
     """The cheap part of :func:`load_job`: a spec that cannot name a job is refused before any import."""
     spec = str(spec).strip()
-    if spec.startswith(YAHPO_PREFIX) or spec in JOBS:
+    if spec.startswith(YAHPO_PREFIX) or spec in JOBS or is_project_spec(spec):
         return
     if ":" not in spec:
         raise JobError(
@@ -50,6 +51,8 @@ def load_job(spec: str) -> Job:
         from agent.jobs.yahpo import YahpoJob
 
         return validate_job(YahpoJob.from_spec(spec), spec)
+    if is_project_spec(spec):  # a user's Lightning project, as `start --model/--data` or `--cli` made it
+        return load_project_job(spec)
     check_job_spec(spec)
     if spec in JOBS:
         try:
@@ -60,6 +63,20 @@ def load_job(spec: str) -> Job:
     module_name, _, attr = spec.partition(":")
     target = _import_attr(module_name, attr, spec)
     return validate_job(_instantiate(target, spec), spec)
+
+
+def load_project_job(spec: str) -> Any:
+    """The job of a stored project spec (:mod:`agent.project.spec`)."""
+    from agent.project.spec import ProjectSpec
+
+    parsed = ProjectSpec.parse(spec)
+    if parsed.is_cli:
+        from agent.project.cli_job import CliProjectJob
+
+        return CliProjectJob(parsed)
+    from agent.project.job import ProjectJob
+
+    return ProjectJob(parsed)
 
 
 def _import_attr(module_name: str, attr: str, spec: str) -> Any:

@@ -110,6 +110,18 @@ def save_model_files(folder: Path, model: object, example: object, predictions: 
     save(folder, model, example, predictions, network)
 
 
+def save_torch_model_files(
+    folder: Path, network: object, example: object = None, outputs: object = None, extra_files: list[str] | None = None
+) -> None:
+    """Writes ``network`` (a torch module, a user's LightningModule) in ``folder/model`` as MLflow's
+    pytorch flavour, which is also a pyfunc when ``example`` (input rows) and ``outputs`` (what the
+    network returned for them) give its signature; ``extra_files`` (the Lightning checkpoint) go
+    with it. What a store's ``keep_model_files`` keeps of a user's project."""
+    from agent.knowledge.mlflow.kept import save_torch_model_files as save
+
+    save(folder, network, example, outputs, extra_files or [])
+
+
 def warm_model_saving() -> None:
     """Starts, once per process, what :func:`save_model_files` first spends seconds on (MLflow's
     imports and its map of the installed packages) on a background thread, so that a trial

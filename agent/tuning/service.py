@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 from agent.config import StudyRequest, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
+from agent.project.sample import SAMPLE_ROWS, StoredSample
+from agent.project.spec import is_project_spec
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits
 from agent.tuning.objectives import check_metrics, multi_note
@@ -113,7 +115,8 @@ def prepare_study(
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
     name = req.study_name
     if not name:  # a default name is drawn until the store holds none of it: one lookup per draw
-        name = default_study_name(data.name, job.name, lambda n: kb.find_study(n) is not None)
+        short = getattr(job, "short_name", job.name)
+        name = default_study_name(data.name, short, lambda n: kb.find_study(n) is not None)
     elif kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
     warm = _plan_warm_start(kb, job, data, sample, summary, req, echo)
@@ -121,6 +124,10 @@ def prepare_study(
     if warm.message:
         echo(warm.message)
     echo(planned.plan.note)
+    serving = getattr(job, "serving_note", None)
+    why_not = serving() if callable(serving) and settings.keep_models != 0 else ""
+    if why_not:
+        echo(f"kept models: {why_not}: kept as the pytorch flavour and the Lightning checkpoint, without a pyfunc")
     if settings.multi:
         echo(multi_note(settings, planned.plan.surrogate))
     trains = not isinstance(job, BenchmarkJob)
@@ -149,6 +156,8 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
     from agent.jobs.registry import YAHPO_PREFIX, check_job_spec
 
     check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
+    if is_project_spec(req.job):  # a user's Lightning project: its DataModule is the data
+        return _project_inputs(req, echo)
     if req.job.startswith(YAHPO_PREFIX):
         job = load_job(req.job)
     else:
@@ -165,6 +174,28 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
     job.check_dataset(data)
     if data.preparation:
         echo(data.preparation)
+    return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
+
+
+def _project_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """A user's project: its classes checked against the space, then a bounded sample of its
+    DataModule's training loader as the dataset the warm start measures."""
+    from agent.data import describe_dataset, sample_dataset
+    from agent.jobs import load_job
+    from agent.project.spec import ProjectSpec
+
+    spec = ProjectSpec.parse(req.job)
+    if spec.is_cli and not spec.model:  # its first probe says what it found
+        from agent.project.cli_job import CliProjectJob
+
+        job: Any = CliProjectJob(spec, say=echo)
+    else:
+        job = load_job(req.job)
+    check_metrics(req, job)
+    echo(
+        f"data sample: drawing up to {SAMPLE_ROWS} rows of {job.dataset_source()}'s training loader for the warm start"
+    )
+    data = job.dataset(say=echo)
     return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
 
 
@@ -257,7 +288,12 @@ def _plan_warm_start(
 
 
 def _settings(req: StudyRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
+    own: dict[str, Any] = {"dataset": data.name} if getattr(job, "owns_data", False) else {}  # named by the project
+    spec_text = getattr(job, "spec_text", None)
+    if callable(spec_text):  # a LightningCLI job stores what its probe found, so resume need not run it again
+        own["job"] = spec_text()
     return req.settings(
+        **own,
         job_name=job.name,
         dataset_name=data.name,
         fingerprint=data.fingerprint,
@@ -341,6 +377,8 @@ def load_study_data(study: Study, job: Any = None) -> tuple[Any, Any]:
     s = study.settings
     if isinstance(job, BenchmarkJob):
         return job.task(s.dataset), None
+    if getattr(job, "owns_data", False):  # trials train on the project's DataModule; its sample was for the warm start
+        return StoredSample(s.dataset_name, s.fingerprint), None
     from agent.data import load_dataset, split_dataset
 
     dataset = load_dataset(s.dataset, label=s.label, drop=s.drop)

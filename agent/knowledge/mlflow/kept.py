@@ -45,6 +45,32 @@ def save_model_files(folder: Path, model: Any, example: Any, predictions: Any, n
         mlflow.pytorch.save_model(network, str(folder / NETWORK), pip_requirements=[], serialization_format="pickle")
 
 
+def save_torch_model_files(folder: Path, network: Any, example: Any, outputs: Any, extra_files: list[str]) -> None:
+    """:func:`agent.knowledge.save_torch_model_files`: the pytorch flavour in ``folder/model``."""
+    import contextlib
+    import io
+    import shutil
+
+    import mlflow.pytorch
+    from mlflow.models import infer_signature
+
+    for warming in _WARMING:
+        warming.join()
+    for name in (MODEL, NETWORK):
+        shutil.rmtree(folder / name, ignore_errors=True)
+    signature = infer_signature(example, outputs) if example is not None and outputs is not None else None
+    with contextlib.redirect_stderr(io.StringIO()):
+        mlflow.pytorch.save_model(
+            network,
+            str(folder / MODEL),
+            signature=signature,
+            input_example=example if signature is not None else None,
+            extra_files=extra_files or None,
+            pip_requirements=[],
+            serialization_format="pickle",
+        )
+
+
 _WARMING: list[Any] = []  # the warm-up thread, once per process
 
 

@@ -1,0 +1,174 @@
+"""One trial of a user's LightningCLI script: its own process, read as it runs.
+
+:func:`run_cli_trial` writes what the trial's :class:`~agent.execution.cli_reporter.TrialReporter`
+needs into the trial's folder, starts the user's script with the trial's configuration as CLI
+overrides (:meth:`agent.project.cli_job.CliProjectJob.command`), forwards each epoch's metrics to
+the trial's run and the progress display as they arrive, and turns the end into a
+:class:`~agent.execution.trial.TrialOutcome`: a script that dies is a failed trial with the last
+line of its stderr, a trial past ``--time-limit`` is stopped and failed, and a study stopped
+meanwhile (Ctrl-C, SIGTERM) takes the script down with it. A killed trial's folder keeps its
+checkpoint, and its re-run continues from it (``--ckpt_path``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.execution.checkpoints import describe, resume_point
+from agent.execution.cli_reporter import METRICS, SETTINGS
+from agent.execution.pruning import PruningState
+
+POLL_SECONDS = 0.2
+
+
+@dataclass
+class ScriptRun:
+    """What a run of the script came to: its ``metrics`` at the end (None when it failed or was
+    stopped: ``failed`` says why), its seconds, the epochs its checkpoint had done, a note."""
+
+    metrics: dict[str, float] | None
+    seconds: float
+    failed: str = ""
+    resumed_from: int = 0
+    note: str = ""
+
+
+def run_cli_trial(
+    job: Any,
+    config: dict[str, Any],
+    settings: Any,
+    logger: Any,
+    pruning: PruningState | None,
+    on_epoch: Any,
+    scratch: Path | None,
+    number: int,
+    seed: int,
+) -> ScriptRun:
+    """Runs the trial (see the module docstring); never raises for a failure inside it."""
+    from agent.project.cli_job import last_line, script_env
+
+    own_folder = scratch is None
+    folder = Path(tempfile.mkdtemp(prefix="tune-agent-trial-")) if scratch is None else scratch
+    folder.mkdir(parents=True, exist_ok=True)
+    epochs = int(settings.epochs)
+    point = resume_point(folder, config, seed, epochs)
+    describe(folder, config, seed)
+    (folder / METRICS).unlink(missing_ok=True)
+    curves = {str(k): v for k, v in (pruning.peers if pruning is not None else {}).items()}
+    reporter = {
+        "metric": settings.metric,
+        "sign": settings.sign,
+        "pruner": getattr(settings, "pruner", "none"),
+        "epochs": epochs,
+        "curves": curves,
+    }
+    (folder / SETTINGS).write_text(json.dumps(reporter))
+    argv = job.command(config, epochs, seed, folder, point.checkpoint)
+    start = time.perf_counter()
+    stderr_path = folder / "stderr.txt"
+    try:
+        with open(folder / "stdout.txt", "wb") as out, open(stderr_path, "wb") as err:
+            process = subprocess.Popen(argv, cwd=job.workdir(), env=script_env(), stdout=out, stderr=err)
+            end, code, stopped = _follow(
+                process, folder / METRICS, logger, on_epoch, number, epochs, settings.time_limit
+            )
+        seconds = time.perf_counter() - start
+        if stopped or end is None:
+            tail = stderr_path.read_text(errors="replace")[-20000:] if stderr_path.is_file() else ""
+            reason = stopped or f"the script failed: {last_line(tail, code)}"[:500]
+            return ScriptRun(None, seconds, reason, point.epoch, point.note)
+        metrics = {k: float(v) for k, v in end["metrics"].items()}
+        metrics["n_params"], metrics["fit_seconds"] = float(end["n_params"]), float(end["fit_seconds"])
+        if pruning is not None:
+            pruning.curve.update({int(k): float(v) for k, v in end.get("curve", {}).items()})
+            pruning.reason = pruning.reason or _pruned(folder / METRICS)
+        _finalize(logger)
+        return ScriptRun(metrics, seconds, "", point.epoch, str(end.get("note") or point.note))
+    finally:
+        if own_folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _follow(
+    process: subprocess.Popen[bytes],
+    metrics_path: Path,
+    logger: Any,
+    on_epoch: Any,
+    number: int,
+    epochs: int,
+    time_limit: float | None,
+) -> tuple[dict[str, Any] | None, int | None, str]:
+    """Reads ``metrics.jsonl`` while the script runs: ``(its end record or None, exit code, why it
+    was stopped or '')``. A KeyboardInterrupt or SystemExit here stops the script first."""
+    seen, end, start = 0, None, time.perf_counter()
+    try:
+        while True:
+            code = process.poll()
+            seen, found = _read_new(metrics_path, seen, logger, on_epoch, number, epochs)
+            end = found or end
+            if code is not None:
+                seen, found = _read_new(metrics_path, seen, logger, on_epoch, number, epochs)
+                return found or end, code, ""
+            if time_limit is not None and time.perf_counter() - start > time_limit:
+                _stop(process)
+                return None, process.returncode, f"time limit of {time_limit:g} s exceeded"
+            time.sleep(POLL_SECONDS)
+    except BaseException:
+        _stop(process)
+        raise
+
+
+def _read_new(
+    path: Path, seen: int, logger: Any, on_epoch: Any, number: int, epochs: int
+) -> tuple[int, dict[str, Any] | None]:
+    """The complete lines of ``path`` past the ``seen`` bytes: epochs logged, the end returned."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(seen)
+            data = f.read()
+    except FileNotFoundError:
+        return seen, None
+    end = None
+    complete = data[: data.rfind(b"\n") + 1]
+    for line in complete.splitlines():
+        record = json.loads(line)
+        if "end" in record:
+            end = record["end"]
+            continue
+        metrics = {k: float(v) for k, v in record["metrics"].items()}
+        if logger is not None and logger is not False:
+            logger.log_metrics(metrics, step=int(record["epoch"]) - 1)
+        if on_epoch is not None:
+            on_epoch(number, int(record["epoch"]), epochs, metrics)
+    return seen + len(complete), end
+
+
+def _pruned(path: Path) -> str:
+    for line in path.read_text().splitlines():
+        reason = json.loads(line).get("pruned")
+        if reason:
+            return str(reason)
+    return ""
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _finalize(logger: Any) -> None:
+    finalize = getattr(logger, "finalize", None)
+    if callable(finalize):
+        finalize("success")

@@ -1,0 +1,1 @@
+"""A small Lightning project: an MLP classifier and two image DataModules (digits, MNIST)."""
