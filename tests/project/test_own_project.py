@@ -113,7 +113,9 @@ def test_a_failing_script_is_a_failed_trial_and_the_study_goes_on(store, tmp_pat
     model = project / "tinyproj" / "model.py"
     # the user's code fails for this part of the space: wide hidden layers raise
     guard = "        if hidden > 40:\n            raise ValueError('too wide for this box')\n"
-    model.write_text(model.read_text().replace("        super().__init__()\n", "        super().__init__()\n" + guard, 1))
+    model.write_text(
+        model.read_text().replace("        super().__init__()\n", "        super().__init__()\n" + guard, 1)
+    )
     (project / "space.yaml").write_text("model.hidden: {type: int, low: 48, high: 64}\n")
     monkeypatch.chdir(project)
     res = cli(
