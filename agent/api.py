@@ -74,6 +74,7 @@ class TuningStudy:
     def __init__(self, study: Study, job: Any = None, data: Any = None, split: Any = None) -> None:
         self.study = study
         self._job, self._data, self._split = job, data, split
+        self._models: Any = None  # the ModelKeeper of this handle's own-loop trials
 
     def __repr__(self) -> str:  # no store read: a repr is printed by debuggers and logs
         return f"TuningStudy({self.name!r}, budget {self.study.settings.trials})"
@@ -141,8 +142,19 @@ class TuningStudy:
 
     # -- running it ------------------------------------------------------------------------------
     def trial(self) -> Any:
-        """``with study.trial() as trial:`` one trial of your own loop (:meth:`Study.trial`)."""
-        return self.study.trial()
+        """``with study.trial() as trial:`` one trial of your own loop (:meth:`Study.trial`); a
+        model :class:`agent.lightning.TuneAgentCallback` saved is kept when the trial ranks
+        among the best ``keep_models``, as ``tune-agent start`` keeps them."""
+        return self.study.trial(keeper=self._keeper())
+
+    def _keeper(self) -> Any:
+        if self._models is None:
+            import sys
+
+            from agent.execution.keep import ModelKeeper
+
+            self._models = ModelKeeper(self.study, None, lambda line: print(line, file=sys.stderr))
+        return self._models
 
     def ask(self) -> TrialHandle:
         """The next trial (its ``params``/``config`` are the sampler's proposal); close it with :meth:`tell`."""
@@ -187,7 +199,7 @@ class TuningStudy:
         while self.study.remaining() > 0 and (n_trials is None or done < n_trials):
             if timeout is not None and time.perf_counter() - start >= timeout:
                 break
-            with self.study.trial() as trial:
+            with self.trial() as trial:
                 value = objective(trial)
                 if value is not None:
                     trial.value = float(value)
@@ -223,17 +235,25 @@ class TuningStudy:
 def create_study(
     name: str | None = None,
     *,
-    dataset: str,
-    job: str,
+    dataset: str | None = None,
+    job: str | None = None,
+    model: str | type | None = None,
+    data: str | type | None = None,
+    space: str | Mapping[str, Any] | None = None,
+    trainer: Mapping[str, Any] | None = None,
+    dataset_name: str | None = None,
     trials: int = 20,
     tracking_uri: str | None = None,
     load_if_exists: bool = False,
     **options: Any,
 ) -> TuningStudy:
     """A new study, as ``tune-agent start`` makes it (checked, warm-started, stored) without
-    running a trial; ``options`` are ``start``'s options by their Python names (``epochs=10``,
-    ``warm_start="none"``, ``surrogate="rgpe"``, ``pruner="asha"``, ``seed=1``, ...); several
-    objectives as ``metrics=["val_loss:min", "n_params:min"]`` and bounds as
+    running a trial: of a built-in ``job`` on a ``dataset``, or of your own LightningModule
+    ``model`` and DataModule ``data`` (classes, or ``"package.module:Class"``) over ``space`` (a
+    space file's path or its content as a mapping), with ``trainer`` arguments for every trial and
+    ``dataset_name`` for the history. ``options`` are ``start``'s options by their Python names
+    (``epochs=10``, ``warm_start="none"``, ``surrogate="rgpe"``, ``pruner="asha"``, ``seed=1``,
+    ...); several objectives as ``metrics=["val_loss:min", "n_params:min"]`` and bounds as
     ``constraints=["n_params<=20000"]`` (then :attr:`TuningStudy.best_trials` is the front).
     ``load_if_exists``: a study of that name in the store is opened instead (Optuna's flag)."""
     from agent.tuning.service import prepare_study
@@ -245,11 +265,38 @@ def create_study(
             pass
     if "metric" in options:  # one metric by its old name: the same as metrics=[metric]
         options["metrics"] = (options.pop("metric"),)
+    if model is not None or data is not None or space is not None:
+        if dataset is not None or job is not None:
+            raise StudyError("give either dataset and job, or your model, data and space")
+        from agent.project.spec import project_spec
+
+        job = project_spec(
+            space=space,
+            model=_class_spec(model),
+            data=_class_spec(data),
+            trainer=dict(trainer or {}),
+            dataset_name=dataset_name,
+        )
+        dataset = dataset_name or ""
+    if dataset is None or job is None:
+        raise StudyError("create_study needs dataset and job, or model, data and space")
     request = StudyRequest.from_options(
         dataset=dataset, job=job, trials=trials, study_name=name, tracking_uri=tracking_uri, **options
     )
     prepared = prepare_study(request, echo=lambda line: None)
     return TuningStudy(prepared.study, prepared.job, prepared.data, prepared.split)
+
+
+def _class_spec(value: str | type | None) -> str | None:
+    """A class as ``package.module:Class`` (a class defined in ``__main__`` cannot be imported again)."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.__module__ == "__main__":
+        raise StudyError(
+            f"{value.__qualname__} is defined in the script itself: trials, resume and workers import it, so "
+            "move it into a module and pass it (or 'package.module:Class')"
+        )
+    return f"{value.__module__}:{value.__qualname__}"
 
 
 def load_study(name: str, tracking_uri: str | None = None) -> TuningStudy:

@@ -18,6 +18,7 @@ training.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from agent.api import create_study, load_study
-from agent.execution.checkpoints import describe
+from agent.execution.checkpoints import SERVED, describe, wants_model
 from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
 from agent.tuning.scratch import CHECKPOINT
@@ -46,6 +47,11 @@ class TuneAgentCallback(pl.Callback):
     validation epoch) and, when the study has a pruner, stops the training early as ``tune-agent
     start --pruner`` would, against the curves the study's finished trials left.
 
+    When the study keeps models (``keep_models``, the best 3 by default), a trial that ranks
+    saves its trained module when the fit ends: MLflow's pytorch flavour with the Lightning
+    checkpoint, and a pyfunc signature from the first batch's inputs when ``forward`` takes one
+    tensor; the study keeps it on the trial's run, as ``tune-agent start`` does.
+
     It also checkpoints the trial after every validation epoch into ``trial.checkpoint_dir``
     (``checkpoint=False`` turns that off): when the script is killed, the re-run of the slot gets
     the same configuration and ``trial.resume_from``, to pass as ``trainer.fit(...,
@@ -61,6 +67,34 @@ class TuneAgentCallback(pl.Callback):
         self._sign = settings.sign
         self._checkpoint = checkpoint
         self._restored: dict[str, Any] = {}
+        self._example: np.ndarray | None = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._example is None:  # a few input rows: the kept model's signature and input example
+            from agent.project.sample import pick_tensors
+
+            try:
+                self._example = pick_tensors(batch)[0][:5].detach().cpu().numpy()
+            except Exception:
+                self._example = np.zeros(0)
+
+    def on_fit_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        """Saves the trained model where the study asked for it (its best ``keep_models``);
+        the study keeps it on the trial's run when the trial ends."""
+        folder = self.trial.checkpoint_dir
+        if self.trial.pruned or not wants_model(folder, self.trial.value):
+            return
+        from agent.project.serving import one_tensor_forward, save_project_model
+
+        example = self._example if self._example is not None and self._example.size else None
+        try:
+            note = save_project_model(
+                folder / SERVED, module, example, one_tensor_forward(type(module)), folder / CHECKPOINT
+            )
+        except Exception as exc:
+            note = f"model not kept ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+        if note:
+            sys.stderr.write(f"trial {self.trial.number}: {note}\n")
 
     def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         if self._pruner != "none":

@@ -81,6 +81,25 @@ def bench_startup(
     click.echo(json.dumps(report["summary"], indent=2))
 
 
+@click.command("project")
+@click.option("--rounds", type=int, default=3, show_default=True)
+@click.option("--trials", type=int, default=3, show_default=True)
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--project", default="examples/lightning_project", show_default=True, help="The example project.")
+@click.option("--out", default="metrics/project_start.json", show_default=True)
+def bench_project(rounds: int, trials: int, epochs: int, project: str, out: str) -> None:
+    """Your Lightning project (--model/--data and --cli) against a built-in job: seconds to the first trial."""
+    from agent.bench.project_start import run_project_start_bench
+    from agent.config import check_positive
+
+    check_positive("--rounds", rounds)
+    if not (Path(project) / "space.yaml").is_file():
+        raise TuneAgentError(f"--project {project}: no space.yaml there (run from the repository's root)")
+    report = run_project_start_bench(Path(project), rounds, trials, epochs, say=lambda line: click.echo(line, err=True))
+    write_json(Path(out), report)
+    click.echo(json.dumps({"summary": report["summary"], "ratio_to_builtin": report["ratio_to_builtin"]}, indent=2))
+
+
 @click.command("faults")
 @click.option("--studies", type=int, default=20, show_default=True)
 @click.option("--trials", type=int, default=4, show_default=True)
@@ -235,4 +254,4 @@ def bench_lcbench_mo(scenario: str | None, tasks: str, seeds: int, budget: int, 
     click.echo(json.dumps(report["summary"], indent=2))
 
 
-COMMANDS = [bench_startup, bench_faults, bench_pruning, bench_reading, bench_lcbench_mo]
+COMMANDS = [bench_startup, bench_project, bench_faults, bench_pruning, bench_reading, bench_lcbench_mo]

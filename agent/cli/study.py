@@ -50,9 +50,11 @@ def start(
     early = start_workers_early(execution, req.job, fork=launch.fork)
     with abandoning(early), preparing(f"preparing a study of {_what(req)}: loading libraries, data and history"):
         from agent.execution.progress import ProgressReporter
+        from agent.tuning.heartbeat import Heartbeat
         from agent.tuning.service import prepare_study
 
-        study, job, dataset, split = prepare_study(req, echo=click.echo, kb=lazy_kb(req))
+        with Heartbeat(click.echo) as beat:
+            study, job, dataset, split = prepare_study(req, echo=beat, kb=lazy_kb(req))
     reporter = ProgressReporter(whole_process=True, launched_by=launch.client)
     run_prepared(study, job, dataset, split, reporter, execution, early, warn=_warn)
 

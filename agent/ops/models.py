@@ -53,6 +53,11 @@ def register_best(
     job, dataset, split = load()
     if isinstance(job, BenchmarkJob):
         raise StudyError(f"study {study.name!r} runs a benchmark job ({job.name}): it has no model to register")
+    if getattr(job, "owns_data", False):  # a user's project: its model is kept while its trial trains
+        raise StudyError(
+            f"trial {best.number + 1} of {study.name!r} kept no model (its run's tune_agent.model tag says why); "
+            "register a trial that kept one (--trial N), or run the project with --keep-models"
+        )
     took = f"about {best.duration:.0f} s, as its trial took" if best.duration else "as long as its trial took"
     print(f"trial {best.number + 1} kept no model: training it again to register it ({took})", file=sys.stderr)
     import lightning.pytorch  # noqa: F401 - first: its import sets the levels that quiet_lightning lowers

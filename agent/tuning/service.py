@@ -22,6 +22,7 @@ from agent.project.sample import SAMPLE_ROWS, StoredSample
 from agent.project.spec import is_project_spec
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits
+from agent.tuning.heartbeat import phase
 from agent.tuning.objectives import check_metrics, multi_note
 from agent.tuning.plan import PLAN_TAG, SurrogatePlan, plan_sampler
 from agent.tuning.study import Study
@@ -111,6 +112,7 @@ def prepare_study(
     from agent.jobs.base import BenchmarkJob
 
     job, data, sample, summary = _load_inputs(req, echo)
+    phase(echo, "opening the store")
     kb = kb() if callable(kb) else (kb or open_store(req.tracking_uri, req.artifact_root))
     kb.check_artifact_root(job.name)  # before the warm start's seconds, not after them
     name = req.study_name
@@ -119,7 +121,9 @@ def prepare_study(
         name = default_study_name(data.name, short, lambda n: kb.find_study(n) is not None)
     elif kb.find_study(name) is not None:
         raise StudyError(f"study {name!r} already exists; continue it with: tune-agent resume {name}")
+    phase(echo, "reading the history for the warm start")
     warm = _plan_warm_start(kb, job, data, sample, summary, req, echo)
+    phase(echo, "planning the surrogate")
     settings, planned = _plan(kb, req, job, data, warm, fits, echo)
     if warm.message:
         echo(warm.message)
@@ -132,6 +136,7 @@ def prepare_study(
         echo(multi_note(settings, planned.plan.surrogate))
     trains = not isinstance(job, BenchmarkJob)
     description = study_description(job.name, data.name, settings, planned.plan, trains, warm)
+    phase(echo, "writing the study to the store")
     record = kb.create_study(name, settings.to_dict(), job.space.to_dict(), summary, sample, description)
     try:
         kb.set_study_tags(record, _study_tags(warm, planned, sample, summary))
@@ -185,6 +190,11 @@ def _project_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[s
     from agent.project.spec import ProjectSpec
 
     spec = ProjectSpec.parse(req.job)
+    if spec.is_cli:
+        echo(f"loading your project: {spec.script} with {', '.join(spec.configs) or 'no --config'}")
+    else:
+        echo(f"loading your project: {spec.model}" + (f" and {spec.data}" if spec.data else "") + " (and Lightning)")
+    phase(echo, "running your script up to its first batch" if spec.is_cli else "importing Lightning and your classes")
     if spec.is_cli and not spec.model:  # its first probe says what it found
         from agent.project.cli_job import CliProjectJob
 
@@ -195,7 +205,9 @@ def _project_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[s
     echo(
         f"data sample: drawing up to {SAMPLE_ROWS} rows of {job.dataset_source()}'s training loader for the warm start"
     )
+    phase(echo, f"sampling {job.dataset_source()}'s training loader")
     data = job.dataset(say=echo)
+    phase(echo, "measuring the sample")
     return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
 
 

@@ -204,14 +204,18 @@ class Study:
 
     # -- a user's own loop -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def trial(self) -> Iterator[TrialHandle]:
+    def trial(self, keeper: Any = None) -> Iterator[TrialHandle]:
         """``with study.trial() as t:`` asks a trial, and closes it when the block ends: ``ok``
         with ``t.value`` (set it, or let :class:`agent.lightning.TuneAgentCallback` set it),
         ``pruned`` when the callback stopped it, ``failed`` when the block raised (the reason is
         recorded, one line goes to stderr and the exception does not escape: the study goes on,
         as a study run by ``tune-agent start`` does) or set no value; Ctrl-C frees the slot
-        (``killed``) and is re-raised."""
+        (``killed``) and is re-raised. ``keeper`` (:class:`agent.execution.keep.ModelKeeper`)
+        keeps the model the callback saved when the trial ranks among the study's best."""
         handle = TrialHandle(self, self.ask())
+        handle.keeper = keeper
+        if keeper is not None:
+            keeper.before(handle.record, self.trials())
         start = time.perf_counter()
         try:
             yield handle
@@ -229,35 +233,36 @@ class Study:
         from agent.tuning.scratch import clear
 
         try:
-            self._tell_own(handle, start, exc)
+            told = self._tell_own(handle, start, exc)
+            if handle.keeper is not None:  # keeps the saved model when it ranks, and clears scratch
+                handle.keeper.ended(told, self.trials())
         finally:
             clear(handle.checkpoint_dir)
 
-    def _tell_own(self, handle: TrialHandle, start: float, exc: Exception | None) -> None:
+    def _tell_own(self, handle: TrialHandle, start: float, exc: Exception | None) -> TrialRecord:
         if exc is not None:
             first = (str(exc).strip().splitlines() or [""])[0]
             reason = f"{type(exc).__name__}: {first}"[:500]
-            self.tell(handle.record, failed=reason, duration=time.perf_counter() - start)
+            told = self.tell(handle.record, failed=reason, duration=time.perf_counter() - start)
             sys.stderr.write(f"trial {handle.number} failed: {reason} (recorded; the study goes on)\n")
-        else:
-            seconds = time.perf_counter() - start
-            if handle.pruned:
-                self.tell(
-                    handle.record,
-                    value=handle.value,
-                    failed=handle.pruned,
-                    duration=seconds,
-                    metrics=handle.metrics,
-                    state=TRIAL_PRUNED,
-                )
-            elif handle.value is None:
-                self.tell(
-                    handle.record,
-                    failed="the trial reported no value (set trial.value, or train with TuneAgentCallback)",
-                    duration=seconds,
-                )
-            else:
-                self.tell(handle.record, value=handle.value, duration=seconds, metrics=handle.metrics)
+            return told
+        seconds = time.perf_counter() - start
+        if handle.pruned:
+            return self.tell(
+                handle.record,
+                value=handle.value,
+                failed=handle.pruned,
+                duration=seconds,
+                metrics=handle.metrics,
+                state=TRIAL_PRUNED,
+            )
+        if handle.value is None:
+            return self.tell(
+                handle.record,
+                failed="the trial reported no value (set trial.value, or train with TuneAgentCallback)",
+                duration=seconds,
+            )
+        return self.tell(handle.record, value=handle.value, duration=seconds, metrics=handle.metrics)
 
 
 class TrialHandle:
@@ -270,6 +275,7 @@ class TrialHandle:
         self.value: float | None = None
         self.pruned = ""  # why it was stopped early, when it was
         self.metrics: dict[str, float] = {}
+        self.keeper: Any = None  # keeps the model TuneAgentCallback saves (Study.trial's keeper)
 
     @property
     def number(self) -> int:

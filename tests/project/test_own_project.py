@@ -189,3 +189,47 @@ def test_space_from_a_signature(tmp_path) -> None:
     parsed = parse_space(yaml.safe_load(done.stdout))
     assert {"model.lr", "model.hidden", "model.num_classes"} <= set(parsed.space.names)
     assert parsed.space["model.lr"].log
+
+
+@pytest.mark.parametrize("style", ["module", "cli"])
+def test_a_created_project_study_resumes_from_its_stored_spec(style, store, tmp_path, cli, monkeypatch) -> None:
+    """`resume` rebuilds the job from what the study stored (the classes, the space, the script and
+    its configs): no probe of the script again, and the study's dataset is the one it started with."""
+    project = write_project(tmp_path / "proj")
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    if style == "module":
+        source = ["--model", "tinyproj.model:Net", "--data", "tinyproj.data:WineData"]
+    else:
+        source = ["--cli", "main.py", "--config", "base.yaml"]
+    made = cli("create", *source, "--space", "space.yaml", "--trials", "2", "--epochs", "1",
+               "--study-name", f"later-{style}", *store.args)  # fmt: skip
+    assert made.code == 0, made.err
+    monkeypatch.chdir(tmp_path)  # resumed from another folder: the spec holds absolute paths
+    res = cli("resume", f"later-{style}", "--tracking-uri", store.uri)
+    assert res.code == 0, res.err
+    assert "probing" not in res.out
+    assert len(_finished(store, f"later-{style}")) == 2
+
+
+def test_the_readme_project_commands_run_as_written_on_the_example(store, tmp_path) -> None:
+    """README's two commands on examples/lightning_project, in a copy of it, as written but for a
+    smaller budget and the test's store: both styles tune the example as it is."""
+    import shutil
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Your own Lightning project") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    assert block[0] == "cd examples/lightning_project"
+    example = Path(__file__).resolve().parents[2] / "examples" / "lightning_project"
+    folder = tmp_path / "lightning_project"
+    shutil.copytree(example, folder, ignore=shutil.ignore_patterns("mlflow", "models", "report", "__pycache__"))
+    for line in block[1:]:
+        words = line.split()
+        assert words[0] == "../../.venv/bin/tune-agent" and words[1] == "start"
+        args = words[2:]
+        args[args.index("--trials") + 1], args[args.index("--epochs") + 1] = "2", "1"
+        res = run_tune_agent("start", *args, *store.args, cwd=folder)
+        assert res.returncode == 0, (line, res.stderr[-2000:])
+        assert "model not kept" not in res.stdout + res.stderr
+        assert len(_finished(store, _study_name(res.stdout))) == 2
