@@ -79,6 +79,10 @@ class UnknownStudyError(StudyError):
     """No study of that name is in the store."""
 
 
+class StudyBusyError(StudyError):
+    """Another live process runs the study (it holds the study's lease)."""
+
+
 class StudyFailedError(TuneAgentError):
     """Most trials of a study failed; the study stopped."""
 

@@ -114,13 +114,30 @@ def bench_project(rounds: int, trials: int, epochs: int, project: str, out: str)
     help="Kill while a trial trains (after its first epoch checkpoint) and check that it continues from it "
     "(defaults then: --trials 2 --epochs 8 on digits with mlp).",
 )
-def bench_faults(studies: int, trials: int, epochs: int, seed: int, out: str | None, mid_epoch: bool) -> None:
+@click.option(
+    "--clients",
+    is_flag=True,
+    help="Kill the start/resume command only (as a user would), resume until done; with --warm, through a "
+    "warm process (metrics/faults_clients.json, metrics/faults_clients_warm.json).",
+)
+@click.option("--warm", is_flag=True, help="With --clients: the commands run in a warm process.")
+def bench_faults(
+    studies: int, trials: int, epochs: int, seed: int, out: str | None, mid_epoch: bool, clients: bool, warm: bool
+) -> None:
     """Kill campaign: studies SIGKILLed at random moments (a new store's first second included), then resumed."""
     from agent.config import check_positive
 
     for option, value in (("--studies", studies), ("--trials", trials), ("--epochs", epochs)):
         check_positive(option, value)
     say = lambda line: click.echo(line, err=True)  # noqa: E731
+    if clients:
+        from agent.bench.faults_clients import run_client_campaign
+
+        report = run_client_campaign(studies, trials, epochs, seed=seed, warm=warm, say=say)
+        out = out or f"metrics/faults_clients{'_warm' if warm else ''}.json"
+        write_json(Path(out), report)
+        click.echo(json.dumps({k: v for k, v in report.items() if k not in ("rows", "environment")}, indent=2))
+        return
     if mid_epoch:
         from agent.bench.faults_mid_epoch import EPOCHS, TRIALS, run_mid_epoch_campaign
 

@@ -85,6 +85,11 @@ def create(**kwargs: Any) -> None:
 @click.argument("study_name")
 @click.option("--job", default=None, help="Refuse to resume unless the study used this job.")
 @click.option("--dataset", default=None, help="Refuse to resume unless the study used this dataset.")
+@click.option(
+    "--join",
+    is_flag=True,
+    help="When another process runs the study, run beside it as one more worker within the same budget.",
+)
 @tracking_option
 @artifact_option
 @execution_options
@@ -92,6 +97,7 @@ def resume(
     study_name: str,
     job: str | None,
     dataset: str | None,
+    join: bool,
     tracking_uri: str | None,
     artifact_root: str | None,
     workers: int,
@@ -114,14 +120,18 @@ def resume(
     with abandoning(early):
         with preparing(f"opening study {study_name}: loading libraries, data and trials"):
             from agent.execution.progress import ProgressReporter
+            from agent.tuning.heartbeat import Heartbeat
 
-            stored = reopen(study_name, kb_for(tracking_uri, artifact_root, reads=True), job, dataset)
+            with Heartbeat(click.echo) as beat:
+                stored = reopen(study_name, kb_for(tracking_uri, artifact_root, reads=True), job, dataset, join, beat)
         reporter = ProgressReporter(whole_process=True, launched_by=launch.client)
         if close_if_complete(stored, reporter.line):
             if early is not None:
                 early.abandon()
             return
-    run_prepared(stored.study, stored.job, stored.data, stored.split, reporter, execution, early, warn=_warn)
+    run_prepared(
+        stored.study, stored.job, stored.data, stored.split, reporter, execution, early, warn=_warn, lease=stored.lease
+    )
 
 
 @click.command()

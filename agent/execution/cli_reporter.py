@@ -56,6 +56,10 @@ class TrialReporter(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.start = time.perf_counter()
+        if wants_model(self.folder, None, asked=True):
+            from agent.knowledge import warm_model_saving
+
+            warm_model_saving()  # MLflow's first save costs seconds: begun while the trial trains
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int

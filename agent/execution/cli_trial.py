@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.execution.checkpoints import describe, resume_point
 from agent.execution.cli_reporter import METRICS, SETTINGS
+from agent.execution.outcome import TrialOutcome, _fit_outcome, _required
 from agent.execution.pruning import PruningState
 
 POLL_SECONDS = 0.2
@@ -38,6 +39,27 @@ class ScriptRun:
     failed: str = ""
     resumed_from: int = 0
     note: str = ""
+
+
+def script_trial(
+    job: Any,
+    config: dict[str, Any],
+    settings: Any,
+    logger: Any,
+    pruning: PruningState | None,
+    on_epoch: Any,
+    scratch: Path | None,
+    number: int,
+    seed: int,
+) -> TrialOutcome:
+    """A trial of a LightningCLI job (:func:`run_cli_trial`) as a :class:`TrialOutcome`."""
+    run = run_cli_trial(job, config, settings, logger, pruning, on_epoch, scratch, number, seed)
+    if run.metrics is None:
+        outcome = TrialOutcome(None, run.failed, run.seconds)
+    else:
+        outcome = _fit_outcome(settings.metric, run.metrics, run.seconds, "", pruning, _required(settings))
+    outcome.resumed_from, outcome.note = run.resumed_from, run.note
+    return outcome
 
 
 def run_cli_trial(

@@ -32,8 +32,10 @@ def start_workers_early(execution: ExecutionSettings, job_spec: str | None, fork
         return started
     from agent.execution import trial_process
     from agent.jobs.registry import YAHPO_PREFIX
+    from agent.project.spec import CLI_PREFIX
 
-    if trial_process.wanted() and not (job_spec or "").strip().startswith(YAHPO_PREFIX):
+    # a benchmark job's trials are lookups, a LightningCLI job's run its script: neither trains here
+    if trial_process.wanted() and not (job_spec or "").strip().startswith((YAHPO_PREFIX, CLI_PREFIX)):
         return trial_process.TrialProcess(fork=fork)  # imports torch and Lightning while this process prepares
     return None
 
@@ -58,9 +60,32 @@ def run_prepared(
     execution: ExecutionSettings,
     early: Any = None,
     warn: Callable[[str], None] = print,
+    lease: Any = None,
 ) -> None:
-    """Runs ``study`` to its end on the executor ``execution`` asks for; ``warn`` gets the line a
-    ``--timeout`` leaves. Errors come out with their hint set; Ctrl-C as :class:`StudyInterrupted`."""
+    """Runs ``study`` to its end on the executor ``execution`` asks for, holding ``lease`` (a new
+    study's is taken here) and giving it back at the end; ``warn`` gets the line a ``--timeout``
+    leaves. Errors come out with their hint set; Ctrl-C as :class:`StudyInterrupted`."""
+    from agent.tuning.lease import StudyLease
+
+    if lease is None:
+        lease = StudyLease(study)
+        lease.acquire(fresh=True)
+    try:
+        _run_leased(study, job, dataset, split, reporter, execution, early, warn)
+    finally:
+        lease.release()
+
+
+def _run_leased(
+    study: Any,
+    job: Any,
+    dataset: Any,
+    split: Any,
+    reporter: Any,
+    execution: ExecutionSettings,
+    early: Any,
+    warn: Callable[[str], None],
+) -> None:
     from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
 
@@ -107,33 +132,60 @@ def _announce(study: Any, executor: Any, execution: ExecutionSettings, reporter:
 
 @dataclass
 class Reopened:
-    """A stored study ready to go on: its job, data and split, and the trials that were closed."""
+    """A stored study ready to go on: its job, data and split, the trials that were closed, and
+    this process's lease on it (:mod:`agent.tuning.lease`)."""
 
     study: Any
     job: Any
     data: Any
     split: Any
     closed: list[Any]
+    lease: Any = None
 
 
-def reopen(name: str, kb: Any, job: str | None = None, dataset: str | None = None) -> Reopened:
+def reopen(
+    name: str,
+    kb: Any,
+    job: str | None = None,
+    dataset: str | None = None,
+    join: bool = False,
+    say: Callable[[str], None] = print,
+) -> Reopened:
     """The stored study ``name`` (refused when ``job``/``dataset`` differ from what it used), its
-    data, and the trials a dead process left running, closed as killed so their slots run again."""
+    lease taken (refused in one line while a live process holds it, or, with ``join``, run beside
+    that process), its data, and the trials a dead process left running, closed as killed so their
+    slots run again (a joiner closes none: they are the holder's)."""
+    from agent.tuning.heartbeat import phase
+    from agent.tuning.lease import StudyLease
     from agent.tuning.service import check_resume_matches, load_study_data, open_study
 
+    phase(say, f"opening study {name}: its job and the sampler it was planned with")
     study, job_obj = open_study(name, kb=kb)
     check_resume_matches(study, job_obj, job, dataset)
-    data, split = load_study_data(study, job_obj)
-    return Reopened(study, job_obj, data, split, study.recover())
+    phase(say, "taking the study's lease")
+    lease = StudyLease(study, say)
+    joined = lease.acquire(join=join)
+    try:
+        phase(say, "loading the study's data")
+        data, split = load_study_data(study, job_obj)
+        phase(say, "closing the trials a dead process left running")
+        closed = [] if joined else study.recover()
+    except BaseException:
+        lease.release()
+        raise
+    return Reopened(study, job_obj, data, split, closed, lease)
 
 
 def close_if_complete(stored: Reopened, say: Callable[[str], None]) -> bool:
     """The resume of a study that already has all its trials: marked finished, and said; True then
-    (nothing to run), False for a study with trials left."""
+    (nothing to run, the lease given back), False for a study with trials left."""
     for t in stored.closed:
         say(f"trial {t.number + 1} was left running by a dead process: closed as killed, slot re-run")
     if stored.study.remaining() > 0:
         return False
-    stored.study.set_status("finished")
+    if not stored.study.shared:
+        stored.study.set_status("finished")
     say(f"study {stored.study.name} already has all {stored.study.settings.trials} trials")
+    if stored.lease is not None:
+        stored.lease.release()
     return True

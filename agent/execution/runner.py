@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.errors import StudyFailedError, WorkersLostError
+from agent.errors import StudyError, StudyFailedError, WorkersLostError
 from agent.execution.keep import ModelKeeper
 from agent.execution.pruning import curve_metrics
 from agent.execution.trial import (
@@ -176,7 +176,11 @@ class _StudyLoop:
             self.running[trial.number] = trial
 
     def _ask(self) -> None:
-        """Asks while a worker (or, with ``ask_ahead``, a place in ``ready``) is free and budget is left."""
+        """Asks while a worker (or, with ``ask_ahead``, a place in ``ready``) is free and budget is
+        left; in a shared study (``resume --join``), the other runners' trials read first, and no
+        slot left free of theirs ends the asking."""
+        if self.study.shared:
+            self.trials = self.study.trials()
         while (
             len(self.running) + len(self.ready) < self.executor.capacity + self.ahead
             and self.study.remaining(self.trials) - len(self.running) - len(self.ready) > 0
@@ -184,7 +188,12 @@ class _StudyLoop:
             and (self.n_trials is None or self.asked < self.n_trials)
         ):
             ask_start = time.perf_counter()
-            trial = self.study.ask(self.trials)
+            try:
+                trial = self.study.ask(self.trials)
+            except StudyError:
+                if self.study.shared:  # the study's other runners hold every slot left
+                    return
+                raise
             self.asked += 1
             self.timing.ask_seconds.append(time.perf_counter() - ask_start)
             self.ready.append(trial)

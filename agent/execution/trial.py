@@ -14,7 +14,6 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +28,11 @@ from agent.execution.checkpoints import (
     save_served,
     wants_model,
 )
+from agent.execution.outcome import TrialOutcome, _fit_outcome, _required
 from agent.execution.pruning import PruningState, pruning_callback, pruning_state
 from agent.knowledge.base import TrialRecord
 from agent.tuning.scratch import CHECKPOINT, trial_scratch
 from agent.tuning.study import Study
-
-
-@dataclass
-class TrialOutcome:
-    value: float | None
-    reason: str = ""
-    fit_seconds: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-    retries: int = 0  # times its worker died and it ran again (agent.execution.workers)
-    pruned: bool = False  # stopped by the pruner: ``value`` is the last one it reached
-    curve: dict[int, float] = field(default_factory=dict)  # per-epoch metric, kept when a pruner runs
-    resumed_from: int = 0  # epochs its checkpoint had finished when this run began (0: from the start)
-    note: str = ""  # one line for the study's output (a checkpoint that could not be used)
 
 
 def _guard_callback(time_limit: float | None) -> Any:
@@ -257,41 +244,26 @@ def train_config(
     checkpoint folder (:mod:`agent.execution.checkpoints`): written after every epoch, and continued
     from when it holds a checkpoint of this configuration."""
     if getattr(job, "runs_script", False):  # a user's LightningCLI script: each trial in a process of its own
-        return _script_trial(job, config, number, settings, logger, pruning, on_epoch, scratch)
+        from agent.execution.cli_trial import script_trial
+
+        return script_trial(
+            job, config, settings, logger, pruning, on_epoch, scratch, number, trial_seed(settings, number)
+        )
     import lightning.pytorch as pl
 
     quiet_lightning()
     seed = trial_seed(settings, number)
     pl.seed_everything(seed, workers=False, verbose=False)
     guard = _guard_callback(settings.time_limit)
-    callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
-    if on_epoch is not None:
-        callbacks.append(_epoch_callback(number, on_epoch))
-    own = getattr(job, "trial_callbacks", None)  # a user's project: a few input rows for a kept model's signature
-    callbacks += own() if callable(own) else []
+    callbacks = _callbacks(job, guard, pruning, number, on_epoch)
     point = _checkpointing(scratch, config, seed, int(settings.epochs), callbacks)
-    if scratch is not None and wants_model(scratch, None, asked=True):
-        from agent.knowledge import warm_model_saving
-
-        warm_model_saving()  # MLflow's first save costs seconds: begun while this trial trains
     start = time.perf_counter()
-    if split is None:  # a job whose DataModule splits its own data (a user's project)
-        assert getattr(job, "owns_data", False), "a training job needs its train/validation split"
-        split = (None, None)
+    split = split if split is not None else _own_split(job)
     try:
         module, datamodule = job.build(config, dataset, split[0], split[1], seed)
-        options = getattr(job, "trainer_options", None)
-        trainer = _trainer(
-            settings.epochs,
-            accelerator,
-            logger,
-            callbacks,
-            checkpointing=scratch is not None,
-            options=options(config) if callable(options) else None,
+        trainer, fit_wall = _fit(
+            job, config, module, datamodule, settings.epochs, accelerator, logger, callbacks, point, scratch is not None
         )
-        fit_start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=point.checkpoint)
-        fit_wall = time.perf_counter() - fit_start
         if keep is not None:
             keep.append((module, datamodule))
     except (KeyboardInterrupt, SystemExit):
@@ -308,47 +280,67 @@ def train_config(
     outcome = _fit_outcome(settings.metric, metrics, fit_seconds, guard.reason, pruning, _required(settings))
     outcome.resumed_from, outcome.note = point.epoch, point.note
     if scratch is not None and not outcome.reason and wants_model(scratch, outcome.value):
-        own_save = getattr(job, "save_model", None)
-
-        def save() -> str:
-            if callable(own_save):  # a user's project: its LightningModule as it is
-                return str(own_save(scratch / SERVED, module, callbacks, scratch / CHECKPOINT) or "")
-            save_served(scratch, module, datamodule, dataset, split[1])
-            return ""
-
-        outcome.note = _save_model(save) or outcome.note
+        outcome.note = _save_model(job, scratch, module, datamodule, dataset, split[1], callbacks) or outcome.note
     return outcome
 
 
-def _script_trial(
+def _own_split(job: Any) -> tuple[None, None]:
+    """A job whose DataModule splits its own data (a user's project) is given no split."""
+    assert getattr(job, "owns_data", False), "a training job needs its train/validation split"
+    return None, None
+
+
+def _fit(
     job: Any,
     config: dict[str, Any],
-    number: int,
-    settings: Any,
+    module: Any,
+    datamodule: Any,
+    epochs: int,
+    accelerator: str,
     logger: Any,
-    pruning: PruningState | None,
-    on_epoch: EpochListener | None,
-    scratch: Path | None,
-) -> TrialOutcome:
-    """A trial of a LightningCLI job: its script's run (:mod:`agent.execution.cli_trial`) as an outcome."""
-    from agent.execution.cli_trial import run_cli_trial
+    callbacks: list[Any],
+    point: ResumePoint,
+    checkpointing: bool,
+) -> tuple[Any, float]:
+    """``Trainer.fit`` of ``module`` from ``point``: the trainer and the fit's wall seconds."""
+    options = getattr(job, "trainer_options", None)
+    trainer = _trainer(
+        epochs,
+        accelerator,
+        logger,
+        callbacks,
+        checkpointing=checkpointing,
+        options=options(config) if callable(options) else None,
+    )
+    fit_start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=point.checkpoint)
+    return trainer, time.perf_counter() - fit_start
 
-    seed = trial_seed(settings, number)
-    run = run_cli_trial(job, config, settings, logger, pruning, on_epoch, scratch, number, seed)
-    if run.metrics is None:
-        outcome = TrialOutcome(None, run.failed, run.seconds)
-    else:
-        outcome = _fit_outcome(settings.metric, run.metrics, run.seconds, "", pruning, _required(settings))
-    outcome.resumed_from, outcome.note = run.resumed_from, run.note
-    return outcome
+
+def _callbacks(
+    job: Any, guard: Any, pruning: PruningState | None, number: int, on_epoch: EpochListener | None
+) -> list[Any]:
+    """A trial's callbacks: the guard, the pruner's, the progress display's and the job's own (a
+    user's project: a few input rows for a kept model's signature)."""
+    callbacks = [guard] + ([pruning_callback(pruning)] if pruning is not None else [])
+    if on_epoch is not None:
+        callbacks.append(_epoch_callback(number, on_epoch))
+    own = getattr(job, "trial_callbacks", None)
+    return callbacks + (own() if callable(own) else [])
 
 
-def _save_model(save: Callable[[], str]) -> str:
-    """Saves the trained model in the trial's scratch for the study to keep; a by-product: one
-    that cannot be saved comes back as one line (the trial keeps its value), else what ``save``
-    said ('' when all went well)."""
+def _save_model(
+    job: Any, scratch: Path, module: Any, datamodule: Any, dataset: Any, val_idx: Any, callbacks: list[Any]
+) -> str:
+    """Saves the trained model in the trial's scratch for the study to keep (a user's project:
+    its LightningModule as it is); a by-product: one that cannot be saved comes back as one line
+    (the trial keeps its value), else what the job's saving said ('' when all went well)."""
+    own_save = getattr(job, "save_model", None)
     try:
-        return save()
+        if callable(own_save):
+            return str(own_save(scratch / SERVED, module, callbacks, scratch / CHECKPOINT) or "")
+        save_served(scratch, module, datamodule, dataset, val_idx)
+        return ""
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
@@ -394,43 +386,13 @@ def _checkpointing(scratch: Path | None, config: dict[str, Any], seed: int, epoc
     point = resume_point(scratch, config, seed, epochs)
     describe(scratch, config, seed)
     callbacks += checkpoint_callbacks(scratch)
+    if wants_model(scratch, None, asked=True):
+        from agent.knowledge import warm_model_saving
+
+        warm_model_saving()  # MLflow's first save costs seconds: begun while this trial trains
     return point
 
 
 def trial_seed(settings: Any, number: int) -> int:
     """The seed of trial slot ``number``: its initialisation, shuffling and dropout."""
     return int(settings.seed) * 1009 + number
-
-
-def _required(settings: Any) -> list[str]:
-    required = getattr(settings, "required_metrics", None)
-    return required() if callable(required) else []
-
-
-def _fit_outcome(
-    metric: str,
-    metrics: dict[str, float],
-    fit_seconds: float,
-    stopped: str,
-    pruning: PruningState | None,
-    required: list[str] | None = None,
-) -> TrialOutcome:
-    """What a fit that returned comes to: failed when the guard ``stopped`` it (its reason), pruned
-    when ``pruning`` says so, else ``metric``'s last value (failed when missing or not finite, or
-    when a ``required`` metric, a further objective's or a constraint's, is missing)."""
-    if stopped:
-        return TrialOutcome(None, stopped, fit_seconds, metrics)
-    curve = dict(pruning.curve) if pruning is not None else {}
-    if pruning is not None and pruning.reason:
-        return TrialOutcome(metrics.get(metric), pruning.reason, fit_seconds, metrics, pruned=True, curve=curve)
-    if metric not in metrics:
-        return TrialOutcome(None, f"job logged no metric {metric!r} (has {sorted(metrics)})", fit_seconds, metrics)
-    value = metrics[metric]
-    if not math.isfinite(value):
-        return TrialOutcome(None, f"diverged: {metric} is {value}", fit_seconds, metrics)
-    for name in required or ():
-        if name not in metrics or not math.isfinite(metrics[name]):
-            return TrialOutcome(
-                None, f"job reported no finite {name!r}, an objective or constraint of this study", fit_seconds, metrics
-            )
-    return TrialOutcome(value, "", fit_seconds, metrics, curve=curve)

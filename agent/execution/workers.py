@@ -152,7 +152,12 @@ def make_executor(
     if (
         started is not None
         and not on_ray
-        and (process is None or isinstance(job, BenchmarkJob) or not study.kb.trial_writers)
+        and (
+            process is None
+            or isinstance(job, BenchmarkJob)
+            or getattr(job, "runs_script", False)  # a LightningCLI job: its script is the trial's process
+            or not study.kb.trial_writers
+        )
     ):
         started.abandon()
         process = None

@@ -56,7 +56,8 @@ class Heartbeat:
                 now = time.perf_counter()
                 if not self.what or now - self.last < self.every:
                     continue
-                self.echo(f"  still {self.what} ({now - self.since:.0f} s)")
+                elapsed = now - self.since
+                self.echo(f"  still {self.what} ({elapsed:.0f} s)" if elapsed >= 1.0 else f"  now {self.what}")
                 self.last = now
 
 

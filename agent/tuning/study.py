@@ -45,6 +45,9 @@ def cold_sampler(space: SearchSpace, settings: StudySettings) -> BoSampler:
     return BoSampler(space, settings, GpSurrogate(SurrogateInputs(space, seed=settings.seed)))
 
 
+CLAIM_TRIES = 20  # slots a shared study tries before it gives up asking
+
+
 class Study:
     """A handle on one stored study; see the module docstring."""
 
@@ -86,6 +89,8 @@ class Study:
         return cls(kb, record, space, sampler)
 
     # -- state ---------------------------------------------------------------------------------
+    shared = False  # another process runs this study too (resume --join): asks read the store and claim slots
+
     def trials(self) -> list[TrialRecord]:
         return self.kb.trials(self.record)
 
@@ -111,8 +116,23 @@ class Study:
     # -- ask / tell ----------------------------------------------------------------------------
     def ask(self, trials: list[TrialRecord] | None = None) -> TrialRecord:
         """Opens the lowest free slot with the sampler's suggestion. ``trials``: the study's trials
-        as the store holds them, when the caller keeps them (the study loop does); read if None."""
-        trials = trials if trials is not None else self.trials()
+        as the store holds them, when the caller keeps them (the study loop does); read if None.
+        A :attr:`shared` study (another process runs it too: ``resume --join``) reads them fresh and
+        claims the slot: where another runner opened the same slot first, this trial is closed as
+        killed, unrun, and the next free slot is asked for."""
+        if not self.shared:
+            return self._ask(trials if trials is not None else self.trials())
+        for _ in range(CLAIM_TRIES):
+            record = self._ask(self.trials())
+            first = next(
+                t for t in self.trials() if t.number == record.number and t.state in COUNTED_STATES + (TRIAL_RUNNING,)
+            )
+            if first.trial_id == record.trial_id:
+                return record
+            self.tell(record, failed="slot taken by another runner of the study", state=TRIAL_KILLED)
+        raise StudyError(f"study {self.name!r}: no slot could be claimed beside its other runners")
+
+    def _ask(self, trials: list[TrialRecord]) -> TrialRecord:
         taken = {t.number for t in trials if t.state in COUNTED_STATES + (TRIAL_RUNNING,)}
         free = [n for n in range(self.settings.trials) if n not in taken]
         if not free:

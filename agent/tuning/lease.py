@@ -1,0 +1,181 @@
+"""One runner per study: the lease a process holds on a study while it runs it.
+
+A study being run carries a ``lease`` tag on its study run: who holds it (host, pid, a random
+token) and when the holder last refreshed it. :class:`StudyLease` takes it before any trial is
+closed or asked (``start``, ``resume``), refreshes it from a thread every :data:`REFRESH` seconds
+while the study runs, and gives it back at the end. Another process that finds a live lease
+refuses in one line naming the holder, or, with ``join``, runs as one more worker inside the same
+budget without closing the holder's running trials: it marks the run (``lease_joined``) and waits
+until the holder has seen the mark; from then on both read the store before each ask and claim
+their slot (:attr:`agent.tuning.study.Study.shared`), so the budget holds across them.
+
+A lease is dead when its holder's process is gone from this host (checked at once), or when it
+has not been refreshed for :data:`TTL` seconds (a holder on another host that died); a dead lease
+is taken over, and the trials its holder left running are closed as killed by the taker. Taking is
+"write, settle, read back": two processes that take one at once both write their token, wait
+:data:`SETTLE` seconds and read the tag again; only the one whose token is there goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import StudyBusyError
+
+TAG = "lease"
+JOINED = "lease_joined"  # a joiner's mark: the holder's asks read the store and claim slots from then on
+TTL = 90.0  # seconds without a refresh after which a lease of another host is dead
+REFRESH = 15.0  # seconds between a holder's refreshes
+WATCH = 2.0  # seconds between a holder's looks for a joiner
+SETTLE = 0.5  # seconds between writing a token and reading it back
+JOIN_WAIT = 2 * WATCH + 1.0  # a joiner's wait before its first ask: the holder has seen it by then
+
+
+@dataclass(frozen=True)
+class Holder:
+    host: str
+    pid: int
+    token: str
+    beat: float  # epoch seconds of the last refresh
+    joined: int = 0
+
+    @classmethod
+    def read(cls, text: str | None) -> Holder | None:
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            return cls(str(data["host"]), int(data["pid"]), str(data["token"]), float(data["beat"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def text(self) -> str:
+        return json.dumps({"host": self.host, "pid": self.pid, "token": self.token, "beat": self.beat})
+
+    def alive(self, now: float | None = None) -> bool:
+        """Whether the holder runs: its process on this host, or a refresh within :data:`TTL`."""
+        if self.host == socket.gethostname():
+            return _process_alive(self.pid)
+        return (now if now is not None else time.time()) - self.beat < TTL
+
+    def describe(self, now: float | None = None) -> str:
+        ago = max(0.0, (now if now is not None else time.time()) - self.beat)
+        return f"pid {self.pid} on {self.host} (lease refreshed {ago:.0f} s ago)"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return _not_a_zombie(pid)
+
+
+def _not_a_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class StudyLease:
+    """The lease on ``study`` (a :class:`~agent.tuning.study.Study`) for this process."""
+
+    def __init__(self, study: Any, say: Callable[[str], None] = lambda _: None) -> None:
+        self.study, self.say = study, say
+        self.holder: Holder | None = None
+        self.joined = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def current(self) -> Holder | None:
+        return Holder.read(self.study.kb.study_tags(self.study.record).get(TAG))
+
+    def acquire(self, join: bool = False, fresh: bool = False) -> bool:
+        """Takes the lease; ``join``: where a live process holds it, runs beside it instead (True
+        then). Raises :class:`StudyBusyError` naming the holder when it is alive and not joined.
+        ``fresh``: the study was made by this process a moment ago, so no other can hold it (no
+        look, no settling)."""
+        if not fresh:
+            found = self.current()
+            if found is not None and found.alive() and found.pid != os.getpid():
+                return self._busy(found, join)
+        mine = Holder(socket.gethostname(), os.getpid(), secrets.token_hex(8), time.time())
+        self.study.kb.set_study_tags(self.study.record, {TAG: mine.text()})
+        if not fresh:
+            time.sleep(SETTLE)
+            now = self.current()
+            if now is None or now.token != mine.token:  # another process took it in the same moment
+                return self._busy(now or mine, join)
+        self.holder = mine
+        self._thread = threading.Thread(target=self._refresh, name="tune-agent-lease", daemon=True)
+        self._thread.start()
+        return False
+
+    def _busy(self, holder: Holder, join: bool) -> bool:
+        if join:
+            self.joined = True
+            self.say(f"study {self.study.name} runs in {holder.describe()}: joining it as one more worker")
+            self.study.kb.set_study_tags(self.study.record, {JOINED: f"{socket.gethostname()}:{os.getpid()}"})
+            self.study.shared = True
+            time.sleep(JOIN_WAIT)
+            return True
+        raise StudyBusyError(
+            f"study {self.study.name} is being run by {holder.describe()}; wait for it to end, or add "
+            "--join to run beside it within the same budget"
+        )
+
+    def _refresh(self) -> None:
+        """Every :data:`WATCH` seconds a look for a joiner; every :data:`REFRESH` seconds the beat."""
+        seen = self._joined_mark()
+        while not self._stop.wait(WATCH):
+            holder = self.holder
+            if holder is None:
+                return
+            try:
+                if not self.study.shared and self._joined_mark() != seen:
+                    self.study.shared = True
+                if time.time() - holder.beat >= REFRESH:
+                    beat = Holder(holder.host, holder.pid, holder.token, time.time())
+                    self.study.kb.set_study_tags(self.study.record, {TAG: beat.text()})
+                    self.holder = beat
+            except Exception:  # the store went away for a moment: the next look tries again
+                continue
+
+    def _joined_mark(self) -> str:
+        try:
+            return str(self.study.kb.study_tags(self.study.record).get(JOINED, ""))
+        except Exception:
+            return ""
+
+    def release(self) -> None:
+        """Stops refreshing and clears the tag, when it is still this process's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=REFRESH)
+        if self.holder is None:
+            return
+        try:
+            found = self.current()
+            if found is not None and found.token == self.holder.token:
+                self.study.kb.set_study_tags(self.study.record, {TAG: ""})
+        except Exception:  # a lease left behind is dead once this process is: the next run takes it
+            pass
+        self.holder = None
+
+    def __enter__(self) -> StudyLease:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
