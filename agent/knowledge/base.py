@@ -180,6 +180,12 @@ class KnowledgeBase(abc.ABC):
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
         """The study's current tags, read fresh (``study.tags`` is the snapshot of its record)."""
 
+    @abc.abstractmethod
+    def claim_study_value(self, study: StudyRecord, key: str, value: str) -> str:
+        """Sets the study's write-once ``key`` to ``value`` unless it holds one already; returns
+        the value it holds after the call (``value`` when this call set it). Of several processes
+        claiming one key at once, exactly one sees its own value (the study's lease)."""
+
     @staticmethod
     def dataset_summary(study: StudyRecord) -> dict[str, Any]:
         """The dataset statistics given to ``create_study``, from the record's ``dataset.*``

@@ -251,6 +251,14 @@ class InMemoryKnowledgeBase(InMemoryMetaModels, KnowledgeBase):
         with self._lock:
             return layout.join_long(self._study(study.study_id).tags)
 
+    def claim_study_value(self, study: StudyRecord, key: str, value: str) -> str:
+        with self._lock:
+            cell = self._study(study.study_id)
+            params = dict(cell.params)
+            held = params.setdefault(f"claim.{key}", value)
+            cell.params, cell.record = params, None
+            return held
+
     def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
         with self._lock:
             study = self._studies.get(study_id)

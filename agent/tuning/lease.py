@@ -10,10 +10,12 @@ until the holder has seen the mark; from then on both read the store before each
 their slot (:attr:`agent.tuning.study.Study.shared`), so the budget holds across them.
 
 A lease is dead when its holder's process is gone from this host (checked at once), or when it
-has not been refreshed for :data:`TTL` seconds (a holder on another host that died); a dead lease
-is taken over, and the trials its holder left running are closed as killed by the taker. Taking is
-"write, settle, read back": two processes that take one at once both write their token, wait
-:data:`SETTLE` seconds and read the tag again; only the one whose token is there goes on.
+has not been refreshed for :data:`TTL` seconds (a holder on another host that died, or a hung one);
+a dead lease
+is taken over, and the trials its holder left running are closed as killed by the taker. Each
+taking is a generation: the taker claims the write-once value ``lease.<n>`` of the study
+(:meth:`~agent.knowledge.base.KnowledgeBase.claim_study_value`), ``n`` one past the lease it
+found; of two processes taking at once, the store lets exactly one set it, and the other refuses.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ JOINED = "lease_joined"  # a joiner's mark: the holder's asks read the store and
 TTL = 90.0  # seconds without a refresh after which a lease of another host is dead
 REFRESH = 15.0  # seconds between a holder's refreshes
 WATCH = 2.0  # seconds between a holder's looks for a joiner
-SETTLE = 0.5  # seconds between writing a token and reading it back
 JOIN_WAIT = 2 * WATCH + 1.0  # a joiner's wait before its first ask: the holder has seen it by then
 
 
@@ -45,7 +46,7 @@ class Holder:
     pid: int
     token: str
     beat: float  # epoch seconds of the last refresh
-    joined: int = 0
+    generation: int = 1
 
     @classmethod
     def read(cls, text: str | None) -> Holder | None:
@@ -53,18 +54,26 @@ class Holder:
             return None
         try:
             data = json.loads(text)
-            return cls(str(data["host"]), int(data["pid"]), str(data["token"]), float(data["beat"]))
+            return cls(
+                str(data["host"]), int(data["pid"]), str(data["token"]), float(data["beat"]), int(data.get("gen", 1))
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
     def text(self) -> str:
-        return json.dumps({"host": self.host, "pid": self.pid, "token": self.token, "beat": self.beat})
+        return json.dumps(
+            {"host": self.host, "pid": self.pid, "token": self.token, "beat": self.beat, "gen": self.generation}
+        )
+
+    def claim(self) -> str:
+        """What this holder claims as its generation's write-once value."""
+        return json.dumps({"host": self.host, "pid": self.pid, "token": self.token})
 
     def alive(self, now: float | None = None) -> bool:
-        """Whether the holder runs: its process on this host, or a refresh within :data:`TTL`."""
-        if self.host == socket.gethostname():
-            return _process_alive(self.pid)
-        return (now if now is not None else time.time()) - self.beat < TTL
+        """Whether the holder runs: refreshed within :data:`TTL` (a hung holder, or a pid the
+        system gave to another process, is dead after it), and on this host its process alive."""
+        fresh = (now if now is not None else time.time()) - self.beat < TTL
+        return fresh and (self.host != socket.gethostname() or _process_alive(self.pid))
 
     def describe(self, now: float | None = None) -> str:
         ago = max(0.0, (now if now is not None else time.time()) - self.beat)
@@ -105,19 +114,19 @@ class StudyLease:
     def acquire(self, join: bool = False, fresh: bool = False) -> bool:
         """Takes the lease; ``join``: where a live process holds it, runs beside it instead (True
         then). Raises :class:`StudyBusyError` naming the holder when it is alive and not joined.
-        ``fresh``: the study was made by this process a moment ago, so no other can hold it (no
-        look, no settling)."""
-        if not fresh:
-            found = self.current()
-            if found is not None and found.alive() and found.pid != os.getpid():
-                return self._busy(found, join)
-        mine = Holder(socket.gethostname(), os.getpid(), secrets.token_hex(8), time.time())
+        ``fresh``: the study was made by this process a moment ago (no look at a holder first)."""
+        found = None if fresh else self.current()
+        if found is not None and found.alive() and found.pid != os.getpid():
+            return self._busy(found, join)
+        generation = (found.generation + 1) if found is not None else 1
+        mine = Holder(socket.gethostname(), os.getpid(), secrets.token_hex(8), time.time(), generation)
+        held = self.study.kb.claim_study_value(self.study.record, f"lease.{generation}", mine.claim())
+        if held != mine.claim():  # another process took this generation in the same moment
+            winner = json.loads(held)
+            return self._busy(
+                Holder(winner["host"], int(winner["pid"]), winner["token"], time.time(), generation), join
+            )
         self.study.kb.set_study_tags(self.study.record, {TAG: mine.text()})
-        if not fresh:
-            time.sleep(SETTLE)
-            now = self.current()
-            if now is None or now.token != mine.token:  # another process took it in the same moment
-                return self._busy(now or mine, join)
         self.holder = mine
         self._thread = threading.Thread(target=self._refresh, name="tune-agent-lease", daemon=True)
         self._thread.start()
@@ -147,7 +156,10 @@ class StudyLease:
                 if not self.study.shared and self._joined_mark() != seen:
                     self.study.shared = True
                 if time.time() - holder.beat >= REFRESH:
-                    beat = Holder(holder.host, holder.pid, holder.token, time.time())
+                    now = self.current()
+                    if now is not None and now.generation > holder.generation:  # taken over: no longer ours
+                        return
+                    beat = Holder(holder.host, holder.pid, holder.token, time.time(), holder.generation)
                     self.study.kb.set_study_tags(self.study.record, {TAG: beat.text()})
                     self.holder = beat
             except Exception:  # the store went away for a moment: the next look tries again

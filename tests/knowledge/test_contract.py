@@ -255,6 +255,15 @@ def test_study_tags_round_trip(kb: KnowledgeBase, job: str) -> None:
     assert "note" not in study.tags
 
 
+def test_a_claimed_value_is_written_once(kb: KnowledgeBase, job: str) -> None:
+    """The study's lease rests on this: the first claim of a key wins, every later one reads it."""
+    study = new_study(kb, job)
+    assert kb.claim_study_value(study, "lease.1", "first") == "first"
+    assert kb.claim_study_value(study, "lease.1", "second") == "first"
+    assert kb.claim_study_value(study, "lease.1", "first") == "first"
+    assert kb.claim_study_value(study, "lease.2", "second") == "second"
+
+
 def test_a_tag_longer_than_the_store_keeps_round_trips_whole(kb: KnowledgeBase, job: str) -> None:
     """A study's plan over a large history runs past MLflow's 8000-character tag limit."""
     study = new_study(kb, job)

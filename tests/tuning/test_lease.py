@@ -40,7 +40,7 @@ def test_a_live_holder_is_refused_or_joined_and_a_dead_one_taken_over(store, cli
     study = _study(store, "leased")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        _hold(study, Holder(socket.gethostname(), sleeper.pid, "theirs", time.time()))
+        _hold(study, Holder(socket.gethostname(), sleeper.pid, "theirs", time.time(), generation=1))
         with pytest.raises(StudyBusyError, match=rf"being run by pid {sleeper.pid} on {socket.gethostname()}"):
             StudyLease(study).acquire()
         said: list[str] = []
@@ -50,19 +50,24 @@ def test_a_live_holder_is_refused_or_joined_and_a_dead_one_taken_over(store, cli
     finally:
         sleeper.kill()
         sleeper.wait()
-    # the holder's process is gone from this host: its lease is dead at once
+    # the holder's process is gone from this host: its lease is dead at once, the next generation taken
     lease = StudyLease(study)
-    assert lease.acquire() is False
+    assert lease.acquire() is False and lease.holder.generation == 2
     assert json.loads(study.kb.study_tags(study.record)[TAG])["token"] == lease.holder.token
     lease.release()
     assert study.kb.study_tags(study.record)[TAG] == ""
     # another host: alive while refreshed, dead after the TTL
-    _hold(study, Holder("elsewhere", 1, "remote", time.time()))
+    _hold(study, Holder("elsewhere", 1, "remote", time.time(), generation=3))
     with pytest.raises(StudyBusyError, match="elsewhere"):
         StudyLease(study).acquire()
-    _hold(study, Holder("elsewhere", 1, "remote", time.time() - 3600))
+    _hold(study, Holder("elsewhere", 1, "remote", time.time() - 3600, generation=3))
     with StudyLease(study) as taken:
-        assert taken.acquire() is False
+        assert taken.acquire() is False and taken.holder.generation == 4
+    # two takers of one generation: the store lets one claim it, the other is refused
+    study.kb.claim_study_value(study.record, "lease.6", json.dumps({"host": "h", "pid": 1, "token": "t"}))
+    _hold(study, Holder("elsewhere", 1, "remote", time.time() - 3600, generation=5))
+    with pytest.raises(StudyBusyError, match="pid 1 on h"):
+        StudyLease(study).acquire()
 
 
 def _resume(store, name: str, *extra: str) -> subprocess.Popen[str]:

@@ -246,6 +246,18 @@ class MlflowStudies(MlflowConnection):
             self._call(self._client.log_batch, study.study_id, tags=batch[i : i + 100])
         self._studies_changed(self._experiment_of(study))
 
+    def claim_study_value(self, study: StudyRecord, key: str, value: str) -> str:
+        """A write-once MLflow param (``tune_agent.claim.<key>``): MLflow refuses to change a param's
+        value, so of two writers of different values one is refused, and both read the winner."""
+        from mlflow.entities import Param
+
+        name = f"{T}claim.{key}"
+        try:
+            self._call(self._client.log_batch, study.study_id, params=[Param(name, value)])
+        except StoreError:
+            pass  # the key holds another value: read which below
+        return str(self._call(self._client.get_run, study.study_id).data.params.get(name, ""))
+
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
         """The study's current tune_agent.* tags (fresh from the store)."""
         run = self._call(self._client.get_run, study.study_id)
