@@ -15,7 +15,7 @@ Backends are imported on demand, so importing this package loads neither MLflow 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
@@ -120,6 +120,31 @@ def save_torch_model_files(
     from agent.knowledge.mlflow.kept import save_torch_model_files as save
 
     save(folder, network, example, outputs, extra_files or [])
+
+
+def team_users(url: str, admin: tuple[str, str]) -> Any:
+    """The users of the team server at ``url``, managed as ``admin`` (:mod:`agent.knowledge.mlflow.users`)."""
+    from agent.knowledge.mlflow.users import TeamUsers
+
+    return TeamUsers(url, admin)
+
+
+def knowledge_experiment_id(url: str, admin: tuple[str, str]) -> str | None:
+    """The id of the store's knowledge experiment (meta-models), made as ``admin`` when missing."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = admin
+    try:
+        from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+
+        return MlflowKnowledgeBase(url).knowledge_experiment_id()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def warm_model_saving() -> None:

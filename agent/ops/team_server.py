@@ -91,6 +91,7 @@ class TeamServer:
     port: int = 5000
     pg_port: int = 5433
     auth: bool = False
+    made_admin_password: str = ""  # the admin's password when this start made it (said once)
 
     # -- where things are ----------------------------------------------------------------------
     @property
@@ -332,31 +333,12 @@ class TeamServer:
         env = without_job_runner(dict(os.environ))
         env["PGPASSWORD"] = self.password()
         if self.auth:
-            auth = self.auth_dir
-            auth.mkdir(mode=0o700, parents=True, exist_ok=True)
-            ini = auth / "basic_auth.ini"
-            if not ini.exists():  # a random admin password, readable only here (MLflow refuses its old default)
-                import secrets
+            from agent.ops.team_users import auth_environment
 
-                password = secrets.token_urlsafe(18)
-                ini.write_text(
-                    "[mlflow]\ndefault_permission = READ\n"
-                    f"database_uri = sqlite:///{auth / 'users.db'}\n"
-                    f"admin_username = {ADMIN}\nadmin_password = {password}\n"
-                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-                    # MLflow checks the password hash (PBKDF2, tens of ms) on every request
-                    # unless told to cache a verified credential; a study makes hundreds
-                    "auth_cache_ttl_seconds = 60\n"
-                )
-                ini.chmod(0o600)
-            env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
-            secret = auth / "secret_key"  # CSRF key of the auth app's forms: one per server, kept across restarts
-            if not secret.exists():
-                import secrets
-
-                secret.write_text(secrets.token_hex(32))
-                secret.chmod(0o600)
-            env.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", secret.read_text().strip())
+            made, extra = auth_environment(self.auth_dir, ADMIN)
+            if made:  # said once by serve(); the instance is otherwise fixed
+                object.__setattr__(self, "made_admin_password", made)
+            env.update({k: v for k, v in extra.items() if k not in env or k == "MLFLOW_AUTH_CONFIG_PATH"})
         return env
 
     def serve(self, say: Callable[[str], None] = print, ready_timeout: float = 180) -> int:
@@ -403,6 +385,9 @@ class TeamServer:
                         f"basic auth: admin user '{ADMIN}', password in {self.data_dir / 'auth' / 'basic_auth.ini'}; "
                         "agents read MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
                     )
+                    if self.made_admin_password:  # made by this start: said once, here
+                        say(f"admin password (made now, shown once): {self.made_admin_password}")
+                        say(f"add teammates with: tune-agent server user add NAME --data-dir {self.data_dir}")
             while proc.poll() is None and not stop["now"]:
                 time.sleep(0.2)
             return 0 if stop["now"] else int(proc.returncode or 0)

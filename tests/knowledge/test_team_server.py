@@ -6,6 +6,7 @@ stops MLflow and PostgreSQL, and a SIGKILL of the server leaves nothing running.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -270,6 +271,64 @@ def test_credentials_come_from_the_environment_and_studies_belong_to_their_owner
     assert "bob has no permission for this (403)" in changed.err
     as_user(*admin.values())
     assert kb.trials(theirs)[0].value == trial.value  # untouched
+
+
+def test_users_are_added_listed_and_removed_as_the_team_guide_says(team_server, cli, monkeypatch) -> None:
+    """`tune-agent server user add/list/remove` on the server's host (the admin's password read from
+    its folder): a read teammate's study publishes to the team's meta-models without a 403, an edit
+    teammate may change another's study run, a removed one is refused."""
+    import mlflow
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+
+    url, data, _, _ = team_server
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    admin = ["--data-dir", str(data), "--tracking-uri", url]
+    added = cli("server", "user", "add", "dora", *admin)
+    assert added.code == 0, added.err
+    dora = next(line.split()[1] for line in added.out.splitlines() if line.startswith("password: "))
+    edit = cli("server", "user", "add", "erin", "--role", "edit", "--password", "erin-password-1234", *admin)
+    assert edit.code == 0, edit.err
+    listed = cli("server", "user", "list", "--json", *admin)
+    assert listed.code == 0 and {"dora", "erin"} <= {u["username"] for u in json.loads(listed.out)}
+    again = cli("server", "user", "add", "dora", *admin)
+    assert again.code == 2 and len(again.err.strip().splitlines()) == 1, again.err
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "dora")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", dora)
+    res = cli("start", "--dataset", "iris", "--job", "agent.jobs.examples:logistic", "--trials", "2", "--epochs", "1",
+              "--warm-start", "none", "--study-name", "by-dora", "--tracking-uri", url)  # fmt: skip
+    assert res.code == 0, res.err[-2000:]
+    assert "no permission to publish" not in res.out and "not published" not in res.out, res.out
+    kb = MlflowKnowledgeBase(url)
+    dora_trial = kb.trials(kb.find_study("by-dora"))[0]
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "erin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "erin-password-1234")
+    mlflow.MlflowClient(url).set_tag(dora_trial.trial_id, "reviewed", "yes")  # edit: another's run too
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
+    removed = cli("server", "user", "remove", "dora", *admin)
+    assert removed.code == 0, removed.err
+    listed = cli("server", "user", "list", "--json", *admin)
+    assert "dora" not in {u["username"] for u in json.loads(listed.out)}
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "dora")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", dora)
+    refused = cli("history", "--tracking-uri", url)
+    assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+    assert "401" in refused.err or "dora not found" in refused.err, refused.err
+
+
+def test_the_admin_password_is_made_once() -> None:
+    from agent.ops.team_users import auth_environment
+
+    with tempfile.TemporaryDirectory() as folder:
+        made, env = auth_environment(Path(folder) / "auth", "admin")
+        assert len(made) >= 18 and made in Path(env["MLFLOW_AUTH_CONFIG_PATH"]).read_text()
+        again, _ = auth_environment(Path(folder) / "auth", "admin")
+        assert again == ""
 
 
 def client_experiment(url: str, study: str) -> str:

@@ -32,6 +32,10 @@ FOLDERS = ("files", "source_models")
 class MlflowMetaModels(MlflowConnection):
     """Versions of meta-models as runs of :data:`EXPERIMENT`."""
 
+    def knowledge_experiment_id(self) -> str | None:
+        """The knowledge experiment's id, made when missing (a team server's users get EDIT on it)."""
+        return self._knowledge_experiment(create=True)
+
     def _knowledge_experiment(self, create: bool) -> str | None:
         exp = self._call(self._client.get_experiment_by_name, EXPERIMENT)
         if exp is not None or not create:
