@@ -62,8 +62,9 @@ def _continue(
     for _ in range(CONTINUE_TRIES):
         runs += 1
         args = _resume_args(exe, store, name)
-        if kill_at is not None and kills == 0:
+        if kill_at is not None:  # the first continuation is killed too (when it is still running then)
             kills += _kill_client(args, env, store, kill_at)
+            kill_at = None
             continue
         done = subprocess.run(args, env=env, cwd=store, capture_output=True, text=True, timeout=600)
         if done.returncode == 2 and BUSY in done.stderr:

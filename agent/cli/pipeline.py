@@ -54,10 +54,13 @@ def meta_publish(models_dir: str, job: str | None, params_file: str, tracking_ur
     """Publish the job's meta-models (source models, extractor, index, TNP, warm-start choice) to the
     tracking store as a new version, when anything changed: what every other folder and teammate loads."""
     from agent.pipeline.stages import load_params
+    from agent.tuning.heartbeat import Heartbeat
     from agent.tuning.source_models import update_for_job
 
     job = job or load_params(Path(params_file)).get("export", {}).get("job", "mlp")
-    done = update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=click.echo)
+    with Heartbeat(click.echo) as beat:
+        beat.phase(f"publishing the meta-models of {job}: reading the history, fitting what changed")
+        done = update_for_job(kb_for(tracking_uri), models_dir, str(job), progress=beat)
     click.echo(json.dumps(done))
     if "not_published" in done:
         raise SystemExit(1)
@@ -181,7 +184,10 @@ def neighbors(
         seed=seed,
         tracking_uri=tracking_uri,
     )
-    warm, job_obj, ds = preview_warm_start(req, kb_for(tracking_uri, reads=True))
+    from agent.tuning.heartbeat import Heartbeat
+
+    with Heartbeat(lambda line: click.echo(line, err=True)) as beat:  # stdout stays the answer (or JSON)
+        warm, job_obj, ds = preview_warm_start(req, kb_for(tracking_uri, reads=True), beat)
     if as_json:
         click.echo(
             json.dumps(

@@ -13,7 +13,9 @@ checkpoint, and its re-run continues from it (``--ckpt_path``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -96,11 +98,8 @@ def run_cli_trial(
     start = time.perf_counter()
     stderr_path = folder / "stderr.txt"
     try:
-        with open(folder / "stdout.txt", "wb") as out, open(stderr_path, "wb") as err:
-            process = subprocess.Popen(argv, cwd=job.workdir(), env=script_env(), stdout=out, stderr=err)
-            end, code, stopped = _follow(
-                process, folder / METRICS, logger, on_epoch, number, epochs, settings.time_limit
-            )
+        process = _launch(argv, job.workdir(), script_env(), folder)
+        end, code, stopped = _follow(process, folder / METRICS, logger, on_epoch, number, epochs, settings.time_limit)
         seconds = time.perf_counter() - start
         if stopped or end is None:
             tail = stderr_path.read_text(errors="replace")[-20000:] if stderr_path.is_file() else ""
@@ -118,14 +117,77 @@ def run_cli_trial(
             shutil.rmtree(folder, ignore_errors=True)
 
 
+class _Forked:
+    """A trial forked by the :class:`~agent.execution.script_server.ScriptServer`, with the
+    ``poll``/``terminate``/``kill``/``wait`` of a ``Popen``: its exit code comes as a file."""
+
+    def __init__(self, pid: int, folder: Path) -> None:
+        self.pid, self.folder = pid, folder
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        from agent.execution.script_server import EXIT
+
+        if self.returncode is None:
+            try:
+                self.returncode = int((self.folder / EXIT).read_text())
+            except (OSError, ValueError):
+                return None
+        return self.returncode
+
+    def _signal(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(POLL_SECONDS)
+        return int(self.returncode or 0)
+
+
+_SERVER: list[Any] = []  # this process's script server, started by the first trial (or early, by start)
+
+
+def script_server() -> Any:
+    """This process's :class:`~agent.execution.script_server.ScriptServer` (started on first use),
+    or None where trials start a fresh Python (``TUNE_AGENT_SCRIPT_SERVER=0``, no ``fork``)."""
+    if os.environ.get("TUNE_AGENT_SCRIPT_SERVER", "1").strip() == "0" or not hasattr(os, "fork"):
+        return None
+    if not _SERVER:
+        import atexit
+
+        from agent.execution.script_server import ScriptServer
+
+        _SERVER.append(ScriptServer())
+        atexit.register(_SERVER[0].close)
+    return _SERVER[0]
+
+
+def _launch(argv: list[str], cwd: str, env: dict[str, str], folder: Path) -> Any:
+    """The trial's process: forked by the script server when it can, else a fresh Python."""
+    from agent.execution.script_server import EXIT
+
+    (folder / EXIT).unlink(missing_ok=True)
+    server = script_server()
+    if server is not None and server.usable():
+        return _Forked(server.run(argv, cwd, env, folder), folder)
+    with open(folder / "stdout.txt", "wb") as out, open(folder / "stderr.txt", "wb") as err:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True)
+
+
 def _follow(
-    process: subprocess.Popen[bytes],
-    metrics_path: Path,
-    logger: Any,
-    on_epoch: Any,
-    number: int,
-    epochs: int,
-    time_limit: float | None,
+    process: Any, metrics_path: Path, logger: Any, on_epoch: Any, number: int, epochs: int, time_limit: float | None
 ) -> tuple[dict[str, Any] | None, int | None, str]:
     """Reads ``metrics.jsonl`` while the script runs: ``(its end record or None, exit code, why it
     was stopped or '')``. A KeyboardInterrupt or SystemExit here stops the script first."""
@@ -180,14 +242,17 @@ def _pruned(path: Path) -> str:
     return ""
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(process: Any) -> None:
     if process.poll() is None:
         process.terminate()
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a fork whose server is gone: no exit code will come
+                pass
 
 
 def _finalize(logger: Any) -> None:

@@ -34,8 +34,13 @@ def start_workers_early(execution: ExecutionSettings, job_spec: str | None, fork
     from agent.jobs.registry import YAHPO_PREFIX
     from agent.project.spec import CLI_PREFIX
 
-    # a benchmark job's trials are lookups, a LightningCLI job's run its script: neither trains here
-    if trial_process.wanted() and not (job_spec or "").strip().startswith((YAHPO_PREFIX, CLI_PREFIX)):
+    if (job_spec or "").strip().startswith(CLI_PREFIX):  # its trials are forks of a script server: begun now
+        from agent.execution.cli_trial import script_server
+
+        script_server()
+        return None
+    # a benchmark job's trials are lookups: they train nowhere
+    if trial_process.wanted() and not (job_spec or "").strip().startswith(YAHPO_PREFIX):
         return trial_process.TrialProcess(fork=fork)  # imports torch and Lightning while this process prepares
     return None
 

@@ -47,6 +47,7 @@ class Holder:
     token: str
     beat: float  # epoch seconds of the last refresh
     generation: int = 1
+    released: bool = False  # given back at the end of its run: dead, and its generation taken
 
     @classmethod
     def read(cls, text: str | None) -> Holder | None:
@@ -55,15 +56,19 @@ class Holder:
         try:
             data = json.loads(text)
             return cls(
-                str(data["host"]), int(data["pid"]), str(data["token"]), float(data["beat"]), int(data.get("gen", 1))
+                str(data["host"]),
+                int(data["pid"]),
+                str(data["token"]),
+                float(data["beat"]),
+                int(data.get("gen", 1)),
+                bool(data.get("released", False)),
             )
         except (ValueError, KeyError, TypeError):
             return None
 
     def text(self) -> str:
-        return json.dumps(
-            {"host": self.host, "pid": self.pid, "token": self.token, "beat": self.beat, "gen": self.generation}
-        )
+        fields = {"host": self.host, "pid": self.pid, "token": self.token, "beat": self.beat, "gen": self.generation}
+        return json.dumps({**fields, "released": True} if self.released else fields)
 
     def claim(self) -> str:
         """What this holder claims as its generation's write-once value."""
@@ -73,11 +78,25 @@ class Holder:
         """Whether the holder runs: refreshed within :data:`TTL` (a hung holder, or a pid the
         system gave to another process, is dead after it), and on this host its process alive."""
         fresh = (now if now is not None else time.time()) - self.beat < TTL
-        return fresh and (self.host != socket.gethostname() or _process_alive(self.pid))
+        return not self.released and fresh and (self.host != socket.gethostname() or _process_alive(self.pid))
 
     def describe(self, now: float | None = None) -> str:
         ago = max(0.0, (now if now is not None else time.time()) - self.beat)
         return f"pid {self.pid} on {self.host} (lease refreshed {ago:.0f} s ago)"
+
+
+GENERATIONS = 50  # generations a taker walks past (each given back or dead) before it gives up
+
+
+def _claimant_alive(claimant: Holder, tagged: Holder | None) -> bool:
+    """Whether the process that claimed a generation runs: as its tag says once it wrote one, else
+    by its process on this host; one of another host that has not written its tag yet is taken
+    to run (it is between its claim and its tag)."""
+    if tagged is not None and tagged.token == claimant.token:
+        return tagged.alive()
+    if claimant.host == socket.gethostname():
+        return _process_alive(claimant.pid)
+    return True
 
 
 def _process_alive(pid: int) -> bool:
@@ -119,13 +138,19 @@ class StudyLease:
         if found is not None and found.alive() and found.pid != os.getpid():
             return self._busy(found, join)
         generation = (found.generation + 1) if found is not None else 1
-        mine = Holder(socket.gethostname(), os.getpid(), secrets.token_hex(8), time.time(), generation)
-        held = self.study.kb.claim_study_value(self.study.record, f"lease.{generation}", mine.claim())
-        if held != mine.claim():  # another process took this generation in the same moment
+        token = secrets.token_hex(8)
+        for _ in range(GENERATIONS):
+            mine = Holder(socket.gethostname(), os.getpid(), token, time.time(), generation)
+            held = self.study.kb.claim_study_value(self.study.record, f"lease.{generation}", mine.claim())
+            if held == mine.claim():
+                break
             winner = json.loads(held)
-            return self._busy(
-                Holder(winner["host"], int(winner["pid"]), winner["token"], time.time(), generation), join
-            )
+            rival = Holder(str(winner["host"]), int(winner["pid"]), str(winner["token"]), time.time(), generation)
+            if _claimant_alive(rival, self.current()):  # another process took this generation and runs
+                return self._busy(rival, join)
+            generation += 1  # a generation its taker gave back or died with: the next one
+        else:
+            raise StudyBusyError(f"study {self.study.name}: no lease could be taken after {GENERATIONS} tries")
         self.study.kb.set_study_tags(self.study.record, {TAG: mine.text()})
         self.holder = mine
         self._thread = threading.Thread(target=self._refresh, name="tune-agent-lease", daemon=True)
@@ -181,7 +206,9 @@ class StudyLease:
         try:
             found = self.current()
             if found is not None and found.token == self.holder.token:
-                self.study.kb.set_study_tags(self.study.record, {TAG: ""})
+                holder = self.holder
+                given = Holder(holder.host, holder.pid, holder.token, time.time(), holder.generation, released=True)
+                self.study.kb.set_study_tags(self.study.record, {TAG: given.text()})
         except Exception:  # a lease left behind is dead once this process is: the next run takes it
             pass
         self.holder = None

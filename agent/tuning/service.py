@@ -248,13 +248,16 @@ def _close_failed(kb: KnowledgeBase, record: Any) -> None:
         pass
 
 
-def preview_warm_start(req: StudyRequest, kb: KnowledgeBase | None = None) -> tuple[Any, Any, Any]:
+def preview_warm_start(req: StudyRequest, kb: KnowledgeBase | None = None, echo: Any = None) -> tuple[Any, Any, Any]:
     """``(warm start, job, dataset)``: what ``start`` with ``req`` would warm-start from, by the
     steps :func:`prepare_study` takes (the same checks, sample, history and meta-features), writing
-    nothing but refreshed meta-features. What ``tune-agent neighbors`` prints."""
+    nothing but refreshed meta-features. What ``tune-agent neighbors`` prints; ``echo`` hears the
+    progress of its long steps (a :class:`~agent.tuning.heartbeat.Heartbeat`: its phases)."""
     job, data, sample, summary = _load_inputs(req, echo=lambda _: None)
+    phase(echo, "opening the store")
     kb = kb or open_store(req.tracking_uri, req.artifact_root)
-    return _plan_warm_start(kb, job, data, sample, summary, req), job, data
+    phase(echo, "reading the history and measuring the neighbours")
+    return _plan_warm_start(kb, job, data, sample, summary, req, echo), job, data
 
 
 def _plan_warm_start(

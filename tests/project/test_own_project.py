@@ -73,9 +73,9 @@ def test_module_and_datamodule_as_they_are(store, tmp_path, cli, monkeypatch) ->
     served = mlflow.pyfunc.load_model("models:/wine-net/latest")  # forward takes one tensor: a pyfunc too
     assert served.metadata.signature is not None
 
-    second = cli(
+    second = cli(  # several objectives, as with any job: the metrics the module logs and its size
         "start", "--model", "tinyproj.model:Net", "--data", "tinyproj.data:IrisData", "--space", "space.yaml",
-        "--trials", "2", "--epochs", "1", *store.args,
+        "--metric", "val_loss:min", "--metric", "n_params:min", "--trials", "2", "--epochs", "1", *store.args,
     )  # fmt: skip
     assert second.code == 0, second.err
     warm = next(line for line in second.out.splitlines() if line.startswith("warm start"))
@@ -108,7 +108,10 @@ def test_lightning_cli_project_as_it_is(store, tmp_path, cli, monkeypatch) -> No
     assert not list(project.glob("lightning_logs")) and not (project / "checkpoints").exists()
 
 
+@pytest.mark.slow  # about 30 s: the default suite stays under its bound (the bad-input cases cover the refusals)
 def test_a_failing_script_is_a_failed_trial_and_the_study_goes_on(store, tmp_path, cli, monkeypatch) -> None:
+    """Also the fallback where no script server forks the trials: each runs in a fresh Python."""
+    monkeypatch.setenv("TUNE_AGENT_SCRIPT_SERVER", "0")
     project = write_project(tmp_path / "proj")
     model = project / "tinyproj" / "model.py"
     # the user's code fails for this part of the space: wide hidden layers raise
@@ -191,6 +194,7 @@ def test_space_from_a_signature(tmp_path) -> None:
     assert parsed.space["model.lr"].log
 
 
+@pytest.mark.slow  # about a minute for both styles
 @pytest.mark.parametrize("style", ["module", "cli"])
 def test_a_created_project_study_resumes_from_its_stored_spec(style, store, tmp_path, cli, monkeypatch) -> None:
     """`resume` rebuilds the job from what the study stored (the classes, the space, the script and
@@ -212,6 +216,7 @@ def test_a_created_project_study_resumes_from_its_stored_spec(style, store, tmp_
     assert len(_finished(store, f"later-{style}")) == 2
 
 
+@pytest.mark.slow  # two fresh processes on the example: about 40 s
 def test_the_readme_project_commands_run_as_written_on_the_example(store, tmp_path) -> None:
     """README's two commands on examples/lightning_project, in a copy of it, as written but for a
     smaller budget and the test's store: both styles tune the example as it is."""
