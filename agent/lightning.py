@@ -71,12 +71,9 @@ class TuneAgentCallback(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         if self._example is None:  # a few input rows: the kept model's signature and input example
-            from agent.project.sample import pick_tensors
+            from agent.project.serving import first_rows
 
-            try:
-                self._example = pick_tensors(batch)[0][:5].detach().cpu().numpy()
-            except Exception:
-                self._example = np.zeros(0)
+            self._example = first_rows(batch)
 
     def on_fit_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         """Saves the trained model where the study asked for it (its best ``keep_models``);

@@ -65,12 +65,9 @@ class TrialReporter(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self.example is None:
-            from agent.project.sample import pick_tensors
+            from agent.project.serving import first_rows
 
-            try:
-                self.example = pick_tensors(batch)[0][:5].detach().cpu().numpy()
-            except Exception:
-                self.example = np.zeros(0)
+            self.example = first_rows(batch)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if "torch" in self.restored:  # dropout's and the data order's random state as the checkpoint left it

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,39 +28,6 @@ from agent.execution.outcome import TrialOutcome, _fit_outcome, _required
 from agent.execution.pruning import PruningState
 
 POLL_SECONDS = 0.2
-
-
-@dataclass
-class ScriptRun:
-    """What a run of the script came to: its ``metrics`` at the end (None when it failed or was
-    stopped: ``failed`` says why), its seconds, the epochs its checkpoint had done, a note."""
-
-    metrics: dict[str, float] | None
-    seconds: float
-    failed: str = ""
-    resumed_from: int = 0
-    note: str = ""
-
-
-def script_trial(
-    job: Any,
-    config: dict[str, Any],
-    settings: Any,
-    logger: Any,
-    pruning: PruningState | None,
-    on_epoch: Any,
-    scratch: Path | None,
-    number: int,
-    seed: int,
-) -> TrialOutcome:
-    """A trial of a LightningCLI job (:func:`run_cli_trial`) as a :class:`TrialOutcome`."""
-    run = run_cli_trial(job, config, settings, logger, pruning, on_epoch, scratch, number, seed)
-    if run.metrics is None:
-        outcome = TrialOutcome(None, run.failed, run.seconds)
-    else:
-        outcome = _fit_outcome(settings.metric, run.metrics, run.seconds, "", pruning, _required(settings))
-    outcome.resumed_from, outcome.note = run.resumed_from, run.note
-    return outcome
 
 
 def run_cli_trial(
@@ -74,7 +40,7 @@ def run_cli_trial(
     scratch: Path | None,
     number: int,
     seed: int,
-) -> ScriptRun:
+) -> TrialOutcome:
     """Runs the trial (see the module docstring); never raises for a failure inside it."""
     from agent.project.cli_job import last_line, script_env
 
@@ -104,14 +70,18 @@ def run_cli_trial(
         if stopped or end is None:
             tail = stderr_path.read_text(errors="replace")[-20000:] if stderr_path.is_file() else ""
             reason = stopped or f"the script failed: {last_line(tail, code)}"[:500]
-            return ScriptRun(None, seconds, reason, point.epoch, point.note)
+            failed = TrialOutcome(None, reason, seconds)
+            failed.resumed_from, failed.note = point.epoch, point.note
+            return failed
         metrics = {k: float(v) for k, v in end["metrics"].items()}
         metrics["n_params"], metrics["fit_seconds"] = float(end["n_params"]), float(end["fit_seconds"])
         if pruning is not None:
             pruning.curve.update({int(k): float(v) for k, v in end.get("curve", {}).items()})
             pruning.reason = pruning.reason or _pruned(folder / METRICS)
         _finalize(logger)
-        return ScriptRun(metrics, seconds, "", point.epoch, str(end.get("note") or point.note))
+        outcome = _fit_outcome(settings.metric, metrics, seconds, "", pruning, _required(settings))
+        outcome.resumed_from, outcome.note = point.epoch, str(end.get("note") or point.note)
+        return outcome
     finally:
         if own_folder:
             shutil.rmtree(folder, ignore_errors=True)

@@ -244,9 +244,9 @@ def train_config(
     checkpoint folder (:mod:`agent.execution.checkpoints`): written after every epoch, and continued
     from when it holds a checkpoint of this configuration."""
     if getattr(job, "runs_script", False):  # a user's LightningCLI script: each trial in a process of its own
-        from agent.execution.cli_trial import script_trial
+        from agent.execution.cli_trial import run_cli_trial
 
-        return script_trial(
+        return run_cli_trial(
             job, config, settings, logger, pruning, on_epoch, scratch, number, trial_seed(settings, number)
         )
     import lightning.pytorch as pl

@@ -35,6 +35,16 @@ def one_tensor_forward(model_cls: type) -> str:
     return f"{model_cls.__name__}.forward takes ({names}), not one input tensor"
 
 
+def first_rows(batch: Any) -> np.ndarray:
+    """The first :data:`EXAMPLE_ROWS` inputs of a training batch (empty when it holds no tensor)."""
+    from agent.project.sample import pick_tensors
+
+    try:
+        return pick_tensors(batch)[0][:EXAMPLE_ROWS].detach().cpu().numpy()
+    except Exception:
+        return np.zeros(0)
+
+
 def example_catcher() -> Any:
     """A callback that keeps the first rows of the trial's first training batch's inputs."""
     import lightning.pytorch as pl
@@ -44,15 +54,8 @@ def example_catcher() -> Any:
             self.example: np.ndarray | None = None
 
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
-            if self.example is not None:
-                return
-            from agent.project.sample import pick_tensors
-
-            try:
-                x, _, _ = pick_tensors(batch)
-                self.example = x[:EXAMPLE_ROWS].detach().cpu().numpy()
-            except Exception:
-                self.example = np.zeros(0)
+            if self.example is None:
+                self.example = first_rows(batch)
 
     return ExampleCatcher()
 
