@@ -181,7 +181,10 @@ def tell(study_name: str, trial: int, value: float | None, failed: str | None, t
     "register_as",
     default=None,
     metavar="NAME",
-    help="Retrain the best configuration once and register it in MLflow's model registry as NAME.",
+    help=(
+        "Register the best trial's kept model (or --trial N's) in MLflow's model registry as NAME, without "
+        "training; a trial that kept none is trained once more first."
+    ),
 )
 @click.option(
     "--trial",

@@ -1,12 +1,12 @@
 """MkDocs hook: pages made from files at build time, so a figure on the site cannot drift from its file.
 
-- ``benchmarks.md``: one section per ``metrics/*.json`` (``## <file stem>``), with the command that
+- ``benchmarks/figures.md``: one section per ``metrics/*.json`` (``## <file stem>``), with the command that
   writes it, the engine fingerprint of the code that ran, the date of the commit that last wrote
   it, its protocol and its figures; then the past baselines of ``metrics/history/*.json``, by date.
 - ``changelog.md``: ``CHANGELOG.md`` as it is.
 - In any page, a line ``<!-- metrics: STEM -->`` (or ``<!-- metrics: STEM key,key -->`` for some of
   the file's figures only) becomes that file's figures in a box, with the same command, engine and
-  date and a link to the file's section of ``benchmarks.md``. An unknown file fails the build.
+  date and a link to the file's section of ``benchmarks/figures.md``. An unknown file fails the build.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def _box(match: re.Match[str], src_uri: str) -> str:
     missing = [k for k in wanted or [] if not isinstance(data, dict) or k not in data]
     if missing:
         raise PluginError(f"{src_uri}: metrics/{stem}.json has no {', '.join(missing)}")
-    link = posixpath.relpath("benchmarks.md", posixpath.dirname(src_uri) or ".")
+    link = posixpath.relpath("benchmarks/figures.md", posixpath.dirname(src_uri) or ".")
     body = _body(path, data, wanted) + [f"[Every figure of `{path.name}`]({link}#{stem.lower()})"]
     title = f"{path.relative_to(ROOT)}" + (f": {', '.join(wanted)}" if wanted else "")
     indented = [("    " + line) if line.strip() else "" for line in body]
@@ -296,7 +296,7 @@ def _box(match: re.Match[str], src_uri: str) -> str:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    files.append(File.generated(config, "benchmarks.md", content=benchmarks_page()))
+    files.append(File.generated(config, "benchmarks/figures.md", content=benchmarks_page()))
     changelog = (ROOT / "CHANGELOG.md").read_text()
     files.append(File.generated(config, "changelog.md", content=changelog))
     return files

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -302,6 +303,10 @@ def test_log_study_figure_accepts_a_matplotlib_figure(kb: KnowledgeBase, job: st
     kb.log_study_figure(study, fig, "trace.png")
     kb.log_study_figure(study, fig, "trace.png")  # replacing is fine
     plt.close(fig)
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "trace.png"
+        assert kb.fetch_study_file(study, "trace.png", target)
+        assert target.read_bytes().startswith(b"\x89PNG")  # the figure, as a PNG
 
 
 # -- trials --------------------------------------------------------------------------------------

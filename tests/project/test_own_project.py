@@ -91,7 +91,7 @@ def test_lightning_cli_project_as_it_is(store, tmp_path, cli, monkeypatch) -> No
     monkeypatch.chdir(project)
     res = cli(
         "start", "--cli", "main.py", "--config", "base.yaml", "--space", "space.yaml",
-        "--trials", "2", "--epochs", "1", *store.args,
+        "--trials", "3", "--epochs", "1", *store.args,
     )  # fmt: skip
     assert res.code == 0, res.err
     text = res.out + res.err
@@ -100,7 +100,7 @@ def test_lightning_cli_project_as_it_is(store, tmp_path, cli, monkeypatch) -> No
         assert noise not in text, (noise, text)
     name = _study_name(res.out)
     trials = _finished(store, name)
-    assert len(trials) == 2 and all(t.value is not None for t in trials)
+    assert len(trials) == 3 and all(t.value is not None for t in trials)
     kb = store.kb()
     record = kb.find_study(name)
     assert record.job == "tinyproj.model.Net" and record.dataset == "WineData"
