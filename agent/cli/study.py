@@ -39,7 +39,8 @@ def start(
     ray_working_dir: str | None,
     **kwargs: Any,
 ) -> None:
-    """Run a tuning study of JOB on DATASET and log every trial to MLflow."""
+    """Run a tuning study of your Lightning project (--model/--data or --cli, with --space) or of a
+    built-in JOB on DATASET, and log every trial to MLflow."""
     execution = check_execution(
         workers, timeout, ask_ahead, torch_threads, ray_address, cpus_per_trial, gpus_per_trial, ray_working_dir
     )
