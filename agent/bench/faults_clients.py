@@ -122,16 +122,16 @@ def run_client_campaign(
     """The campaign (see the module docstring), with the warm process on or off."""
     from contextlib import ExitStack
 
-    from agent.bench.faults import _probe
     from agent.bench.fingerprint import engine_fingerprint, environment
     from agent.bench.startup import _exe, warm_process
 
     exe = _exe()
     rng = random.Random(seed)
-    full = max(_probe(exe, trials, epochs, dataset, job) for _ in range(2))
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tune-agent-faults-")))
         env = stack.enter_context(warm_process(root, say)) if warm else _env(None)
+        # an uninterrupted study's span as the campaign runs it (through the warm process, with one)
+        full = max(_timed_study(exe, root / f"probe-{i}", env, (trials, epochs, dataset, job)) for i in range(2))
         say(f"an uninterrupted study takes {full:.1f} s; {studies} studies, warm process {'on' if warm else 'off'}")
         rows = [
             _one_study(i, studies, rng, full, root, exe, env, (trials, epochs, dataset, job), say)
@@ -157,6 +157,16 @@ def run_client_campaign(
         "rows": rows,
         "protocol": (__doc__ or "").split("\n\n", 1)[1].replace("\n", " ").strip(),
     }
+
+
+def _timed_study(exe: str, store: Path, env: dict[str, str], study: tuple[int, int, str, str]) -> float:
+    """Seconds of one uninterrupted study on a fresh store, run as the campaign runs them."""
+    trials, epochs, dataset, job = study
+    store.mkdir()
+    start = time.perf_counter()
+    args = _start_args(exe, store, "probe", trials, epochs, dataset, job)
+    subprocess.run(args, env=env, cwd=store, capture_output=True, check=True, timeout=600)
+    return time.perf_counter() - start
 
 
 def _one_study(
