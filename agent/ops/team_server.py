@@ -341,6 +341,21 @@ class TeamServer:
             env.update({k: v for k, v in extra.items() if k not in env or k == "MLFLOW_AUTH_CONFIG_PATH"})
         return env
 
+    def _say_ready(self, say: Callable[[str], None]) -> None:
+        say(
+            f"tracking server ready at {self.url} (backend {self.backend_uri}; artifacts proxied from "
+            f"{self.data_dir / 'artifacts'}{'; basic auth on' if self.auth else ''})"
+        )
+        say(f"agents: tune-agent start ... --tracking-uri {self.url}")
+        if self.auth:
+            say(
+                f"basic auth: admin user '{ADMIN}', password in {self.data_dir / 'auth' / 'basic_auth.ini'}; "
+                "agents read MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
+            )
+            if self.made_admin_password:  # made by this start: said once, here
+                say(f"admin password (made now, shown once): {self.made_admin_password}")
+                say(f"add teammates with: tune-agent server user add NAME --data-dir {self.data_dir}")
+
     def serve(self, say: Callable[[str], None] = print, ready_timeout: float = 180) -> int:
         """Runs until interrupted or until MLflow exits; returns MLflow's exit code (0 when stopped)."""
         self.check_not_running()
@@ -375,19 +390,7 @@ class TeamServer:
             if wait_until_up(self.url, ready_timeout, proc, stop):
                 for made in self.auth_dir.glob("*"):  # made before this version kept them private
                     made.chmod(0o600)
-                say(
-                    f"tracking server ready at {self.url} (backend {self.backend_uri}; artifacts proxied from "
-                    f"{self.data_dir / 'artifacts'}{'; basic auth on' if self.auth else ''})"
-                )
-                say(f"agents: tune-agent start ... --tracking-uri {self.url}")
-                if self.auth:
-                    say(
-                        f"basic auth: admin user '{ADMIN}', password in {self.data_dir / 'auth' / 'basic_auth.ini'}; "
-                        "agents read MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
-                    )
-                    if self.made_admin_password:  # made by this start: said once, here
-                        say(f"admin password (made now, shown once): {self.made_admin_password}")
-                        say(f"add teammates with: tune-agent server user add NAME --data-dir {self.data_dir}")
+                self._say_ready(say)
             while proc.poll() is None and not stop["now"]:
                 time.sleep(0.2)
             return 0 if stop["now"] else int(proc.returncode or 0)
