@@ -35,6 +35,7 @@ HEAVY_FIRST = (
     "meta/test_warmstart_pipeline.py",
     "knowledge/test_outage.py",
     "test_resume_and_server.py",
+    "project/test_own_project.py",
     "knowledge/test_team_server.py",
     "bench/test_one_engine.py",
     "test_user_facing.py",
