@@ -22,11 +22,9 @@ import numpy as np
 import torch
 
 from agent.execution.checkpoints import SERVED, wants_model
+from agent.execution.cli_trial import METRICS, SETTINGS
 from agent.execution.pruning import Pruner, PruningState
 from agent.tuning.scratch import CHECKPOINT
-
-SETTINGS = "reporter.json"
-METRICS = "metrics.jsonl"
 
 
 class TrialReporter(pl.Callback):

@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.execution.checkpoints import describe, resume_point
-from agent.execution.cli_reporter import METRICS, SETTINGS
 from agent.execution.outcome import TrialOutcome, _fit_outcome, _required
 from agent.execution.pruning import PruningState
+
+# the files the reporting callback (agent.execution.cli_reporter, in the script's process) reads and writes
+SETTINGS = "reporter.json"
+METRICS = "metrics.jsonl"
 
 POLL_SECONDS = 0.2
 

@@ -31,6 +31,8 @@ from agent.project.space_file import parse_space
 from agent.project.spec import ProjectSpec
 
 PROBE_CALLBACK = "agent.project.probe.ProjectProbe"
+PROBE = "probe.json"  # what the probe found, in its folder
+SAMPLE = "sample.npz"  # the training loader's sample, beside it
 REPORTER_CALLBACK = "agent.execution.cli_reporter.TrialReporter"
 PROBE_SECONDS = 600.0
 
@@ -148,8 +150,6 @@ class CliProjectJob:
 
     def probe(self, spec: ProjectSpec) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]:
         """Runs the script once up to its first batch (:mod:`agent.project.probe`)."""
-        from agent.project.probe import PROBE, SAMPLE
-
         self.say(f"probing {Path(spec.script).name}: running it up to its first batch (its classes, a data sample)")
         folder = Path(tempfile.mkdtemp(prefix="tune-agent-probe-"))
         try:

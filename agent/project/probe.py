@@ -18,8 +18,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 
-PROBE = "probe.json"
-SAMPLE = "sample.npz"
+from agent.project.cli_job import PROBE, SAMPLE
 
 
 def _arguments(cls: type) -> dict[str, Any]:

@@ -185,8 +185,6 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
 def _project_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
     """A user's project: its classes checked against the space, then a bounded sample of its
     DataModule's training loader as the dataset the warm start measures."""
-    from agent.data import describe_dataset, sample_dataset
-    from agent.jobs import load_job
     from agent.project.spec import ProjectSpec
 
     spec = ProjectSpec.parse(req.job)
@@ -194,6 +192,10 @@ def _project_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[s
         echo(f"loading your project: {spec.script} with {', '.join(spec.configs) or 'no --config'}")
     else:
         echo(f"loading your project: {spec.model}" + (f" and {spec.data}" if spec.data else "") + " (and Lightning)")
+    phase(echo, "loading tune-agent's data and job libraries")
+    from agent.data import describe_dataset, sample_dataset
+    from agent.jobs import load_job
+
     phase(echo, "running your script up to its first batch" if spec.is_cli else "importing Lightning and your classes")
     if spec.is_cli and not spec.model:  # its first probe says what it found
         from agent.project.cli_job import CliProjectJob
