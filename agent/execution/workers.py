@@ -78,8 +78,10 @@ class InlineExecutor:
         self.on_epoch: Any = None  # set by the study loop: the reporter hears each epoch
         from agent.jobs.base import BenchmarkJob
 
-        if not isinstance(job, BenchmarkJob):  # loading a built-in job does not import Lightning: the
-            import lightning.pytorch  # noqa: F401 - study imports it here, so trial 1 starts with it loaded
+        # loading a built-in job does not import Lightning: the study imports it here, so trial 1 starts
+        # with it loaded (a LightningCLI job's trials run its script in a process of their own)
+        if not isinstance(job, BenchmarkJob) and not getattr(job, "runs_script", False):
+            import lightning.pytorch  # noqa: F401
 
     def submit(self, trial: TrialRecord) -> None:
         self._queue.append(trial)
