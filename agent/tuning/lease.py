@@ -153,7 +153,7 @@ class StudyLease:
             raise StudyBusyError(f"study {self.study.name}: no lease could be taken after {GENERATIONS} tries")
         self.study.kb.set_study_tags(self.study.record, {TAG: mine.text()})
         self.holder = mine
-        self._thread = threading.Thread(target=self._refresh, name="tune-agent-lease", daemon=True)
+        self._thread = threading.Thread(target=self._refresh, name="tune-agent-background-lease", daemon=True)
         self._thread.start()
         return False
 

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -86,6 +87,11 @@ def _view_tag(state: Mapping[str, Any], previous: str | None) -> str | None:
     return json.dumps(
         {"name": "tune-agent: objective and hyperparameters", "createdAt": now, "updatedAt": now, "state": text}
     )
+
+
+# Threads named so (the study lease's refresher) fail at once, quietly, where the command itself would
+# wait for an unreachable server and say so.
+BACKGROUND = "tune-agent-background"
 
 
 class MlflowConnection(KnowledgeBase):
@@ -183,6 +189,13 @@ class MlflowConnection(KnowledgeBase):
         """``fn`` with MLflow's errors as one line; a tracking server that cannot be reached is
         retried with backoff (:data:`RETRY_DELAYS`, about two minutes in all), each wait announced
         on stderr, before the error is raised."""
+        if threading.current_thread().name.startswith(BACKGROUND):  # a helper thread: no waits of its own,
+            try:  # no lines; the command's own calls say what happens to the store
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                if not (_is_mlflow_error(exc) or isinstance(exc, OSError)):
+                    raise
+                raise StoreError(f"tracking store {self.tracking_uri}: {type(exc).__name__}") from None
         delays = retry_delays()
         attempt = 0
         first_failure: float | None = None

@@ -254,8 +254,11 @@ class MlflowStudies(MlflowConnection):
         name = f"{T}claim.{key}"
         try:
             self._call(self._client.log_batch, study.study_id, params=[Param(name, value)])
-        except StoreError:
-            pass  # the key holds another value: read which below
+        except StoreError as refused:  # the key may hold another value: read which; else the refusal stands
+            held = self._call(self._client.get_run, study.study_id).data.params.get(name)
+            if held is None:
+                raise refused from None
+            return str(held)
         return str(self._call(self._client.get_run, study.study_id).data.params.get(name, ""))
 
     def study_tags(self, study: StudyRecord) -> dict[str, str]:
