@@ -70,39 +70,19 @@ def run_prepared(
     """Runs ``study`` to its end on the executor ``execution`` asks for, holding ``lease`` (a new
     study's is taken here) and giving it back at the end; ``warn`` gets the line a ``--timeout``
     leaves. Errors come out with their hint set; Ctrl-C as :class:`StudyInterrupted`."""
-    from agent.tuning.lease import StudyLease
-
-    if lease is None:
-        lease = StudyLease(study)
-        lease.acquire(fresh=True)
-    try:
-        _run_leased(study, job, dataset, split, reporter, execution, early, warn)
-    finally:
-        lease.release()
-
-
-def _run_leased(
-    study: Any,
-    job: Any,
-    dataset: Any,
-    split: Any,
-    reporter: Any,
-    execution: ExecutionSettings,
-    early: Any,
-    warn: Callable[[str], None],
-) -> None:
     from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
 
     resume = f"continue with: tune-agent resume {study.name}"
     try:
-        try:
-            with abandoning(early):
-                executor = make_executor(study, job, dataset, split, execution, early)
-        except TuneAgentError as exc:  # the study is in the store; the workers are what failed
-            raise exc.hinted(f"study {study.name} is kept: once the workers can start, {resume}") from None
-        _announce(study, executor, execution, reporter)
-        timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=execution.timeout)
+        with _holding(study, lease):
+            try:
+                with abandoning(early):
+                    executor = make_executor(study, job, dataset, split, execution, early)
+            except TuneAgentError as exc:  # the study is in the store; the workers are what failed
+                raise exc.hinted(f"study {study.name} is kept: once the workers can start, {resume}") from None
+            _announce(study, executor, execution, reporter)
+            timing = run_study(study, job, dataset, split, reporter, executor=executor, timeout=execution.timeout)
         if timing.timed_out:
             done = study.settings.trials - study.remaining()
             warn(f"--timeout {execution.timeout:g} s reached after {done} of {study.settings.trials} trials; {resume}")
@@ -114,6 +94,18 @@ def _run_leased(
         raise exc.hinted(f"once it takes writes again, {resume}") from None
     except StoreError as exc:  # the store went away mid-study: what was told is kept there
         raise exc.hinted(f"once the store is back, {resume}") from None
+
+
+@contextlib.contextmanager
+def _holding(study: Any, lease: Any) -> Iterator[None]:
+    """``lease`` held while the study runs (a new study's taken here) and given back however it ends."""
+    from agent.tuning.lease import StudyLease
+
+    if lease is None:
+        lease = StudyLease(study)
+        lease.acquire(fresh=True)
+    with lease:
+        yield
 
 
 def _announce(study: Any, executor: Any, execution: ExecutionSettings, reporter: Any) -> None:

@@ -6,8 +6,9 @@ closed or asked (``start``, ``resume``), refreshes it from a thread every :data:
 while the study runs, and gives it back at the end. Another process that finds a live lease
 refuses in one line naming the holder, or, with ``join``, runs as one more worker inside the same
 budget without closing the holder's running trials: it marks the run (``lease_joined``) and waits
-until the holder has seen the mark; from then on both read the store before each ask and claim
-their slot (:attr:`agent.tuning.study.Study.shared`), so the budget holds across them.
+until the holder, at its next refresh, answers the mark (``lease_joined_seen``); from then on both
+read the store before each ask and claim their slot (:attr:`agent.tuning.study.Study.shared`), so
+the budget holds across them. A holder reads the store once per refresh, not more.
 
 A lease is dead when its holder's process is gone from this host (checked at once), or when it
 has not been refreshed for :data:`TTL` seconds (a holder on another host that died, or a hung one);
@@ -34,10 +35,11 @@ from agent.errors import StudyBusyError
 
 TAG = "lease"
 JOINED = "lease_joined"  # a joiner's mark: the holder's asks read the store and claim slots from then on
+SEEN = "lease_joined_seen"  # the holder's answer to a joiner's mark, written with its next refresh
 TTL = 90.0  # seconds without a refresh after which a lease of another host is dead
-REFRESH = 15.0  # seconds between a holder's refreshes
-WATCH = 2.0  # seconds between a holder's looks for a joiner
-JOIN_WAIT = 2 * WATCH + 1.0  # a joiner's wait before its first ask: the holder has seen it by then
+REFRESH = 15.0  # seconds between a holder's refreshes (one read of the study's tags, one write)
+JOIN_WAIT = REFRESH + 5.0  # a joiner's longest wait for the holder's answer before its first ask
+JOIN_POLL = 1.0  # seconds between a joiner's looks for that answer
 
 
 @dataclass(frozen=True)
@@ -161,40 +163,51 @@ class StudyLease:
         if join:
             self.joined = True
             self.say(f"study {self.study.name} runs in {holder.describe()}: joining it as one more worker")
-            self.study.kb.set_study_tags(self.study.record, {JOINED: f"{socket.gethostname()}:{os.getpid()}"})
             self.study.shared = True
-            time.sleep(JOIN_WAIT)
+            self._await_seen(f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}")
             return True
         raise StudyBusyError(
             f"study {self.study.name} is being run by {holder.describe()}; wait for it to end, or add "
             "--join to run beside it within the same budget"
         )
 
+    def _await_seen(self, mark: str) -> None:
+        """Marks the run and waits (at most :data:`JOIN_WAIT` s) until the holder answers the mark,
+        or is gone: from then on the holder claims its slots too."""
+        from agent.tuning.heartbeat import phase
+
+        self.study.kb.set_study_tags(self.study.record, {JOINED: mark})
+        phase(self.say, f"waiting for its runner to see this one (at most {JOIN_WAIT:.0f} s)")
+        deadline = time.monotonic() + JOIN_WAIT
+        while time.monotonic() < deadline:
+            tags = self.study.kb.study_tags(self.study.record)
+            found = Holder.read(tags.get(TAG))
+            if tags.get(SEEN) == mark or found is None or not found.alive():
+                return
+            time.sleep(JOIN_POLL)
+
     def _refresh(self) -> None:
-        """Every :data:`WATCH` seconds a look for a joiner; every :data:`REFRESH` seconds the beat."""
-        seen = self._joined_mark()
-        while not self._stop.wait(WATCH):
+        """Every :data:`REFRESH` seconds one read of the study's tags and one write: the beat, and the
+        answer to a joiner's new mark (this process's asks claim slots from then on)."""
+        while not self._stop.wait(REFRESH):
             holder = self.holder
             if holder is None:
                 return
             try:
-                if not self.study.shared and self._joined_mark() != seen:
+                tags = self.study.kb.study_tags(self.study.record)
+                now = Holder.read(tags.get(TAG))
+                if now is not None and now.generation > holder.generation:  # taken over: no longer ours
+                    return
+                beat = Holder(holder.host, holder.pid, holder.token, time.time(), holder.generation)
+                update = {TAG: beat.text()}
+                mark = tags.get(JOINED)
+                if mark and tags.get(SEEN) != mark:
                     self.study.shared = True
-                if time.time() - holder.beat >= REFRESH:
-                    now = self.current()
-                    if now is not None and now.generation > holder.generation:  # taken over: no longer ours
-                        return
-                    beat = Holder(holder.host, holder.pid, holder.token, time.time(), holder.generation)
-                    self.study.kb.set_study_tags(self.study.record, {TAG: beat.text()})
-                    self.holder = beat
-            except Exception:  # the store went away for a moment: the next look tries again
+                    update[SEEN] = str(mark)
+                self.study.kb.set_study_tags(self.study.record, update)
+                self.holder = beat
+            except Exception:  # the store went away for a moment: the next refresh tries again
                 continue
-
-    def _joined_mark(self) -> str:
-        try:
-            return str(self.study.kb.study_tags(self.study.record).get(JOINED, ""))
-        except Exception:
-            return ""
 
     def release(self) -> None:
         """Stops refreshing and clears the tag, when it is still this process's."""
