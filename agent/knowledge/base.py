@@ -279,9 +279,10 @@ class KnowledgeBase(abc.ABC):
         Trial ``i`` is ``configs[i]`` with value ``values[i]`` (``None`` if missing or not finite),
         state ``ok``, origin ``import``; pairs beyond the shorter list are dropped. The dataset
         summary is ``dataset_summary`` (default ``{"source": settings["dataset_name"], "kind":
-        "external"}``) and the sample ``dataset_sample`` (default none, as for create_study); there
-        is no best result. The study is visible while its trials are written; its status turns
-        ``finished`` last. Backends may override this for speed; the records must stay the same.
+        "external"}``) and the sample ``dataset_sample`` (default none, as for create_study); its
+        best result is the best finite value in ``settings["mode"]`` (:func:`best_imported`). The
+        study is visible while its trials are written; its status turns ``finished`` last.
+        Backends may override this for speed; the records must stay the same.
         """
         summary = dataset_summary or {"source": settings["dataset_name"], "kind": "external"}
         record = self.create_study(name, settings, space, summary, dataset_sample, description)
@@ -290,7 +291,7 @@ class KnowledgeBase(abc.ABC):
             number_value = None if value is None else float(value)
             finite = number_value is not None and math.isfinite(number_value)
             self.finish_trial(record, trial, number_value if finite else None, TRIAL_OK)
-        return self.update_study(record, "finished")
+        return self.update_study(record, "finished", *best_imported(settings, configs, values))
 
     # -- trials --------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -380,6 +381,13 @@ class KnowledgeBase(abc.ABC):
         from agent.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} keeps no published meta-models")
+
+
+def best_imported(settings: Mapping[str, Any], configs: list[Any], values: list[Any]) -> tuple[Any, Any]:
+    """The best finite value of imported evaluations by ``settings["mode"]`` and its configuration."""
+    finite = [(float(v), c) for c, v in zip(configs, values) if v is not None and math.isfinite(float(v))]
+    sign = -1.0 if settings.get("mode") == "max" else 1.0
+    return min(finite, key=lambda pair: sign * pair[0]) if finite else (None, None)
 
 
 def _parse_param(value: str) -> Any:

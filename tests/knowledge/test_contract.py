@@ -465,7 +465,9 @@ def test_import_evaluations_reads_back_as_in_every_backend(kb: KnowledgeBase, jo
         assert import_table(store, table, space, job, "acc", "max")["rows"] == 6
         store.set_study_tags(store.find_study(f"import-{job}-a"), {"metafeatures": {"n": 3.0, "skew": None}})
     record = kb.find_study(f"import-{job}-b")
-    assert record is not None and record.status == "finished" and record.best_value is None
+    best_b = table[table.task == "b"].sort_values("value").iloc[-1]  # mode max: the highest value
+    assert record is not None and record.status == "finished" and record.best_value == best_b["value"]
+    assert record.best_config is not None and record.best_config["lr"] == best_b["lr"]
     assert [(t.number, t.state, t.origin) for t in kb.trials(record)] == [(n, TRIAL_OK, "import") for n in range(3)]
     got = load_history(kb, job=job)
     assert _history_view(got) == _history_view(load_history(reference, job=job))

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout, study_cache
-from agent.knowledge.base import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord
+from agent.knowledge.base import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord, best_imported
 from agent.knowledge.mlflow.connection import MlflowConnection, runs_view_state
 from agent.knowledge.mlflow.retry import TAG_RACE_ATTEMPTS, _unique_key_race
 from agent.knowledge.mlflow.store_file import INLINE_TRIALS, T, store_exists
@@ -317,7 +317,7 @@ class MlflowStudies(MlflowConnection):
             rows.append({"number": number, "config": dict(config), "value": number_value if finite else None})
         self._call(self._client.log_dict, record.study_id, {"trials": rows}, INLINE_TRIALS)
         self._call(self._client.log_batch, record.study_id, tags=[RunTag(T + "trials_inline", "1")])
-        return self.update_study(record, "finished")
+        return self.update_study(record, "finished", *best_imported(settings, configs, values))
 
     def _inline_trials(self, study_id: str) -> list[TrialRecord]:
         with tempfile.TemporaryDirectory() as tmp:
