@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any
+from pathlib import Path
 
 import lightning.pytorch as pl
-import numpy as np
-import torch
 
 from agent.api import create_study, load_study
-from agent.execution.checkpoints import SERVED, describe, wants_model
+from agent.execution.checkpoints import describe, wants_model
 from agent.execution.pruning import Pruner, PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
+from agent.execution.trial_callback import TrialCallback, save_model
 from agent.tuning.scratch import CHECKPOINT
 from agent.tuning.study import TrialHandle
 
@@ -42,7 +41,7 @@ warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*"
 open_study = load_study  # its earlier name: a stored study by name, to go on after a crash
 
 
-class TuneAgentCallback(pl.Callback):
+class TuneAgentCallback(TrialCallback):
     """Reports a trial's per-epoch metrics, sets its objective (the study's metric after the last
     validation epoch) and, when the study has a pruner, stops the training early as ``tune-agent
     start --pruner`` would, against the curves the study's finished trials left.
@@ -56,24 +55,46 @@ class TuneAgentCallback(pl.Callback):
     (``checkpoint=False`` turns that off): when the script is killed, the re-run of the slot gets
     the same configuration and ``trial.resume_from``, to pass as ``trainer.fit(...,
     ckpt_path=trial.resume_from)``; the pruner's curve and torch's random state come back with it
-    (your data loaders' shuffling order is yours)."""
+    (your data loaders' shuffling order is yours). What it shares with the LightningCLI callback
+    is :class:`~agent.execution.trial_callback.TrialCallback`'s; it reports to the trial handle."""
 
     def __init__(self, trial: TrialHandle, checkpoint: bool = True) -> None:
-        self.trial = trial
         settings = trial.study.settings
-        self.metric = settings.metric
-        self._pruning: PruningState | None = None
+        super().__init__(settings.metric)
+        self.trial = trial
         self._pruner = getattr(settings, "pruner", "none")
         self._sign = settings.sign
         self._checkpoint = checkpoint
-        self._restored: dict[str, Any] = {}
-        self._example: np.ndarray | None = None
 
-    def on_train_batch_start(self, trainer: pl.Trainer, module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        if self._example is None:  # a few input rows: the kept model's signature and input example
-            from agent.project.serving import first_rows
+    def checkpoint_file(self) -> Path | None:
+        """The trial's ``checkpoint_dir``'s ``last.ckpt``, or None when checkpointing is off."""
+        return self.trial.checkpoint_dir / CHECKPOINT if self._checkpoint else None
 
-            self._example = first_rows(batch)
+    def report_epoch(self, trainer: pl.Trainer, epoch: int, metrics: dict[str, float]) -> None:
+        """Sets the trial's metrics and value, and its pruning reason when the pruner stops it."""
+        self.trial.metrics.update({f"final_{k}": v for k, v in metrics.items()})
+        value = metrics.get(self.metric)
+        if value is None:
+            return
+        self.trial.value = value
+        if self.pruning is not None:
+            reason = self.prune(trainer, epoch, value)
+            if reason:
+                self.trial.pruned = reason
+            self.trial.metrics.update(curve_metrics(self.pruning.curve))
+
+    def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        if self._pruner != "none":
+            self.pruning = PruningState(
+                Pruner(self._pruner),
+                self.metric,
+                self._sign,
+                int(trainer.max_epochs or 1),
+                study_curves(self.trial.study.trials()),
+            )
+            self.restore_curve()
+        if self._checkpoint:
+            describe(self.trial.checkpoint_dir, self.trial.config, 0)
 
     def on_fit_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         """Saves the trained model where the study asked for it (its best ``keep_models``);
@@ -81,59 +102,6 @@ class TuneAgentCallback(pl.Callback):
         folder = self.trial.checkpoint_dir
         if self.trial.pruned or not wants_model(folder, self.trial.value):
             return
-        from agent.project.serving import one_tensor_forward, save_project_model
-
-        example = self._example if self._example is not None and self._example.size else None
-        try:
-            note = save_project_model(
-                folder / SERVED, module, example, one_tensor_forward(type(module)), folder / CHECKPOINT
-            )
-        except Exception as exc:
-            note = f"model not kept ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+        note = save_model(folder, module, self.example)
         if note:
             sys.stderr.write(f"trial {self.trial.number}: {note}\n")
-
-    def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        if self._pruner != "none":
-            self._pruning = PruningState(
-                Pruner(self._pruner),
-                self.metric,
-                self._sign,
-                int(trainer.max_epochs or 1),
-                study_curves(self.trial.study.trials()),
-            )
-            self._pruning.curve.update(self._restored.get("curve", {}))
-        if self._checkpoint:
-            describe(self.trial.checkpoint_dir, self.trial.config, 0)
-
-    def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        if self._checkpoint and not trainer.sanity_checking:
-            trainer.save_checkpoint(str(self.trial.checkpoint_dir / CHECKPOINT))
-
-    def state_dict(self) -> dict[str, Any]:
-        curve = dict(self._pruning.curve) if self._pruning is not None else {}
-        return {"curve": curve, "torch": torch.get_rng_state()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = dict(state_dict)
-        if self._pruning is not None:
-            self._pruning.curve.update(self._restored.get("curve", {}))
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        if "torch" in self._restored:  # dropout's random state as the checkpoint left it
-            torch.set_rng_state(self._restored.pop("torch"))
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if np.ndim(v) == 0}
-        self.trial.metrics.update({f"final_{k}": v for k, v in metrics.items()})
-        value = metrics.get(self.metric)
-        if value is None:
-            return
-        self.trial.value = value
-        if self._pruning is not None:
-            if self._pruning.observe(trainer.current_epoch + 1, value):
-                self.trial.pruned = self._pruning.reason
-                trainer.should_stop = True
-            self.trial.metrics.update(curve_metrics(self._pruning.curve))

@@ -43,12 +43,12 @@ def test_help_imports_neither_numpy_nor_torch() -> None:
     assert "rgpe" in res.stdout and "hts-anchored" in res.stdout
 
 
-def test_no_module_over_450_lines_and_no_package_over_15_percent() -> None:
-    """One room per responsibility: no module grows past 450 lines as the formatter lays them out
+def test_no_module_over_400_lines_and_no_package_over_15_percent() -> None:
+    """One room per responsibility: no module grows past 400 lines as the formatter lays them out
     (ruff format spreads a long call over several lines), no package past 15 % of the package's lines."""
     root = Path(__file__).resolve().parents[1] / "agent"
     sizes = {p.relative_to(root).as_posix(): len(p.read_text().splitlines()) for p in root.rglob("*.py")}
-    assert {m: n for m, n in sizes.items() if n > 450} == {}
+    assert {m: n for m, n in sizes.items() if n > 400} == {}
     total = sum(sizes.values())
     packages: dict[str, int] = {}
     for module, n in sizes.items():

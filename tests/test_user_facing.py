@@ -169,7 +169,7 @@ def test_doctor_asks_torch_in_a_child_once_and_again_when_what_decides_changes(t
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs a pseudo-terminal")
 def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_path: Path) -> None:
-    from agent.bench.startup import _timed_run
+    from agent.bench.timed_run import timed_run
 
     exe = str(Path(sys.executable).with_name("tune-agent"))
     args = [
@@ -190,7 +190,7 @@ def test_a_terminal_gets_a_status_line_at_once_and_a_live_progress_display(tmp_p
         "--artifact-root",
         str(tmp_path / "a"),
     ]
-    run = _timed_run(args, tmp_path, tty=True, marker=b"trial 1/")
+    run = timed_run(args, tmp_path, tty=True, marker=b"trial 1/")
     assert run["exit"] == 0, run["tail"]
     assert run["progress_display"], run["tail"]  # rich's live display with its ETA column
     assert run["first_output_s"] is not None and run["first_trial_s"] is not None

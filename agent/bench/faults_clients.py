@@ -123,9 +123,9 @@ def run_client_campaign(
     from contextlib import ExitStack
 
     from agent.bench.fingerprint import engine_fingerprint, environment
-    from agent.bench.startup import _exe, warm_process
+    from agent.bench.timed_run import console_script, warm_process
 
-    exe = _exe()
+    exe = console_script()
     rng = random.Random(seed)
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tune-agent-faults-")))

@@ -31,6 +31,7 @@ PRESENTATION = (
     "execution/progress.py",
     "tuning/report.py",
     "tuning/report_front.py",
+    "tuning/report_store.py",
 )
 NOT_BENCHMARKED = (
     "execution/ray_start.py",

@@ -11,9 +11,9 @@ preparation, the wait for the workers' start (Ray's, for more than one: begun be
 preparation, as ``start`` begins it) and the trials' loop.
 
 ``wait`` (seconds, ``--wait``) makes every training epoch also wait that long without using a core
-(:class:`WaitingJob`), as a trial bound by an accelerator or a remote read does. On a machine with
-fewer cores than workers the trials then do not compete for cores, and the ratio shows what the
-orchestration itself costs: Ray's start, the driver's asks and tells, the workers' hand-offs.
+(:mod:`agent.bench.waiting_job`), as a trial bound by an accelerator or a remote read does. On a
+machine with fewer cores than workers the trials then do not compete for cores, and the ratio shows
+what the orchestration itself costs: Ray's start, the driver's asks and tells, the workers' hand-offs.
 
 ``process`` (``--process``) runs each count as its own ``tune-agent start`` process instead and
 times it from launch to exit: every count then pays its own imports (the driver's, and Ray's
@@ -22,15 +22,16 @@ workers' beside them), which is the wall time a user waits.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from agent.bench.waiting_job import WAITING_SPEC, waiting_env
 
 if TYPE_CHECKING:
     from agent.config import StudyRequest
@@ -55,55 +56,6 @@ class ParallelConfig:
         from agent.execution.resources import TrialResources
 
         return TrialResources(self.cpus_per_trial if workers > 1 else 1, self.gpus_per_trial)
-
-
-class WaitingJob:
-    """``inner`` (a Lightning job) whose every training epoch also sleeps ``wait`` seconds.
-
-    Real training still runs; the sleep stands for the part of a trial that holds no core of this
-    machine (a GPU step, a remote data read). Pickled whole to Ray's workers, as any job is."""
-
-    def __init__(self, inner: Any, wait: float) -> None:
-        self.inner, self.wait = inner, float(wait)
-        self.name = f"{inner.name}+wait{self.wait:g}"
-        self.space, self.metric, self.mode = inner.space, inner.metric, inner.mode
-
-    def check_dataset(self, dataset: Any) -> None:
-        self.inner.check_dataset(dataset)
-
-    def build(self, config: dict, dataset: Any, train_idx: Any, val_idx: Any, seed: int) -> tuple[Any, Any]:
-        from functools import partial
-
-        module, data = self.inner.build(config, dataset, train_idx, val_idx, seed)
-        # Lightning adds what a module's configure_callbacks returns to the Trainer's callbacks
-        module.configure_callbacks = partial(_epoch_wait, self.wait)
-        return module, data
-
-
-def _epoch_wait(seconds: float) -> list[Any]:
-    import lightning.pytorch as pl
-
-    class EpochWait(pl.Callback):
-        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-            time.sleep(seconds)
-
-    return [EpochWait()]
-
-
-WAIT_JOB_ENV, WAIT_SECONDS_ENV = "TUNE_AGENT_WAIT_JOB", "TUNE_AGENT_WAIT_SECONDS"
-WAITING_SPEC = "agent.bench.parallel:waiting_job"
-
-
-def waiting_job() -> WaitingJob:
-    """The job spec ``agent.bench.parallel:waiting_job``: the job named by ``TUNE_AGENT_WAIT_JOB``,
-    each epoch waiting ``TUNE_AGENT_WAIT_SECONDS`` (set by the bench, for its own process or for
-    the ``tune-agent start`` processes it runs)."""
-    from agent.errors import JobError
-    from agent.jobs import load_job
-
-    if WAIT_JOB_ENV not in os.environ:
-        raise JobError(f"{WAITING_SPEC} is the bench's: it needs {WAIT_JOB_ENV} and {WAIT_SECONDS_ENV}")
-    return WaitingJob(load_job(os.environ[WAIT_JOB_ENV]), float(os.environ.get(WAIT_SECONDS_ENV, "0")))
 
 
 class _Timed:
@@ -162,24 +114,8 @@ def run_parallel_bench(
     config: ParallelConfig, out: Path | None = None, progress: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """Runs the study for each worker count; writes ``out`` (JSON) when given and returns it."""
-    with _waiting_env(config):
+    with waiting_env(config.job, config.wait):
         return _run(config, out, progress)
-
-
-@contextlib.contextmanager
-def _waiting_env(config: ParallelConfig) -> Iterator[None]:
-    """With a wait, :func:`waiting_job`'s variables for the bench's studies, then as they were."""
-    before = {k: os.environ.get(k) for k in (WAIT_JOB_ENV, WAIT_SECONDS_ENV)}
-    if config.wait > 0:
-        os.environ[WAIT_JOB_ENV], os.environ[WAIT_SECONDS_ENV] = config.job, repr(config.wait)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _run(config: ParallelConfig, out: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -1,19 +1,15 @@
 """What a person waits for: seconds from pressing Enter on ``tune-agent start`` to its first
 output and to its first trial, on a pseudo-terminal (as a person sees it) and through a pipe (as a
-log sees it). Each run is a fresh process on a fresh embedded store; medians over ``repeats``."""
+log sees it). Each run is a fresh process on a fresh embedded store; medians over ``repeats``. The
+commands that read a store are timed here too; :mod:`agent.bench.timed_run` runs and times each one."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import pty
-import re
-import select
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,121 +25,7 @@ from agent.bench.startup_summary import (
     warm_arms,
     warm_summary,
 )
-
-TRIAL_ONE_DONE = re.compile(rb"trial 1 done \([^)]*\): .*? in ([0-9.]+) s")
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The benchmark's own environment less any tune-agent or tracking setting; a fresh process
-    (``TUNE_AGENT_DAEMON=0``) unless ``extra`` says otherwise."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "TUNE_AGENT_"))}
-    env.update({"COLUMNS": "120", "TERM": env.get("TERM", "xterm"), "TUNE_AGENT_DAEMON": "0", **(extra or {})})
-    return env
-
-
-@contextlib.contextmanager
-def warm_process(root: Path, say: Any = print, extra: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
-    """A warm process of its own (in ``root``) for the arms that use one, started and waited for
-    before them and stopped after; yields the environment those arms run with, whole: taken now,
-    since this process's own environment changes as it imports (scikit-learn sets ``KMP_*``
-    variables), and a command from another environment is not the warm process's to run."""
-    exe = _exe()
-    env = _env({"TUNE_AGENT_DAEMON": "1", "TUNE_AGENT_DAEMON_DIR": str(root / "warm-process"), **(extra or {})})
-    say("starting a warm process for the arms that use one")
-    started = subprocess.run(
-        [exe, "daemon", "start", "--wait", "600"], env=env, capture_output=True, text=True, timeout=660
-    )
-    if started.returncode != 0:
-        raise RuntimeError(f"the warm process did not start: {started.stderr.strip()[-300:]}")
-    try:
-        yield env
-    finally:
-        status = subprocess.run([exe, "daemon", "status"], env=env, capture_output=True, text=True, timeout=60)
-        say(f"the warm process at the end: {status.stdout.strip()}")
-        subprocess.run([exe, "daemon", "stop"], env=env, capture_output=True, timeout=60)
-
-
-def _timed_run(
-    args: list[str],
-    cwd: Path,
-    tty: bool,
-    marker: bytes,
-    timeout: float = 300,
-    env_extra: dict[str, str] | None = None,
-    env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Seconds to the first output, to ``marker`` and to trial 1's end; ``training_s``: when trial
-    1's training began (its end less the seconds it says it trained), wherever it trained. ``env``:
-    the whole environment (a warm process's arms); else :func:`_env` with ``env_extra``."""
-    env = dict(env) if env is not None else _env(env_extra)
-    if tty:
-        leader, follower = pty.openpty()
-        proc = subprocess.Popen(
-            args, cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True
-        )
-        os.close(follower)
-        read_fd = leader
-    else:
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        read_fd = proc.stdout.fileno()  # type: ignore[union-attr]
-    first, marked, done, seen = _watch(proc, read_fd, marker, timeout)
-    proc.wait(timeout=60)
-    if tty:
-        os.close(read_fd)
-    text = seen.decode(errors="replace")
-    found = TRIAL_ONE_DONE.search(seen)
-    training = round(done - float(found.group(1)), 3) if done is not None and found else None
-    return {
-        "first_output_s": first,
-        "first_trial_s": marked,
-        "training_s": training,
-        "exit": proc.returncode,
-        "progress_display": "\x1b[" in text and "ETA" in text,
-        "fitted_sources": "source models: fitting" in text,
-        "fetched": "meta-models: fetching" in text,
-        "tail": text[-300:],
-    }
-
-
-def _watch(
-    proc: subprocess.Popen[bytes], read_fd: int, marker: bytes, timeout: float
-) -> tuple[float | None, float | None, float | None, bytes]:
-    """Reads ``proc``'s output until it ends (or ``timeout``): seconds to the first non-blank
-    output, to ``marker`` and to trial 1's end (None: not seen), and the output."""
-    start = time.perf_counter()
-    first: float | None = None
-    marked: float | None = None
-    done: float | None = None
-    seen = b""
-    while time.perf_counter() - start < timeout:
-        ready, _, _ = select.select([read_fd], [], [], 0.05)
-        if ready:
-            try:
-                chunk = os.read(read_fd, 65536)
-            except OSError:  # the pty closes when the process ends
-                chunk = b""
-            if not chunk:
-                break
-            now = time.perf_counter() - start
-            if first is None and chunk.strip():
-                first = now
-            seen += chunk
-            if marked is None and marker in seen:
-                marked = now
-            if done is None and TRIAL_ONE_DONE.search(seen):
-                done = now
-        elif proc.poll() is not None:
-            break
-    return first, marked, done, seen
-
-
-def _maybe_warm(
-    root: Path, warm: bool, say: Any = print, extra: dict[str, str] | None = None
-) -> contextlib.AbstractContextManager[dict[str, str]]:
-    """:func:`warm_process` when ``warm``, else a context that yields an empty environment."""
-    if warm:
-        return warm_process(root, say, extra)
-    return contextlib.nullcontext({})
+from agent.bench.timed_run import bench_env, console_script, maybe_warm, timed_run, warm_process
 
 
 def run_startup_bench(
@@ -153,7 +35,7 @@ def run_startup_bench(
     modes = ["terminal", "pipe"] + ([f"pipe{WARM}"] if warm else [])
     rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     others: dict[str, list[float | None]] = {}
-    with tempfile.TemporaryDirectory() as home, _maybe_warm(Path(home), warm, say) as extra:
+    with tempfile.TemporaryDirectory() as home, maybe_warm(Path(home), warm, say) as extra:
         for i in range(repeats):
             for mode in modes:
                 with tempfile.TemporaryDirectory() as tmp:
@@ -179,7 +61,7 @@ def _startup_run(
 ) -> None:
     """One start-up run in ``mode`` on a fresh store in ``tmp``, added to ``rows``; on a terminal,
     the first output of other commands on the store it left too (added to ``others``)."""
-    exe = _exe()
+    exe = console_script()
     args = [
         exe,
         "start",
@@ -200,19 +82,12 @@ def _startup_run(
         "--artifact-root",
         str(tmp / "art"),
     ]
-    rows[mode].append(
-        _timed_run(args, tmp, mode == "terminal", b"trial 1/", env=extra if mode.endswith(WARM) else None)
-    )
+    rows[mode].append(timed_run(args, tmp, mode == "terminal", b"trial 1/", env=extra if mode.endswith(WARM) else None))
     if mode == "terminal":  # other commands on the store the study left
         store = ["--tracking-uri", f"sqlite:///{tmp / 'mlflow.db'}"]
         for command in (["history", *store], ["best", f"startup-{i}", *store]):
-            run = _timed_run([exe, *command], tmp, True, b"\n")
+            run = timed_run([exe, *command], tmp, True, b"\n")
             others.setdefault(command[0], []).append(run["first_output_s"])
-
-
-def _exe() -> str:
-    """The console script of this environment."""
-    return str(Path(sys.executable).with_name("tune-agent"))
 
 
 def _table(path: Path, seed: int) -> Path:
@@ -285,12 +160,12 @@ def _bootstrap(starter: Path, builder: Path, store: list[str], cache: dict[str, 
     say(f"importing {starter} and building and publishing its source models (once, in {builder})")
     start = time.perf_counter()
     built = subprocess.run(
-        [_exe(), "bootstrap", "--starter", str(starter), *store],
+        [console_script(), "bootstrap", "--starter", str(starter), *store],
         cwd=builder,
         capture_output=True,
         text=True,
         timeout=3600,
-        env=_env(cache),
+        env=bench_env(cache),
     )
     if built.returncode != 0:
         raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
@@ -312,7 +187,7 @@ def _warm_run(
     table = _table(root / f"table-{n}.csv", seed=n)
     extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
     args = [
-        _exe(),
+        console_script(),
         "start",
         "--dataset",
         str(table),
@@ -330,7 +205,7 @@ def _warm_run(
     env = {**cache, **({"TUNE_AGENT_TRIAL_PROCESS": "0"} if arm.endswith(IN_PROCESS) else {})}
     if arm == FIRST_FETCH:
         env["TUNE_AGENT_CACHE"] = str(root / f"cache-{n}")
-    return _timed_run(
+    return timed_run(
         args, teammate, False, b"trial 1/", timeout=3600, env_extra=env, env=served if arm.endswith(WARM) else None
     )
 
@@ -370,12 +245,12 @@ def run_reading_bench(
     if warm:
         codes[f"this code{WARM}"] = None
     runs: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, _maybe_warm(Path(tmp), warm, say) as extra:
+    with tempfile.TemporaryDirectory() as tmp, maybe_warm(Path(tmp), warm, say) as extra:
         for i in range(repeats):
             for command in commands:
                 for label, code in codes.items():
                     args = _reading_args(command, study, Path(tmp), dataset, job)
-                    env = dict(extra) if label.endswith(WARM) else _env()
+                    env = dict(extra) if label.endswith(WARM) else bench_env()
                     if code is not None:
                         env["PYTHONPATH"] = str(code)
                     wall = _reading_run(args, label, tracking_uri, tmp, env)
@@ -410,7 +285,7 @@ def _reading_args(command: str, study: str, tmp: Path, dataset: str, job: str) -
 def _reading_run(args: list[str], label: str, tracking_uri: str, cwd: str, env: dict[str, str]) -> float:
     """Wall seconds of one reading command, through the console script for a warm process's
     ``label``, else as ``python -m agent.cli``; a failure is an error."""
-    launcher = [_exe()] if label.endswith(WARM) else [sys.executable, "-m", "agent.cli"]
+    launcher = [console_script()] if label.endswith(WARM) else [sys.executable, "-m", "agent.cli"]
     start = time.perf_counter()
     done = subprocess.run(
         [*launcher, *args, "--tracking-uri", tracking_uri],

@@ -1,5 +1,6 @@
 """Benchmarks of the product itself: engine fingerprint, latency, lcbench, parallel, server, sources
-(:mod:`.bench_product` has start-up, reading, faults and pruning; :mod:`.bench_papers` the papers' own)."""
+(:mod:`.bench_product` has start-up, reading, faults and pruning; :mod:`.bench_papers` the papers' own;
+:mod:`.bench_warmstart` the warm start's)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The ``tune-agent`` command line: the group, its commands, and the one place errors become exit codes.
 
-Each command (:mod:`.study`, :mod:`.store`, :mod:`.pipeline`, :mod:`.bench`, :mod:`.bench_papers`)
-parses, calls one service function and renders; the options they share are in :mod:`.options`.
+Each command (:mod:`.study`, :mod:`.store`, :mod:`.team`, :mod:`.pipeline`, :mod:`.bench`,
+:mod:`.bench_papers`, :mod:`.bench_warmstart`) parses, calls one service function and renders; the
+options they share are in :mod:`.options`.
 :func:`main` maps a :class:`~agent.errors.TuneAgentError` to one line on stderr (its message, then
 its hint) and its exit code (2: bad input); a usage error is one line and exit code 2 too. Every
 option can come from the environment as ``TUNE_AGENT_<OPTION>`` (e.g. ``TUNE_AGENT_TRACKING_URI``);
@@ -15,7 +16,19 @@ import sys
 
 import click
 
-from agent.cli import bench, bench_paper003, bench_papers, bench_product, daemon, pipeline, project, store, study
+from agent.cli import (
+    bench,
+    bench_paper003,
+    bench_papers,
+    bench_product,
+    bench_warmstart,
+    daemon,
+    pipeline,
+    project,
+    store,
+    study,
+    team,
+)
 from agent.cli.options import Stores
 from agent.errors import StudyInterrupted, TuneAgentError
 from agent.warm.launch import Launch
@@ -30,10 +43,10 @@ def cli(ctx: click.Context) -> None:
         ctx.obj = Stores()
 
 
-for _module in (study, project, store, pipeline, bench, daemon):
+for _module in (study, project, store, team, pipeline, bench, daemon):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
-for _command in bench_papers.COMMANDS + bench_product.COMMANDS + bench_paper003.COMMANDS:
+for _command in bench_papers.COMMANDS + bench_warmstart.COMMANDS + bench_product.COMMANDS + bench_paper003.COMMANDS:
     bench.bench.add_command(_command)
 
 

@@ -232,7 +232,7 @@ def best(study_name: str, tracking_uri: str | None, as_json: bool, register_as: 
 def report(study_name: str, out: str | None, rebuild: bool, tracking_uri: str | None) -> None:
     """Write a study's report (best so far vs cold start, importance, neighbours, knowledge-base map,
     failures) as HTML, and log it with its figures on the study run (report/)."""
-    from agent.tuning.report import report_files
+    from agent.tuning.report_store import report_files
     from agent.tuning.service import read_study
 
     study = read_study(study_name, kb_for(tracking_uri, reads=True))

@@ -313,7 +313,7 @@ def _close_ready(study: Study, ready: Any, trials: list[TrialRecord], reason: st
 def _log_report(study: Study, reporter: Any) -> None:
     """The study's report on its run (``report/report.html``); one that cannot be made is a note."""
     from agent.errors import StoreError
-    from agent.tuning.report import write_report
+    from agent.tuning.report_store import write_report
 
     try:
         write_report(study.kb, study.record, study.space)

@@ -1,5 +1,5 @@
-"""``tune-agent report STUDY``: one HTML page about a study, logged with its figures on the study
-run (``report/``) and written to a folder. Five parts:
+"""``tune-agent report STUDY``: one HTML page about a study and its figures, built from the
+tracking store. Five parts:
 
 1. best so far over trials, against cold-start studies of the same dataset, job and space where
    the history has them (``--warm-start none`` studies);
@@ -10,12 +10,8 @@ run (``report/``) and written to a folder. Five parts:
    holds for this job, with the study's dataset marked;
 5. failed, pruned and killed trials, counted by reason.
 
-Written at the end of every study run by ``tune-agent start``/``resume`` (a report that cannot be
-made is a note, never a failed study). With it the study run keeps a digest of everything the
-report read (:func:`report_inputs`: the study, its trials and the tags shown, the cold-start
-studies it is drawn against, every meta-feature vector of the map, this module's code); ``tune-agent
-report`` of a study whose digest still matches copies the stored files instead of building them
-again (:func:`report_files`): no importance, no figures, no write to the store.
+:mod:`agent.tuning.report_store` logs the page on the study run (``report/``), writes it to a
+folder, and builds it again only when something it shows has changed.
 """
 
 from __future__ import annotations
@@ -24,11 +20,9 @@ import html
 import json
 import logging
 import math
-import tempfile
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +39,6 @@ from agent.knowledge.base import (
 )
 from agent.space import Categorical, Float, Int, SearchSpace
 
-REPORT_TAG = "report_inputs"  # on the study run: {"key": report_inputs(...), "files": [...]}
 SHOWN_TAGS = ("warm_start", "warm_start_method", "surrogate")  # the study tags the page shows
 PARTS = ("best so far", "hyperparameter importance", "neighbours", "knowledge-base map", "failures and pruned trials")
 
@@ -70,7 +63,7 @@ def _best_so_far(trials: list[TrialRecord], mode: str) -> tuple[list[int], list[
     return xs, ys
 
 
-def _cold_references(
+def cold_references(
     kb: KnowledgeBase, record: StudyRecord, studies: list[StudyRecord] | None = None
 ) -> list[tuple[str, list[TrialRecord]]]:
     out = []
@@ -213,7 +206,7 @@ def _best_so_far_section(
     xs, ys = _best_so_far(trials, mode)
     if xs:
         ax.step(xs, ys, where="post", color="tab:orange", lw=2, label=f"{record.name}")
-    refs = _cold_references(kb, record)
+    refs = cold_references(kb, record)
     for name, ref in refs:
         rx, ry = _best_so_far(ref, mode)
         if rx:
@@ -340,100 +333,3 @@ def _page(
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;font-size:90%}"
         f"img{{max-width:100%}}</style></head><body>{head}{''.join(sections)}</body></html>"
     )
-
-
-def _trial_digest(trials: list[TrialRecord]) -> list[Any]:
-    return [[t.trial_id, t.number, t.state, dict(t.config), t.value, t.origin, t.reason] for t in trials]
-
-
-def _versions() -> list[str | None]:
-    """The libraries that compute and draw the page (importance, PCA, figures)."""
-    from importlib import metadata
-
-    out: list[str | None] = []
-    for name in ("optuna", "scikit-learn", "matplotlib"):
-        try:
-            out.append(metadata.version(name))
-        except metadata.PackageNotFoundError:
-            out.append(None)
-    return out
-
-
-def report_inputs(kb: KnowledgeBase, record: StudyRecord, tags: dict[str, str] | None = None) -> str:
-    """A digest of what :func:`build_report` reads: the study's record and trials, the tags it
-    shows, the cold-start studies it compares with (and their trials), every study of the job with
-    meta-features (the map), this module's source and the versions of the libraries that compute
-    and draw it. Equal digests make equal pages."""
-    import hashlib
-
-    tags = kb.study_tags(record) if tags is None else tags
-    studies = kb.list_studies()
-    refs = [(name, _trial_digest(trials)) for name, trials in _cold_references(kb, record, studies)]
-    mapped = [
-        (s.fingerprint, s.dataset, s.tags.get("metafeatures", ""))
-        for s in studies  # in list order, as the map
-        if s.job == record.job and s.tags.get("metafeatures")
-    ]
-    parts = [
-        record.study_id,
-        record.name,
-        record.dataset,
-        record.job,
-        record.status,
-        record.best_value,
-        record.fingerprint,
-        record.space_signature,
-        dict(record.settings),
-        _trial_digest(kb.trials(record)),
-        {k: tags.get(k) for k in SHOWN_TAGS},
-        refs,
-        mapped,
-        hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-        _versions(),
-    ]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
-def report_files(
-    kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path, rebuild: bool = False
-) -> tuple[Path, bool]:
-    """``report.html`` and its figures in ``out_dir``: copied from the study run when the digest
-    stored there with them (:data:`REPORT_TAG`) still matches :func:`report_inputs` (and not
-    ``rebuild``), else built and logged again. Returns (the page, whether it was the stored one)."""
-    tags = kb.study_tags(record)
-    try:
-        stored = json.loads(tags.get(REPORT_TAG) or "{}")
-        key, files = stored.get("key"), [str(f) for f in stored.get("files", [])]
-    except (ValueError, AttributeError, TypeError):
-        key, files = None, []
-    current = report_inputs(kb, record, tags)  # once: the comparison and, if built again, the new tag
-    if key and "report.html" in files and key == current and not rebuild:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if all(kb.fetch_study_file(record, f"report/{name}", out_dir / name) for name in files):
-            return out_dir / "report.html", True
-    page = write_report(kb, record, space, out_dir, key=current)
-    assert page is not None
-    return page, False
-
-
-def write_report(
-    kb: KnowledgeBase, record: StudyRecord, space: SearchSpace, out_dir: Path | None = None, key: str | None = None
-) -> Path | None:
-    """Builds the report, logs ``report/report.html`` and its PNGs on the study run, and writes them
-    to ``out_dir`` when given; returns the HTML's path there. The digest of its inputs goes on the
-    study run with them (:data:`REPORT_TAG`); ``key``: that digest when the caller has it."""
-    import matplotlib.pyplot as plt
-
-    key = key or report_inputs(kb, record)
-    report = build_report(kb, record, space)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(out_dir) if out_dir is not None else Path(tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, fig in report.figures.items():
-            fig.savefig(folder / name, dpi=100)
-            plt.close(fig)
-        page = folder / "report.html"
-        page.write_text(report.html)
-        kb.log_study_artifacts(record, [str(page), *(str(folder / n) for n in report.figures)], "report")
-    kb.set_study_tags(record, {REPORT_TAG: {"key": key, "files": ["report.html", *report.figures]}})
-    return page if out_dir is not None else None

@@ -18,13 +18,14 @@ from typing import Any, NamedTuple
 from agent.config import StudyRequest, StudySettings
 from agent.errors import StudyError, UnknownStudyError
 from agent.knowledge.base import KnowledgeBase
-from agent.project.sample import SAMPLE_ROWS, StoredSample
+from agent.project.sample import StoredSample
 from agent.project.spec import is_project_spec
 from agent.surrogates.arc import resolve_kernel
 from agent.surrogates.contract import SourceFits
 from agent.tuning.heartbeat import phase
 from agent.tuning.objectives import check_metrics, multi_note
 from agent.tuning.plan import PLAN_TAG, SurrogatePlan, plan_sampler
+from agent.tuning.project_inputs import project_inputs, project_settings
 from agent.tuning.study import Study
 
 SAMPLE_SIZE = 256
@@ -162,7 +163,7 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
 
     check_job_spec(req.job)  # a spec that names no job is refused before the heavy imports
     if is_project_spec(req.job):  # a user's Lightning project: its DataModule is the data
-        return _project_inputs(req, echo)
+        return project_inputs(req, echo, SAMPLE_SIZE)
     if req.job.startswith(YAHPO_PREFIX):
         job = load_job(req.job)
     else:
@@ -179,37 +180,6 @@ def _load_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str,
     job.check_dataset(data)
     if data.preparation:
         echo(data.preparation)
-    return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
-
-
-def _project_inputs(req: StudyRequest, echo: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """A user's project: its classes checked against the space, then a bounded sample of its
-    DataModule's training loader as the dataset the warm start measures."""
-    from agent.project.spec import ProjectSpec
-
-    spec = ProjectSpec.parse(req.job)
-    if spec.is_cli:
-        echo(f"loading your project: {spec.script} with {', '.join(spec.configs) or 'no --config'}")
-    else:
-        echo(f"loading your project: {spec.model}" + (f" and {spec.data}" if spec.data else "") + " (and Lightning)")
-    phase(echo, "loading tune-agent's data and job libraries")
-    from agent.data import describe_dataset, sample_dataset
-    from agent.jobs import load_job
-
-    phase(echo, "running your script up to its first batch" if spec.is_cli else "importing Lightning and your classes")
-    if spec.is_cli and not spec.model:  # its first probe says what it found
-        from agent.project.cli_job import CliProjectJob
-
-        job: Any = CliProjectJob(spec, say=echo)
-    else:
-        job = load_job(req.job)
-    check_metrics(req, job)
-    echo(
-        f"data sample: drawing up to {SAMPLE_ROWS} rows of {job.dataset_source()}'s training loader for the warm start"
-    )
-    phase(echo, f"sampling {job.dataset_source()}'s training loader")
-    data = job.dataset(say=echo)
-    phase(echo, "measuring the sample")
     return job, data, sample_dataset(data, SAMPLE_SIZE, seed=req.seed), describe_dataset(data)
 
 
@@ -305,12 +275,8 @@ def _plan_warm_start(
 
 
 def _settings(req: StudyRequest, job: Any, data: Any, warm: Any, n_init: int) -> StudySettings:
-    own: dict[str, Any] = {"dataset": data.name} if getattr(job, "owns_data", False) else {}  # named by the project
-    spec_text = getattr(job, "spec_text", None)
-    if callable(spec_text):  # a LightningCLI job stores what its probe found, so resume need not run it again
-        own["job"] = spec_text()
     return req.settings(
-        **own,
+        **project_settings(job, data),
         job_name=job.name,
         dataset_name=data.name,
         fingerprint=data.fingerprint,

@@ -116,6 +116,7 @@ WARM_IMPORTS = (
     "agent.tuning.warmstart",
     "agent.tuning.source_models",
     "agent.tuning.report",
+    "agent.tuning.report_store",
     "agent.ops.doctor",
 )
 

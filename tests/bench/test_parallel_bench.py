@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.bench.parallel import WAIT_JOB_ENV, ParallelConfig, run_parallel_bench, waiting_job
+from agent.bench.parallel import ParallelConfig, run_parallel_bench
+from agent.bench.waiting_job import WAIT_JOB_ENV, waiting_job
 from agent.errors import JobError
 
 

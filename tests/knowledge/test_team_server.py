@@ -30,7 +30,7 @@ def _free_port() -> int:
 
 def _pg_available() -> bool:
     from agent.errors import TuneAgentError
-    from agent.ops.team_server import pg_binary
+    from agent.ops.postgres import pg_binary
 
     try:
         for tool in ("initdb", "pg_ctl", "psql"):
@@ -129,7 +129,7 @@ def _agent(url: str, dataset: str, name: str, **creds: str) -> subprocess.Popen[
 def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:
     from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
-    from agent.ops.team_server import pg_binary
+    from agent.ops.postgres import pg_binary
 
     url, data, pg_port, proc = team_server
     datasets = ("iris", "wine", "breast-cancer", "digits")

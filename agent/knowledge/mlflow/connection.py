@@ -1,31 +1,21 @@
 """The connection to an MLflow store: a lazily made client whose every call is retried and
-explained in one line, searches by page, experiments per job, runs read back as records."""
+explained in one line (:mod:`.retry`), searches by page, experiments per job, runs read back as records."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from agent.errors import StoreError
 from agent.knowledge import layout
 from agent.knowledge.base import TRIAL_KILLED, TRIAL_RUNNING, KnowledgeBase, StudyRecord, TrialRecord
-from agent.knowledge.mlflow.retry import (
-    CREATE_TOKEN,
-    QUICK_RETRY_SECONDS,
-    explain_mlflow_error,
-    retry_delays,
-    server_error,
-    unreachable,
-)
+from agent.knowledge.mlflow.retry import CREATE_TOKEN, RetriedCalls
 from agent.knowledge.mlflow.store_file import (
     DEFAULT_ARTIFACT_ROOT,
     DEFAULT_TRACKING_URI,
@@ -89,14 +79,9 @@ def _view_tag(state: Mapping[str, Any], previous: str | None) -> str | None:
     )
 
 
-# Threads named so (the study lease's refresher) fail at once, quietly, where the command itself would
-# wait for an unreachable server and say so.
-BACKGROUND = "tune-agent-background"
-
-
-class MlflowConnection(KnowledgeBase):
-    """The store's client, its retried calls, searches and experiments; what every part of
-    :class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase` builds on."""
+class MlflowConnection(RetriedCalls, KnowledgeBase):
+    """The store's client, its calls retried (:class:`RetriedCalls`), searches and experiments; what
+    every part of :class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase` builds on."""
 
     def __init__(
         self, tracking_uri: str | None = None, artifact_root: str | None = None, fast_reads: bool = False
@@ -185,61 +170,6 @@ class MlflowConnection(KnowledgeBase):
         self.__dict__["_root_checked"] = True  # once per process: a study checks before its preparation
 
     # -- helpers -------------------------------------------------------------------------------
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn`` with MLflow's errors as one line; a tracking server that cannot be reached is
-        retried with backoff (:data:`RETRY_DELAYS`, about two minutes in all), each wait announced
-        on stderr, before the error is raised."""
-        if threading.current_thread().name.startswith(BACKGROUND):  # a helper thread: no waits of its own,
-            try:  # no lines; the command's own calls say what happens to the store
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                if not (_is_mlflow_error(exc) or isinstance(exc, OSError)):
-                    raise
-                raise StoreError(f"tracking store {self.tracking_uri}: {type(exc).__name__}") from None
-        delays = retry_delays()
-        attempt = 0
-        first_failure: float | None = None
-        quick = True  # one silent retry at once: a dropped keep-alive connection is not an outage
-        while True:
-            try:
-                result = fn(*args, **kwargs)
-                self.__dict__["_gave_up"] = False
-                return result
-            except Exception as exc:
-                mlflow_error = _is_mlflow_error(exc)
-                if not (mlflow_error or isinstance(exc, OSError)):
-                    raise
-                down = self._remote and unreachable(exc)
-                if down and self.__dict__.get("_gave_up"):  # the same outage: one wait in all, not one per call
-                    raise StoreError(f"tracking server {self.tracking_uri} still unreachable") from None
-                first_failure = time.monotonic() if first_failure is None else first_failure
-                if quick and self._retry_at_once(exc):
-                    quick = False
-                    time.sleep(QUICK_RETRY_SECONDS)
-                    continue
-                if down and attempt < len(delays):
-                    delay = delays[attempt]
-                    attempt += 1
-                    sys.stderr.write(
-                        f"tracking server {self.tracking_uri} unreachable, retrying ({attempt}/{len(delays)}) "
-                        f"in {delay:g} s\n"
-                    )
-                    sys.stderr.flush()
-                    time.sleep(delay)
-                    continue
-                if down:
-                    self.__dict__["_gave_up"] = True
-                    raise StoreError(
-                        f"tracking server {self.tracking_uri} unreachable; gave up after {len(delays)} "
-                        f"retries over {time.monotonic() - first_failure:.0f} s"
-                    ) from None
-                if mlflow_error or not isinstance(exc, OSError):  # not an MLflow error: an OSError
-                    raise explain_mlflow_error(self.tracking_uri, exc) from None
-                raise unwritable(
-                    f"tracking store {self.tracking_uri} (artifacts in {self.artifact_root or 'its default place'})",
-                    exc,
-                ) from None
-
     def _call_once(self, make: Any, find: Any) -> Any:
         """``make()`` through :meth:`_call`, in effect once: a server can do the work and lose its
         answer (killed or cut off in between), and a plain retry would do it again. Every retry
@@ -270,15 +200,6 @@ class MlflowConnection(KnowledgeBase):
                 None,
             ),
         )
-
-    def _retry_at_once(self, exc: BaseException) -> bool:
-        """Whether a failed request earns the one silent retry at once: a server (not a sqlite
-        file) that could not be reached or failed on its side."""
-        return self._remote and (unreachable(exc) or server_error(exc))
-
-    @property
-    def _remote(self) -> bool:
-        return urlparse(self.tracking_uri).scheme in ("http", "https")
 
     def _tune_experiments(self) -> list[Any]:
         """tune-agent's experiments of studies (``tune-agent/<job>``), with their tags."""
@@ -425,10 +346,3 @@ class MlflowConnection(KnowledgeBase):
         if study.study_id not in cache:
             cache[study.study_id] = self._call(self._client.get_run, study.study_id).info.experiment_id
         return cache[study.study_id]
-
-
-def _is_mlflow_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is MLflow's; MLflow is not imported for it (a process that reads an embedded
-    store through :mod:`.sqlite_reads` never imports it, and then no error can be MLflow's)."""
-    errors = sys.modules.get("mlflow.exceptions")
-    return errors is not None and isinstance(exc, errors.MlflowException)
