@@ -155,6 +155,22 @@ def bench_faults(
     click.echo(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=2))
 
 
+@click.command("silence")
+@click.option("--copies", type=int, default=1, show_default=True, help="The history: the starter this many times over.")
+@click.option("--no-team", is_flag=True, help="Only the embedded store: no team server.")
+@click.option("--out", default=None, help="[default: metrics/silence.json; metrics/silence_xN.json with --copies N]")
+def bench_silence(copies: int, no_team: bool, out: str | None) -> None:
+    """The longest silence of start, resume, neighbors, meta publish, server and ui (the promise: 2 s)."""
+    from agent.bench.silence import run_silence_bench
+    from agent.config import check_positive
+
+    check_positive("--copies", copies)
+    report = run_silence_bench(copies, team=not no_team, say=lambda line: click.echo(line, err=True))
+    write_json(Path(out or ("metrics/silence.json" if copies == 1 else f"metrics/silence_x{copies}.json")), report)
+    gaps = {name: row["longest_gap_s"] for name, row in report["commands"].items()}
+    click.echo(json.dumps({"longest_gap_s": gaps, "within_promise": report["within_promise"]}, indent=2))
+
+
 @click.command("pruning")
 @click.option("--job", default="cnn", show_default=True)
 @click.option("--dataset", default="mnist-5k", show_default=True)
@@ -271,4 +287,4 @@ def bench_lcbench_mo(scenario: str | None, tasks: str, seeds: int, budget: int, 
     click.echo(json.dumps(report["summary"], indent=2))
 
 
-COMMANDS = [bench_startup, bench_project, bench_faults, bench_pruning, bench_reading, bench_lcbench_mo]
+COMMANDS = [bench_startup, bench_project, bench_faults, bench_silence, bench_pruning, bench_reading, bench_lcbench_mo]

@@ -45,16 +45,50 @@ def main() -> None:
 
         if warm_process.enabled():
             warm, which = warm_process, warm_process.key(launched_with)  # once: to hand over, or to start one
-            code = warm.forward(argv, which)
-            if code is not None:
-                sys.exit(code)
+            forwarded = warm.forward(argv, which)
+            if forwarded is not None:
+                sys.exit(forwarded)
     try:
         from agent.cli.main import main as run
 
         run(argv)
+        code: object = 0
+    except SystemExit as exc:  # every command ends here: its exit status
+        code = exc.code
     finally:
         if warm is not None:
             _start_for_next_time(warm, launched_with, which)
+    _exit_now(code)
+
+
+def _exit_now(code: object) -> None:
+    """Ends the process once its work is said and written: its other threads that are not daemons
+    joined, the exit handlers run (temporary folders, loggers, child processes) and the output
+    flushed, then ``os._exit``. The interpreter's own teardown of torch, MLflow and their C
+    libraries, 1 to 3 s of silence after the last line, is skipped, as a forked child skips it."""
+    import atexit
+    import os
+    import threading
+
+    if isinstance(code, str):  # sys.exit("message"): said on stderr, exit status 1, as Python does
+        sys.stderr.write(code + "\n")
+        code = 1
+    # as the interpreter ends: the thread pools' exit hooks first (they stop their idle workers), then
+    # every thread that is not a daemon joined
+    shutdown = getattr(threading, "_shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    else:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a pipe closed by its reader; a stream already closed
+            pass
+    os._exit(code if isinstance(code, int) else 0)
 
 
 def _start_for_next_time(warm, env: dict[str, str], which: str) -> None:

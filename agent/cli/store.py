@@ -86,7 +86,7 @@ def doctor(
         sys.exit(1)
 
 
-def _job_links(kb: Any, base: str) -> None:
+def _job_links(kb: Any, base: str, echo: Any = click.echo) -> None:
     """One line per job with studies: the link that opens its experiment's runs in the training
     view with tune-agent's saved view (written now for an experiment that has none)."""
     latest = {s.job: s for s in kb.list_studies()}  # oldest first: the last of each job wins
@@ -94,9 +94,9 @@ def _job_links(kb: Any, base: str) -> None:
         space = kb.load_study_space(latest[job])
         link = kb.runs_view(job, space, base) if space is not None else None
         if link is None:
-            click.echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list)")
+            echo(f"  studies of job {job}: experiment tune-agent/{job} (open it from the Experiments list)")
         else:
-            click.echo(f"  studies of job {job}, each trial's objective and hyperparameters: {link}")
+            echo(f"  studies of job {job}, each trial's objective and hyperparameters: {link}")
 
 
 @click.command()
@@ -108,8 +108,6 @@ def _job_links(kb: Any, base: str) -> None:
 @artifact_option
 def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None) -> None:
     """Serve the MLflow UI for the store (127.0.0.1 unless --host says otherwise)."""
-    import os
-
     from agent.knowledge import DEFAULT_ARTIFACT_ROOT, check_reachable, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -132,16 +130,22 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
         host,
         "--port",
         str(port),
+        "--workers",
+        "2",  # one person's browser: two start in half the time of MLflow's default four
     ]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    click.echo(f"MLflow UI on http://{shown}:{port} (Ctrl-C stops it)")
     from agent.knowledge import store_exists
+    from agent.ops.team_server import serve_ui
+    from agent.tuning.heartbeat import Heartbeat, phase
 
-    if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
-        _job_links(kb_for(tracking_uri, artifact_root), f"http://{shown}:{port}")
-    from agent.ops.team_server import without_job_runner
-
-    os.execve(sys.executable, args, without_job_runner(dict(os.environ)))
+    with Heartbeat(click.echo) as beat:
+        beat(f"MLflow UI on http://{shown}:{port}: starting it")
+        if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
+            phase(beat, "reading the studies' jobs for their links")
+            _job_links(kb_for(tracking_uri, artifact_root), f"http://{shown}:{port}", beat)
+        code = serve_ui(args, f"http://{shown}:{port}", beat)
+    if code:
+        raise TuneAgentError(f"mlflow ui exited with code {code}")
 
 
 @click.command()

@@ -56,7 +56,10 @@ def server(
     if stop:
         team.stop(say=click.echo)
         return
-    code = team.serve(say=click.echo)
+    from agent.tuning.heartbeat import Heartbeat
+
+    with Heartbeat(click.echo) as beat:
+        code = team.serve(say=beat)
     if code:
         raise TuneAgentError(f"mlflow server exited with code {code}; see {Path(data_dir) / 'logs' / 'mlflow.log'}")
 

@@ -42,12 +42,38 @@ class ProgressReporter:
             self._console = Console(file=self.stream, highlight=False)
         self.total = 0
         self.metric = ""
+        self._beat: Any = None  # a log's heartbeat (a terminal has the live display), begun with the study
 
     def line(self, text: str, style: str | None = None) -> None:
         if self._console is not None:
             self._console.print(text, style=style, markup=False)
+        elif self._beat is not None:
+            self._beat(text)
         else:
+            self._print(text)
+
+    def _print(self, text: str) -> None:
+        try:
             print(text, file=self.stream, flush=True)
+        except (ValueError, OSError):  # the stream was closed under a study that ended without a word
+            pass
+
+    def phase(self, what: str, patient: bool = False, key: str | None = None) -> None:
+        """Names what the study does next; in a log (no live display), a line says it is still at
+        it after 1.5 s without one (:mod:`agent.tuning.heartbeat`)."""
+        if self.rich:
+            return
+        if self._beat is None:
+            from agent.tuning.heartbeat import Heartbeat
+
+            self._beat = Heartbeat(self._print).__enter__()
+        self._beat.phase(what, patient, key)
+
+    def close(self) -> None:
+        """The study's last word said: the heartbeat stops."""
+        if self._beat is not None:
+            self._beat.__exit__(None, None, None)
+            self._beat = None
 
     def _live(self, done: int) -> None:
         """Starts the terminal's live display (a rich Progress printing the lines above itself)."""
@@ -86,11 +112,15 @@ class ProgressReporter:
             self._progress = None
 
     def epoch_done(self, number: int, epoch: int, epochs: int, metrics: Mapping[str, float]) -> None:
-        """The running trial finished an epoch (on a terminal: its progress line)."""
-        if self._progress is None:
-            return
+        """The running trial finished an epoch (on a terminal: its progress line; in a log: the
+        heartbeat's name for what runs)."""
         value = metrics.get(self.metric)
         shown = f"{self.metric}={value:.4g}" if value is not None else ""
+        doing = "finishing: its model kept, its run closed" if epoch >= epochs else "training"
+        said = f"trial {number + 1} {doing} (epoch {epoch}/{epochs} done{' ' + shown if shown else ''})"
+        self.phase(said, True, f"t{number}")
+        if self._progress is None:
+            return
         self._progress.update(
             self._trial_task,
             visible=True,
@@ -111,6 +141,7 @@ class ProgressReporter:
         )
         if self.rich:
             self._live(done)
+        self.phase("proposing the first trial" if not done else "proposing the next trial")
 
     def trial_started(self, trial: TrialRecord) -> None:
         from agent.samplers.origins import explain_origin, origin_kind
@@ -121,6 +152,7 @@ class ProgressReporter:
         if trial.origin and kind not in explained:  # the first of its kind: what the tag means, once
             explained.add(kind)
             self.line(f"  [{trial.origin}]: {explain_origin(trial.origin)}", style="dim")
+        self.phase(f"trial {trial.number + 1} starting: its data, model and Trainer", True, f"t{trial.number}")
 
     def trial_finished(self, trial: TrialRecord, best: TrialRecord | None, trials: list[TrialRecord]) -> None:
         done = sum(t.state in COUNTED_STATES for t in trials)
@@ -141,9 +173,11 @@ class ProgressReporter:
             f"{best_txt}",
             style=style,
         )
+        self.phase("recording it and proposing the next trial" if done < self.total else "ending the study")
 
     def end(self, study: Any, best: TrialRecord | None, timing: Any) -> None:
         self._stop()
+        self.phase("writing the study's report")
         if best is None:
             self.line(f"study {study.name} finished with no successful trial", style="red")
             return

@@ -82,7 +82,20 @@ def run_study(
     loop = _StudyLoop(study, executor, reporter, timing, timeout, n_trials)
     loop.keeper = ModelKeeper(study, job, reporter.line)
     study.set_status("running")
-    reporter.begin(study, loop.trials)
+    try:
+        reporter.begin(study, loop.trials)
+        _run_loop(study, executor, loop)
+        timing.first_wait_seconds = float(getattr(executor, "first_wait", 0.0))
+        timing.wall_seconds = time.perf_counter() - loop.wall_start
+        _end_study(study, loop.trials, reporter, timing, trace_plot)
+    finally:
+        getattr(reporter, "close", lambda: None)()  # however the study ends, its heartbeat stops
+    return timing
+
+
+def _run_loop(study: Study, executor: Any, loop: _StudyLoop) -> None:
+    """The study loop run; an interrupt or lost workers close what was running and leave the study
+    ``interrupted``."""
     try:
         loop.run()
     except (KeyboardInterrupt, SystemExit):
@@ -98,10 +111,6 @@ def run_study(
         ) from None
     finally:
         executor.close()
-    timing.first_wait_seconds = float(getattr(executor, "first_wait", 0.0))
-    timing.wall_seconds = time.perf_counter() - loop.wall_start
-    _end_study(study, loop.trials, reporter, timing, trace_plot)
-    return timing
 
 
 def _end_study(study: Study, trials: list[TrialRecord], reporter: Any, timing: StudyTiming, trace_plot: bool) -> None:
@@ -259,6 +268,7 @@ def _add_source_model(study: Study, reporter: Any) -> None:
     start = time.perf_counter()
     # seconds (a GP fit, the history's portfolios): said first, so the end of a study is never silent
     reporter.line(f"source models: adding this study's dataset to {s.models_dir}")
+    _phase(reporter, "adding this study's dataset to the source models (the stored ones read, its GP fitted)")
     store = open_source_models(study.kb, s.models_dir, s.job_name, study.space, reporter.line)
     try:
         done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel, store=store)
@@ -267,6 +277,7 @@ def _add_source_model(study: Study, reporter: Any) -> None:
     except Exception as exc:
         reporter.line(f"source models not updated: {type(exc).__name__}: {exc}")
         return
+    _phase(reporter, "publishing the source models to the store")
     published = publish_added(
         study.kb, store, s.job_name, study.space, lambda: history_revision(study.kb, s.job_name, study.space)
     )
@@ -279,6 +290,13 @@ def _add_source_model(study: Study, reporter: Any) -> None:
         )
     if published is not None:
         reporter.line(published)
+
+
+def _phase(reporter: Any, what: str) -> None:
+    """Names what the study's end does next, for a reporter that speaks while a phase runs."""
+    name = getattr(reporter, "phase", None)
+    if callable(name):
+        name(what)
 
 
 def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:

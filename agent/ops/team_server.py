@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.errors import StoreError
 from agent.ops.postgres import PASSWORD_FILE, Postgres, alive, die_with_parent
@@ -154,8 +155,12 @@ class TeamServer:
 
     def serve(self, say: Callable[[str], None] = print, ready_timeout: float = 180) -> int:
         """Runs until interrupted or until MLflow exits; returns MLflow's exit code (0 when stopped)."""
+        from agent.tuning.heartbeat import phase
+
         self.check_not_running()
+        phase(say, "making PostgreSQL's cluster (initdb, on the first start only)")
         created = self.postgres.init()
+        phase(say, "starting PostgreSQL")
         postgres = self.postgres.start(say)
         say(
             f"PostgreSQL {'created and ' if created else ''}running on 127.0.0.1:{self.pg_port} "
@@ -176,6 +181,7 @@ class TeamServer:
             self.postgres.stop(postgres)
             raise
         (self.data_dir / "logs" / MLFLOW_PID).write_text(str(proc.pid))
+        phase(say, "starting the MLflow server (its database's tables made on the first start)")
         stop = {"now": False}
 
         def _stop(signum: int, frame: object) -> None:
@@ -187,10 +193,12 @@ class TeamServer:
                 for made in self.auth_dir.glob("*"):  # made before this version kept them private
                     made.chmod(0o600)
                 self._say_ready(say)
+            phase(say, "")  # serving: silence is right until it stops
             while proc.poll() is None and not stop["now"]:
                 time.sleep(0.2)
             return 0 if stop["now"] else int(proc.returncode or 0)
         finally:
+            phase(say, "stopping the MLflow server and PostgreSQL")
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
@@ -205,8 +213,47 @@ class TeamServer:
             say("tracking server and PostgreSQL stopped")
 
 
+def serve_ui(args: list[str], url: str, say: Callable[[str], None] = print) -> int:
+    """Runs ``mlflow ui`` (``args``) until Ctrl-C or its own exit, its output passed through ``say``
+    line by line, and a line of its own once it answers at ``url``; while it starts, a heartbeat's
+    ``say`` speaks for it. Returns its exit code (0 when stopped by Ctrl-C)."""
+    import threading
+
+    from agent.tuning.heartbeat import phase
+
+    env = without_job_runner(dict(os.environ))
+    # its web stack's deprecation notices are MLflow's to act on, not the user's
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated")
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def _relay() -> None:
+        for line in proc.stdout or ():
+            if line.strip():
+                say(line.rstrip())
+
+    relay = threading.Thread(target=_relay, name="tune-agent-ui-output", daemon=True)
+    relay.start()
+    try:
+        phase(say, "starting the MLflow UI")
+        if wait_until_up(url, 600, proc):
+            say(f"MLflow UI answers on {url} (Ctrl-C stops it)")
+        phase(say, "")
+        return int(proc.wait())
+    except KeyboardInterrupt:
+        phase(say, "stopping the MLflow UI")
+        proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached it too; a signal to this process alone did not
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 0
+    finally:
+        relay.join(timeout=5)
+
+
 def wait_until_up(
-    url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None, stop: dict[str, bool] | None = None
+    url: str, timeout: float, proc: subprocess.Popen[Any] | None = None, stop: dict[str, bool] | None = None
 ) -> bool:
     """Polls ``url``/health until it answers; False when ``proc`` died, ``stop`` was set or time ran out."""
     deadline = time.monotonic() + timeout

@@ -19,6 +19,8 @@ EVERY = (
     1.5  # seconds of silence before the heartbeat speaks (the promise is 2: a poll and a busy machine fit in between)
 )
 POLL = 0.1
+PATIENT_AFTER = 60.0  # seconds into a patient phase (a trial that trains) after which it speaks less often
+PATIENT_EVERY = 30.0  # seconds of silence between its lines from then on
 
 
 class Heartbeat:
@@ -30,6 +32,8 @@ class Heartbeat:
         self.lock = threading.Lock()
         self.last = self.since = time.perf_counter()
         self.what = ""
+        self.patient = False
+        self.key = ""
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -38,9 +42,16 @@ class Heartbeat:
             self.echo(line)
             self.last = time.perf_counter()
 
-    def phase(self, what: str) -> None:
+    def phase(self, what: str, patient: bool = False, key: str | None = None) -> None:
+        """``what`` runs from now (empty: nothing to speak for); ``key``: the phase it continues when
+        the last one had the same key (a trial's next epoch: its time runs on); ``patient``: a phase
+        that can run for hours (a trial that trains), spoken for every :data:`PATIENT_EVERY` seconds
+        once it has run :data:`PATIENT_AFTER`."""
         with self.lock:
-            self.what, self.since = what, time.perf_counter()
+            key = what if key is None else key
+            if key != self.key:
+                self.since = time.perf_counter()
+            self.what, self.patient, self.key = what, patient, key
 
     def __enter__(self) -> Heartbeat:
         self.thread = threading.Thread(target=self._watch, name="tune-agent-heartbeat", daemon=True)
@@ -56,9 +67,10 @@ class Heartbeat:
         while not self.stopped.wait(POLL):
             with self.lock:
                 now = time.perf_counter()
-                if not self.what or now - self.last < self.every:
-                    continue
                 elapsed = now - self.since
+                quiet = PATIENT_EVERY if self.patient and elapsed > PATIENT_AFTER else self.every
+                if not self.what or now - self.last < quiet:
+                    continue
                 self.echo(f"  still {self.what} ({elapsed:.0f} s)" if elapsed >= 1.0 else f"  now {self.what}")
                 self.last = now
 
