@@ -115,13 +115,17 @@ class CliResult:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]):
-    """Runs ``tune-agent ARGS`` in this process through the real entry point."""
-    from agent.cli import main
+    """Runs ``tune-agent ARGS`` in this process through the real entry point (``bench ARGS``:
+    ``tune-agent-bench ARGS``)."""
+    from agent.cli import bench_main, main
 
     def run(*args: str) -> CliResult:
         capsys.readouterr()
         try:
-            main(list(args))
+            if args and args[0] == "bench":
+                bench_main(list(args[1:]))
+            else:
+                main(list(args))
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -28,10 +28,12 @@ def test_every_page_reaches_the_site_under_its_own_path() -> None:
     assert missing == [], f"pages in no nav entry: {missing}"
 
 
-def _commands() -> dict[str, object]:
-    """Every command path (``start``, ``server user add``) and its click command."""
+def _commands(bench: bool = False) -> dict[str, object]:
+    """Every command path (``start``, ``server user add``) and its click command; ``bench``: those
+    of ``tune-agent-bench``."""
     import click
 
+    from agent.cli.bench import bench as bench_group
     from agent.cli.main import cli
 
     found: dict[str, object] = {}
@@ -43,23 +45,29 @@ def _commands() -> dict[str, object]:
             if isinstance(command, click.Group):
                 walk(command, path)
 
-    walk(cli, "")
+    walk(bench_group if bench else cli, "")
     return found
 
 
 def test_commands_and_options_the_guide_names_exist() -> None:
-    """`tune-agent CMD ... --option` in the user guide, the README and the index: the command
-    exists and so does each option written after it on the line."""
+    """`tune-agent CMD ... --option` in the user guide, the README and the index, and
+    `tune-agent-bench CMD ... --option` there and on the benchmarks pages: the command exists and so
+    does each option written after it on the line."""
+    guide = [REPO / "README.md", DOCS / "index.md", *sorted((DOCS / "guide").glob("*.md"))]
+    problems = _unknown("tune-agent", _commands(), guide)
+    problems += _unknown("tune-agent-bench", _commands(bench=True), guide + sorted((DOCS / "benchmarks").glob("*.md")))
+    assert problems == []
+
+
+def _unknown(program: str, commands: dict[str, object], texts: list[Path]) -> list[str]:
+    """Where ``texts`` name a command of ``program`` that does not exist, or an option it lacks."""
     import click
 
-    commands = _commands()
-    texts = [REPO / "README.md", DOCS / "index.md", *sorted((DOCS / "guide").glob("*.md"))]
     problems = []
+    pattern = r"(?:^|[/\s])" + re.escape(program) + r" ((?:[a-z][a-z0-9-]*)(?: [a-z][a-z0-9-]*)*)((?: [^|#]*)?)"
     for path in texts:
         for line in _code(path.read_text()):
-            for found in re.finditer(
-                r"(?:^|[/\s])tune-agent ((?:[a-z][a-z0-9-]*)(?: [a-z][a-z0-9-]*)*)((?: [^|#]*)?)", line
-            ):
+            for found in re.finditer(pattern, line):
                 words = found.group(1).split()
                 command = None
                 for n in range(len(words), 0, -1):  # the longest known command path
@@ -67,16 +75,15 @@ def test_commands_and_options_the_guide_names_exist() -> None:
                         command = commands[" ".join(words[:n])]
                         break
                 if command is None:
-                    if words[0] not in ("bench",) and not words[0].startswith("bench"):
-                        problems.append(f"{path.name}: no command `{' '.join(words[:2])}`")
+                    problems.append(f"{path.name}: no command `{program} {' '.join(words[:2])}`")
                     continue
-                known = {o for p in getattr(command, "params", []) if isinstance(p, click.Option) for o in p.opts}
-                known |= {"--help", "-h"}
+                options = [p for p in getattr(command, "params", []) if isinstance(p, click.Option)]
+                known = {o for p in options for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
                 for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", found.group(2) or ""):
                     if isinstance(command, click.Group) or option in known:
                         continue
-                    problems.append(f"{path.name}: `tune-agent {' '.join(words)}` has no {option}")
-    assert problems == []
+                    problems.append(f"{path.name}: `{program} {' '.join(words)}` has no {option}")
+    return problems
 
 
 def _code(text: str) -> list[str]:

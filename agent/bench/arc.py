@@ -1,4 +1,4 @@
-"""Paper 002's Table 1 re-made on our data (``tune-agent bench arc``): BO studies of a conditional
+"""Paper 002's Table 1 re-made on our data (``tune-agent-bench arc``): BO studies of a conditional
 job, the NMSE of six regression models on their trials, and (``bo_seeds``) BO with each kernel."""
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def run_client_campaign(
             for i in range(studies)
         ]
     return {
-        "command": f"tune-agent bench faults --clients {'--warm ' if warm else ''}--studies {studies}",
+        "command": f"tune-agent-bench faults --clients {'--warm ' if warm else ''}--studies {studies}",
         "engine": engine_fingerprint("bench/faults_clients.py"),
         "environment": environment(),
         "warm_process": warm,

@@ -1,4 +1,4 @@
-"""Suggestion latency of the BO step at a given number of observations (`tune-agent bench latency`).
+"""Suggestion latency of the BO step at a given number of observations (`tune-agent-bench latency`).
 
 Observations are drawn from a smooth synthetic response over a job's search space, so the figure
 measures the GP fit plus acquisition optimisation only, not training.

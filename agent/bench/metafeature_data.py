@@ -1,4 +1,4 @@
-"""`tune-agent bench metafeature-data`: do learned meta-features get better with more training tasks?
+"""`tune-agent-bench metafeature-data`: do learned meta-features get better with more training tasks?
 
 Paper 003's extractor (:mod:`agent.meta.extractor_train`), trained on the starter history alone,
 places datasets worse than the hand-crafted meta-features in the `evaluate` replay

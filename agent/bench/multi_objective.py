@@ -1,4 +1,4 @@
-"""`tune-agent bench lcbench-mo`: several objectives on LCBench (YAHPO Gym's surrogate; Pfisterer
+"""`tune-agent-bench lcbench-mo`: several objectives on LCBench (YAHPO Gym's surrogate; Pfisterer
 et al. 2022, Zimmer et al. 2021): validation accuracy against training time, each run a product
 study (``tune-agent start --metric val_accuracy:max --metric time:min``).
 

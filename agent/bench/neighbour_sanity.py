@@ -1,4 +1,4 @@
-"""Do the hand-crafted meta-features place datasets sensibly? (``tune-agent bench neighbours --sanity``)
+"""Do the hand-crafted meta-features place datasets sensibly? (``tune-agent-bench neighbours --sanity``)
 
 Over a starter history (every dataset a query once, against all the others, as a study's warm start
 sees the history), with the product's hand-crafted meta-features recomputed from the stored samples:

@@ -1,4 +1,4 @@
-"""`tune-agent bench parallel`: wall time of one study run with 1, 2, ... workers.
+"""`tune-agent-bench parallel`: wall time of one study run with 1, 2, ... workers.
 
 The same study (job, dataset, trials, epochs, seed) runs once per worker count on a fresh sqlite
 MLflow store under a temporary folder, through the product's loop and executors (`tune-agent start

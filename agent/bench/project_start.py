@@ -115,7 +115,7 @@ def run_project_start_bench(
         for arm in ("module", "cli")
     }
     return {
-        "command": f"tune-agent bench project --rounds {rounds} --trials {trials} --epochs {epochs}",
+        "command": f"tune-agent-bench project --rounds {rounds} --trials {trials} --epochs {epochs}",
         "engine": engine_fingerprint("bench/project_start.py"),
         "environment": environment(),
         "protocol": PROTOCOL,

@@ -1,4 +1,4 @@
-"""`tune-agent bench pruning`: wall time to reach the unpruned study's best, with each pruner.
+"""`tune-agent-bench pruning`: wall time to reach the unpruned study's best, with each pruner.
 
 The same study (job, dataset, trials, epochs, seed; cold GP) runs once per pruner on a fresh sqlite
 MLflow store, through the product's loop (`tune-agent start --pruner P`). The unpruned study's best

@@ -1,4 +1,4 @@
-"""`tune-agent bench lcbench`: the transfer benchmark on any YAHPO scenario, report included."""
+"""`tune-agent-bench lcbench`: the transfer benchmark on any YAHPO scenario, report included."""
 
 from __future__ import annotations
 

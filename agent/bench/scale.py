@@ -1,4 +1,4 @@
-"""`tune-agent bench scale`: seconds per suggestion as the history grows (the product's studies).
+"""`tune-agent-bench scale`: seconds per suggestion as the history grows (the product's studies).
 
 For each history size, every other task of the scenario contributes that many random
 configurations (imported into an in-memory knowledge base, as in the transfer benchmark) and one

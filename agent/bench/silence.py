@@ -1,4 +1,4 @@
-"""`tune-agent bench silence`: the longest silence of each command a person waits on.
+"""`tune-agent-bench silence`: the longest silence of each command a person waits on.
 
 Each command runs as a fresh process with its output to a pipe (what a log sees), and every line
 it prints (a ``\\n`` or a ``\\r`` ends one) is timed from the moment it was launched. A command's
@@ -181,7 +181,7 @@ def run_silence_bench(copies: int = 1, team: bool = True, say: Any = print) -> d
     worst = max(results.values(), key=lambda r: r["longest_gap_s"])
     flags = (f" --copies {copies}" if copies != 1 else "") + ("" if team else " --no-team")
     return {
-        "command": f"tune-agent bench silence{flags}",
+        "command": f"tune-agent-bench silence{flags}",
         "engine": engine_fingerprint("bench/silence.py"),
         "environment": environment(),
         "protocol": PROTOCOL,

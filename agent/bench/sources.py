@@ -1,4 +1,4 @@
-"""`tune-agent bench sources`: a study's preparation and suggestions as the history grows in datasets.
+"""`tune-agent-bench sources`: a study's preparation and suggestions as the history grows in datasets.
 
 History: ``N`` source datasets of the LCBench space (Zimmer et al. 2021, through YAHPO Gym's ONNX
 surrogate): source ``i`` is the real response surface of task ``i mod 34`` (the target excluded) at

@@ -1,4 +1,4 @@
-"""The waiting job of `tune-agent bench parallel --wait`: a Lightning job whose every training
+"""The waiting job of `tune-agent-bench parallel --wait`: a Lightning job whose every training
 epoch also waits off the cores, as a trial bound by an accelerator or a remote read does.
 
 The bench's studies name it by its spec (:data:`WAITING_SPEC`), in this process or in the

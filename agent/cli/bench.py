@@ -16,9 +16,11 @@ from agent.errors import TuneAgentError
 from agent.execution.options import check_execution, checked_resources
 
 
-@click.group()
+@click.group(context_settings={"auto_envvar_prefix": "TUNE_AGENT_BENCH", "help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tune-agent")
 def bench() -> None:
-    """Benchmarks: each writes its figures to a file under metrics/."""
+    """tune-agent's benchmarks: each writes its figures to a file under metrics/ (see the docs'
+    Benchmarks pages)."""
 
 
 @bench.command("fingerprint")

@@ -1,4 +1,4 @@
-"""``tune-agent bench paper003-images``: paper 003's claim tested on its own protocol
+"""``tune-agent-bench paper003-images``: paper 003's claim tested on its own protocol
 (:mod:`agent.pipeline.paper003_images`)."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def bench_paper003_images(
     report["published"] = settle_choice(kb, report, Path(work), Path(models_dir), mf, echo=click.echo)
     from agent.bench.fingerprint import engine_fingerprint, environment
 
-    report["command"] = "tune-agent bench paper003-images"
+    report["command"] = "tune-agent-bench paper003-images"
     report["engine"] = engine_fingerprint("pipeline/paper003_images.py")
     report["environment"] = environment()
     click.echo(f"wrote {write_json(Path(out), report)}")

@@ -280,7 +280,7 @@ def bench_lcbench_mo(scenario: str | None, tasks: str, seeds: int, budget: int, 
         budget,
         checkpoints,
         chosen,
-        extra={"command": "tune-agent bench lcbench-mo " + " ".join(sys.argv[3:])},
+        extra={"command": "tune-agent-bench lcbench-mo " + " ".join(sys.argv[3:])},
     )
     report = run_mo_benchmark(config, progress=lambda line: click.echo(line, err=True))
     write_json(Path(out), report)

@@ -61,6 +61,18 @@ def main() -> None:
     _exit_now(code)
 
 
+def bench_main() -> None:
+    """The ``tune-agent-bench`` console script: the benchmarks, each a fresh process."""
+    from agent.cli.main import bench_main as run
+
+    try:
+        run(sys.argv[1:])
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+    _exit_now(code)
+
+
 def _exit_now(code: object) -> None:
     """Ends the process once its work is said and written: its other threads that are not daemons
     joined, the exit handlers run (temporary folders, loggers, child processes) and the output

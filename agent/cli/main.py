@@ -1,11 +1,14 @@
 """The ``tune-agent`` command line: the group, its commands, and the one place errors become exit codes.
 
-Each command (:mod:`.study`, :mod:`.store`, :mod:`.team`, :mod:`.pipeline`, :mod:`.bench`,
-:mod:`.bench_papers`, :mod:`.bench_warmstart`) parses, calls one service function and renders; the
-options they share are in :mod:`.options`.
+Each command (:mod:`.study`, :mod:`.store`, :mod:`.team`, :mod:`.pipeline`, :mod:`.project`,
+:mod:`.daemon`) parses, calls one service function and renders; the options they share are in
+:mod:`.options`. The benchmarks (:mod:`.bench` with :mod:`.bench_product`, :mod:`.bench_papers`,
+:mod:`.bench_warmstart`, :mod:`.bench_paper003`) are a command line of their own, ``tune-agent-bench``
+(:func:`bench_main`), apart from the product's.
 :func:`main` maps a :class:`~agent.errors.TuneAgentError` to one line on stderr (its message, then
 its hint) and its exit code (2: bad input); a usage error is one line and exit code 2 too. Every
-option can come from the environment as ``TUNE_AGENT_<OPTION>`` (e.g. ``TUNE_AGENT_TRACKING_URI``);
+option can come from the environment as ``TUNE_AGENT_<OPTION>`` (e.g. ``TUNE_AGENT_TRACKING_URI``;
+a benchmark's ``TUNE_AGENT_BENCH_<COMMAND>_<OPTION>``);
 ``MLFLOW_TRACKING_URI`` is honoured too. Heavy libraries are imported inside the commands so
 ``--help`` stays fast (a test checks it imports neither numpy nor torch).
 """
@@ -43,7 +46,7 @@ def cli(ctx: click.Context) -> None:
         ctx.obj = Stores()
 
 
-for _module in (study, project, store, team, pipeline, bench, daemon):
+for _module in (study, project, store, team, pipeline, daemon):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 for _command in bench_papers.COMMANDS + bench_warmstart.COMMANDS + bench_product.COMMANDS + bench_paper003.COMMANDS:
@@ -67,6 +70,7 @@ def _environment_names(group: click.Group, path: str = "TUNE_AGENT") -> None:
 
 
 _environment_names(cli)
+_environment_names(bench.bench, "TUNE_AGENT_BENCH")
 
 
 def _end_workers_then_die(signum: int, frame: object) -> None:
@@ -84,7 +88,14 @@ def _end_workers_then_die(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def main(argv: list[str] | None = None, launch: Launch | None = None) -> None:
+def bench_main(argv: list[str] | None = None) -> None:
+    """``tune-agent-bench``: the benchmarks' own command line, its errors mapped as :func:`main` maps them."""
+    main(argv, group=bench.bench, prog="tune-agent-bench")
+
+
+def main(
+    argv: list[str] | None = None, launch: Launch | None = None, group: click.Group = cli, prog: str = "tune-agent"
+) -> None:
     """Entry point: maps errors to one line and an exit code. ``launch``: how this process came to
     be (a fork of the warm process, :mod:`agent.warm.server`); a fresh process by default."""
     import signal
@@ -100,7 +111,7 @@ def main(argv: list[str] | None = None, launch: Launch | None = None) -> None:
     # five-line RuntimeWarning; the retry is its business, the study's lines say what was proposed.
     warnings.filterwarnings("ignore", message=r"Optimization failed", category=RuntimeWarning, module=r"botorch\..*")
     try:
-        cli.main(args=argv, prog_name="tune-agent", standalone_mode=False, obj=Stores(launch or Launch()))
+        group.main(args=argv, prog_name=prog, standalone_mode=False, obj=Stores(launch or Launch()))
     except StudyInterrupted as exc:
         click.echo(f"tune-agent: {exc.line()}", err=True)
         sys.exit(exc.exit_code)

@@ -14,7 +14,7 @@ landmarks, 58 % of the starter history's tables get other five nearest neighbour
 columns are put in other units), the columns' kind (binary,
 discrete) is counted, and the data's modality (image grid, sequence, table) is a feature of its
 own, so an image dataset's nearest neighbours are image datasets when the history has any.
-``tune-agent bench neighbours --sanity`` measures both (docs/benchmarks/warm-start.md, "Neighbours that make sense").
+``tune-agent-bench neighbours --sanity`` measures both (docs/benchmarks/warm-start.md, "Neighbours that make sense").
 
 Every value is a plain ``float``, finite or NaN; the output is deterministic for a seed and takes
 well under half a second on a 256 x 784 sample.

@@ -6,7 +6,7 @@ The meta-dataset (:func:`image_specs`): five image sources, each a stratified ba
 ``ROWS`` images (digits 8x8; MNIST resized to 10x10; mnist1d sequences of 40; scikit-image's
 ``lfw_subset`` resized to 12x12, 200 faces and non-faces; ``bars``, the synthetic task of
 :mod:`agent.data.builtin`), each at fractions 10%, 20%, ..., 100% (paper 003, section 5.1.1:
-80 datasets from 8) -- 50 datasets. ``tune-agent bench paper003-images`` trains the shared design
+80 datasets from 8) -- 50 datasets. ``tune-agent-bench paper003-images`` trains the shared design
 on every one with the product's bootstrap (resumable: a rerun skips finished studies and resumes
 a broken one), then runs the ``evaluate`` stage's protocol on that history with one fold per
 source (every fraction of the target's source out of its history and of the extractor's training)

@@ -31,51 +31,51 @@ MAX_ROWS = 60
 
 # The command that writes each file that does not record its own (`command` in the file wins).
 COMMANDS = {
-    "arc": "tune-agent bench arc --bo-seeds 5",
-    "faults": "tune-agent bench faults",
-    "faults_mid_epoch": "tune-agent bench faults --mid-epoch --studies 10",
-    "hts_pairs": "tune-agent bench hts --tracking-uri sqlite:///STARTER_STORE",
-    "hts_pairs_m10": "tune-agent bench hts --tracking-uri sqlite:///STARTER_STORE --n-init 10",
-    "lcbench": "tune-agent bench lcbench",
-    "lcbench_batch4": "tune-agent bench lcbench --methods gp,tpe --batch 4",
-    "lcbench_batch4_ahead1": "tune-agent bench lcbench --methods gp --batch 4 --ask-ahead 1 --seeds 3",
-    "lcbench_batch4_ahead1_check": "tune-agent bench lcbench --methods gp --batch 4 --ask-ahead 1 --seeds 3 "
+    "arc": "tune-agent-bench arc --bo-seeds 5",
+    "faults": "tune-agent-bench faults",
+    "faults_mid_epoch": "tune-agent-bench faults --mid-epoch --studies 10",
+    "hts_pairs": "tune-agent-bench hts --tracking-uri sqlite:///STARTER_STORE",
+    "hts_pairs_m10": "tune-agent-bench hts --tracking-uri sqlite:///STARTER_STORE --n-init 10",
+    "lcbench": "tune-agent-bench lcbench",
+    "lcbench_batch4": "tune-agent-bench lcbench --methods gp,tpe --batch 4",
+    "lcbench_batch4_ahead1": "tune-agent-bench lcbench --methods gp --batch 4 --ask-ahead 1 --seeds 3",
+    "lcbench_batch4_ahead1_check": "tune-agent-bench lcbench --methods gp --batch 4 --ask-ahead 1 --seeds 3 "
     "--tag check",
-    "lcbench_batch4_believer": "tune-agent bench lcbench --methods gp --batch 4 --pending believer",
-    "lcbench_batch4_liar": "tune-agent bench lcbench --methods tpe --batch 4 --pending liar",
-    "lcbench_hts": "tune-agent bench lcbench --methods random,hts --tag hts",
-    "lcbench_scale": "tune-agent bench scale --sizes 100,300 --methods gp,rgpe,tnp --out metrics/lcbench_scale.json",
-    "lcbench_shuffled": "tune-agent bench lcbench --control shuffled --methods gp,rgpe,tnp",
-    "metafeature_data": "tune-agent bench metafeature-data --export HISTORY_EXPORT --extra EXTRA_EXPORT",
-    "neighbour_sanity": "tune-agent bench neighbours --sanity",
-    "parallel": "tune-agent bench parallel --workers 1,2 --ask-ahead 0,1",
-    "parallel_16core": "tune-agent bench parallel --workers 1,4,8 --out metrics/parallel_16core.json",
-    "parallel_16core_e60": "tune-agent bench parallel --workers 1,4 --epochs 60 --out metrics/parallel_16core_e60.json",
-    "parallel_e100": "tune-agent bench parallel --workers 1,2 --epochs 100 --out metrics/parallel_e100.json",
-    "parallel_process": "tune-agent bench parallel --process --workers 1,2 --out metrics/parallel_process.json",
-    "parallel_wait": "tune-agent bench parallel --epochs 2 --wait 1 --workers 1,4 --ask-ahead 0,1 "
+    "lcbench_batch4_believer": "tune-agent-bench lcbench --methods gp --batch 4 --pending believer",
+    "lcbench_batch4_liar": "tune-agent-bench lcbench --methods tpe --batch 4 --pending liar",
+    "lcbench_hts": "tune-agent-bench lcbench --methods random,hts --tag hts",
+    "lcbench_scale": "tune-agent-bench scale --sizes 100,300 --methods gp,rgpe,tnp --out metrics/lcbench_scale.json",
+    "lcbench_shuffled": "tune-agent-bench lcbench --control shuffled --methods gp,rgpe,tnp",
+    "metafeature_data": "tune-agent-bench metafeature-data --export HISTORY_EXPORT --extra EXTRA_EXPORT",
+    "neighbour_sanity": "tune-agent-bench neighbours --sanity",
+    "parallel": "tune-agent-bench parallel --workers 1,2 --ask-ahead 0,1",
+    "parallel_16core": "tune-agent-bench parallel --workers 1,4,8 --out metrics/parallel_16core.json",
+    "parallel_16core_e60": "tune-agent-bench parallel --workers 1,4 --epochs 60 --out metrics/parallel_16core_e60.json",
+    "parallel_e100": "tune-agent-bench parallel --workers 1,2 --epochs 100 --out metrics/parallel_e100.json",
+    "parallel_process": "tune-agent-bench parallel --process --workers 1,2 --out metrics/parallel_process.json",
+    "parallel_wait": "tune-agent-bench parallel --epochs 2 --wait 1 --workers 1,4 --ask-ahead 0,1 "
     "--out metrics/parallel_wait.json",
-    "parallel_wait_e10": "tune-agent bench parallel --epochs 10 --wait 1 --workers 1,4 "
+    "parallel_wait_e10": "tune-agent-bench parallel --epochs 10 --wait 1 --workers 1,4 "
     "--out metrics/parallel_wait_e10.json",
-    "parallel_wait_process": "tune-agent bench parallel --process --epochs 2 --wait 1 --workers 1,4 "
+    "parallel_wait_process": "tune-agent-bench parallel --process --epochs 2 --wait 1 --workers 1,4 "
     "--out metrics/parallel_wait_process.json",
-    "pruning": "tune-agent bench pruning --seeds 2 --pruners none,asha",
+    "pruning": "tune-agent-bench pruning --seeds 2 --pruners none,asha",
     "ray_share_overhead": "PYTHONPATH=<code> python scripts/ray_share_overhead.py",
-    "reading_commands": "tune-agent bench reading --tracking-uri sqlite:///STARTER_STORE --study bootstrap-mlp-digits "
+    "reading_commands": "tune-agent-bench reading --tracking-uri sqlite:///STARTER_STORE --study bootstrap-mlp-digits "
     "--baseline DIR",
-    "reading_commands_2026-11-27": "tune-agent bench reading --tracking-uri sqlite:///STARTER_STORE "
+    "reading_commands_2026-11-27": "tune-agent-bench reading --tracking-uri sqlite:///STARTER_STORE "
     "--study bootstrap-mlp-digits --baseline DIR",
-    "reading_commands_warm": "tune-agent bench reading --tracking-uri sqlite:///STARTER_STORE "
+    "reading_commands_warm": "tune-agent-bench reading --tracking-uri sqlite:///STARTER_STORE "
     "--study bootstrap-mlp-digits --warm-process",
-    "server": "tune-agent bench server",
-    "sources": "tune-agent bench sources",
-    "sources_mixed": "tune-agent bench sources --scenario DIR --target 0 --sizes 120,1200,10000 "
+    "server": "tune-agent-bench server",
+    "sources": "tune-agent-bench sources",
+    "sources_mixed": "tune-agent-bench sources --scenario DIR --target 0 --sizes 120,1200,10000 "
     "--out metrics/sources_mixed.json",
     "train_metafeatures": "dvc repro (stage train-metafeatures: tune-agent meta train)",
     "train_transfer": "dvc repro (stage train-transfer: tune-agent meta train-transfer)",
     "warmstart": "dvc repro (stage evaluate: tune-agent evaluate)",
-    "warmstart_e2e": "tune-agent bench warmstart --tracking-uri sqlite:///STARTER_STORE",
-    "warmstart_e2e_2026-11-27": "tune-agent bench warmstart --tracking-uri sqlite:///STARTER_STORE",
+    "warmstart_e2e": "tune-agent-bench warmstart --tracking-uri sqlite:///STARTER_STORE",
+    "warmstart_e2e_2026-11-27": "tune-agent-bench warmstart --tracking-uri sqlite:///STARTER_STORE",
 }
 
 # What each past baseline (metrics/history/) is a baseline of.
@@ -257,7 +257,7 @@ def benchmarks_page() -> str:
         "",
         "Generated at build time from every file in `metrics/` (`docs/hooks/generated_pages.py`): what is "
         "here is what the file says. Each section names the command that writes its file, the engine "
-        "fingerprint (`tune-agent bench fingerprint`) of the code that ran where the file records it, and "
+        "fingerprint (`tune-agent-bench fingerprint`) of the code that ran where the file records it, and "
         "the date of the commit that last wrote it. The benchmark pages say what each measurement "
         "means.",
         "",

@@ -1,4 +1,4 @@
-"""`tune-agent bench lcbench --scenario DIR --target ...` on a scenario with two fidelity parameters
+"""`tune-agent-bench lcbench --scenario DIR --target ...` on a scenario with two fidelity parameters
 and a conditional space: the committed toy YAHPO scenario (tests/bench/fixtures/yahpo_toy)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`tune-agent bench parallel`: the waiting job and a count run as its own `tune-agent start`."""
+"""`tune-agent-bench parallel`: the waiting job and a count run as its own `tune-agent start`."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) ->
         server.kill()  # mid-trial: its epochs and its end find no server
         # the first notice: "... unreachable: keeping this trial's epoch metrics ..." while the trial
         # trains, or "... unreachable, retrying (1/7) ..." at the next store call
-        _wait_for(err, "unreachable", 30)  # said while it waits (how soon: tune-agent bench server)
+        _wait_for(err, "unreachable", 30)  # said while it waits (how soon: tune-agent-bench server)
         # stay down until a store call has had to retry: a server that restarts quickly (about 7 s)
         # could otherwise be back before the trial ends, and the retry path would go untested
         _wait_for(err, "retrying (1/7)", 90)
