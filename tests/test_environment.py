@@ -4,6 +4,7 @@ value is one line naming the variables, before anything is written. Real store, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ def test_global_and_per_command_variables_reach_every_command(store, cli, monkey
     assert res.code == 0 and store.kb().find_study("flag").settings["trials"] == 2  # the flag wins over both
     listed = cli("history")
     assert listed.code == 0 and "from-env" in listed.out and "flag" in listed.out
+    monkeypatch.setenv("TUNE_AGENT_JSON", "1")  # named after the option, --json
+    as_json = cli("history")
+    assert as_json.code == 0 and {s["study"] for s in json.loads(as_json.out)["studies"]} >= {"from-env", "flag"}
 
 
 def test_a_bad_value_from_the_environment_is_one_line(store, cli, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,11 +30,11 @@ def test_import_contracts_are_kept() -> None:
 
 
 def test_help_imports_neither_numpy_nor_torch() -> None:
-    """`tune-agent --help` and `start --help` build every option, --surrogate's and --sampler's
+    """`tune-agent --help` and `start --help-all` build every option, --surrogate's and --sampler's
     choices included, from the registry's names alone (agent/registry.py): no entry is imported."""
     probe = (
         "import sys\nfrom agent.cli import main\n"
-        "for args in (['--help'], ['start', '--help']):\n"
+        "for args in (['--help'], ['start', '--help-all']):\n"
         "    try:\n        main(args)\n    except SystemExit:\n        pass\n"
         "print('HEAVY', sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     )

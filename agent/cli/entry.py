@@ -40,7 +40,7 @@ def main() -> None:
     argv = sys.argv[1:]
     launched_with = dict(os.environ)  # before any import sets a variable: the key of this command's environment
     warm, which = None, ""
-    if _command(argv) in FORWARDED and not ({"-h", "--help", "--version"} & set(argv)):
+    if _command(argv) in FORWARDED and not ({"-h", "--help", "--help-all", "--version"} & set(argv)):
         from agent.warm import process as warm_process
 
         if warm_process.enabled():

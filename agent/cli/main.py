@@ -57,12 +57,15 @@ def _environment_names(group: click.Group, path: str = "TUNE_AGENT") -> None:
     """Every option of every command reads ``TUNE_AGENT_<OPTION>`` (``TUNE_AGENT_TRACKING_URI``,
     ``TUNE_AGENT_TRIALS``: one setting for every command that has the option, as
     docs/guide/options.md says) and, winning over it, click's per-command
-    ``TUNE_AGENT_<COMMAND>_<OPTION>`` (``TUNE_AGENT_START_TRIALS``); ``--help`` shows both."""
+    ``TUNE_AGENT_<COMMAND>_<OPTION>`` (``TUNE_AGENT_START_TRIALS``); ``--help`` shows both. The
+    name is the option's own (``--json``: ``TUNE_AGENT_JSON``, ``--trial``: ``TUNE_AGENT_TRIAL``),
+    not the Python parameter's behind it."""
     for name, command in group.commands.items():
         here = f"{path}_{name.replace('-', '_').upper()}"
         for param in command.params:
-            if isinstance(param, click.Option) and param.envvar is None and param.name:
-                option = param.name.upper()
+            if isinstance(param, click.Option) and param.envvar is None and param.name and param.expose_value:
+                longs = [o for o in param.opts if o.startswith("--")]
+                option = (longs[0][2:] if longs else param.name).replace("-", "_").upper()
                 param.envvar = [f"{here}_{option}", f"TUNE_AGENT_{option}"]
                 param.show_envvar = True
         if isinstance(command, click.Group):

@@ -20,12 +20,22 @@ from agent.cli.options import (
     tracking_option,
 )
 from agent.cli.project_options import project_request_options
+from agent.cli.short_help import ShortHelp
 from agent.config import StudyRequest
 from agent.errors import TuneAgentError
 from agent.execution.options import check_execution
 
+# what most studies set; the rest are named in one line of --help (--help-all shows them)
+COMMON = frozenset(
+    {
+        "config", "dataset", "job", "model", "data", "cli", "space", "trainer", "label", "trials", "epochs",
+        "metric", "mode", "study-name", "warm-start", "surrogate", "pruner", "seed", "tracking-uri", "workers",
+        "timeout",
+    }
+)  # fmt: skip
 
-@click.command()
+
+@click.command(cls=ShortHelp, common=COMMON)
 @study_options
 @execution_options
 def start(
@@ -70,7 +80,7 @@ def _warn(line: str) -> None:
     click.echo(line, err=True)
 
 
-@click.command()
+@click.command(cls=ShortHelp, common=COMMON)
 @study_options
 @talks("preparing the study")
 def create(**kwargs: Any) -> None:

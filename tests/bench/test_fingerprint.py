@@ -69,8 +69,8 @@ def test_a_benchmark_run_imports_none_of_the_code_its_fingerprint_leaves_out(tmp
 import atexit, json, sys
 names = lambda: sorted(m for m in sys.modules if m == "ray" or m.startswith("agent."))
 atexit.register(lambda: print("MODULES", json.dumps(names())))
-from agent.cli import main
-main(["bench", "lcbench", "--scenario", {str(toy)!r}, "--target", "cost", "--minimize", "--fidelity", "repl=5",
+from agent.cli import bench_main
+bench_main(["lcbench", "--scenario", {str(toy)!r}, "--target", "cost", "--minimize", "--fidelity", "repl=5",
       "--tasks", "2", "--seeds", "1", "--budget", "4", "--workers", "1", "--methods", "gp", "--batch", "2",
       "--out", {str(tmp_path)!r}])
 """
