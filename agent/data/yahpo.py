@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.data.yahpo_scenarios import BUILTIN, NA, ScenarioDescriptor
+from agent.data.yahpo_scenarios import BUILTIN, NA, ScenarioDescriptor, check_known_ranges
 from agent.data.yahpo_space import parse_conditions, parse_param, with_condition
 from agent.errors import TuneAgentError
 from agent.space import Categorical, Float, Int, Param, SearchSpace
@@ -157,6 +157,7 @@ class YahpoScenario:
         if unknown:
             raise TuneAgentError(f"{folder / 'config_space.json'} has conditions on unknown parameters {unknown}")
         params = {n: with_condition(p, conditions.get(n)) for n, p in params.items()}
+        check_known_ranges(folder, params)
         d = _resolve_descriptor(folder, descriptor)
         if targets is not None or cont_names is not None:
             d = _override(d, targets, cont_names)

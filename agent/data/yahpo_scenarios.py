@@ -27,6 +27,7 @@ f1 and memory dropped) for newer surrogates; such a folder fails validation agai
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -326,3 +327,47 @@ BUILTIN: dict[str, ScenarioDescriptor] = {
         ),
     )
 }
+
+
+# The ranges of the numeric parameters of yahpo-gym's config spaces, for the scenarios whose files are
+# checked against them (a config_space.json with two same-typed names swapped passes every other
+# check, and the surrogate is then fed each value outside the range it was fitted on): name ->
+# (kind, lower, upper, log). lcbench: Zimmer et al. 2021, as yahpo-gym ships it.
+RANGES: dict[str, dict[str, tuple[str, float, float, bool]]] = {
+    "lcbench": {
+        "batch_size": ("int", 16, 512, True),
+        "epoch": ("int", 1, 52, False),
+        "learning_rate": ("float", 1e-4, 0.1, True),
+        "max_dropout": ("float", 0.0, 1.0, False),
+        "max_units": ("int", 64, 1024, True),
+        "momentum": ("float", 0.1, 0.99, False),
+        "num_layers": ("int", 1, 5, False),
+        "weight_decay": ("float", 1e-5, 0.1, False),
+    }
+}
+
+
+def check_known_ranges(folder: Path, params: Mapping[str, Any]) -> None:
+    """A folder named after a scenario yahpo-gym ships gives its numeric parameters yahpo-gym's
+    ranges (:data:`RANGES`): two same-typed names swapped in config_space.json would feed the
+    surrogate each value from the other's range. Refused in one line naming the parameter."""
+    known = RANGES.get(folder.name, {})
+    for name, (kind, low, high, log) in known.items():
+        p = params.get(name)
+        if p is None:
+            continue
+        got = (str(p.kind), float(getattr(p, "low", math.nan)), float(getattr(p, "high", math.nan)))
+        is_log = bool(getattr(p, "log", False))
+        if got[0] == kind and is_log == log and _close(got[1:], (low, high)):
+            continue
+        swapped = [n for n, r in known.items() if n != name and r[0] == got[0] and _close(got[1:], r[1:3])]
+        hint = f" (yahpo-gym's range of {swapped[0]}: two names swapped?)" if swapped else ""
+        raise TuneAgentError(
+            f"{folder / 'config_space.json'} gives {name} {got[0]} [{got[1]:g}, {got[2]:g}]{' log' * is_log}"
+            f"{hint}; yahpo-gym's {folder.name} has {kind} [{low:g}, {high:g}]{' log' * log}: the surrogate "
+            "would be fed values from the wrong range"
+        )
+
+
+def _close(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b))

@@ -357,3 +357,22 @@ def test_a_descriptor_with_columns_swapped_is_refused_for_a_scenario_yahpo_gym_k
     (folder / "descriptor.json").write_text(json.dumps(record))
     with pytest.raises(TuneAgentError, match="another order"):
         YahpoScenario.load(folder)
+
+
+@needs_lcbench
+def test_a_known_scenario_with_two_names_swapped_in_its_config_space_is_refused(tmp_path: Path) -> None:
+    """An lcbench folder whose config_space.json swaps batch_size and max_units (both log ints) passes
+    every check of the files; the ranges yahpo-gym ships for lcbench catch it, in one line."""
+    folder = tmp_path / "lcbench"
+    folder.mkdir()
+    for name in ("model.onnx", "encoding.json"):
+        (folder / name).symlink_to(LCBENCH / name)
+    space = json.loads((LCBENCH / "config_space.json").read_text())
+    for h in space["hyperparameters"]:
+        h["name"] = {"batch_size": "max_units", "max_units": "batch_size"}.get(h["name"], h["name"])
+    (folder / "config_space.json").write_text(json.dumps(space))
+    with pytest.raises(TuneAgentError, match=r"two names swapped") as err:
+        YahpoScenario.load(folder)
+    assert "batch_size" in str(err.value) and "\n" not in str(err.value)
+    (folder / "config_space.json").write_text((LCBENCH / "config_space.json").read_text())
+    assert YahpoScenario.load(folder).space.dim == 7  # the same folder with yahpo-gym's file loads
