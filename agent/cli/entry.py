@@ -6,6 +6,10 @@ command is handed over."""
 from __future__ import annotations
 
 import sys
+import time
+
+_IMPORTED = time.perf_counter()  # the console script's launch, near enough: this is its first import
+LAUNCHED: float | None = None  # set by main(): a command of its own process, timed from its launch
 
 # Commands that gain from the warm process's imports; ``daemon`` manages it, ``bench`` measures
 # fresh processes, ``server`` and ``ui`` run for hours, ``--help`` and ``--version`` are light.
@@ -36,6 +40,9 @@ def _command(argv: list[str]) -> str | None:
 
 def main() -> None:
     import os
+
+    global LAUNCHED
+    LAUNCHED = _IMPORTED
 
     argv = sys.argv[1:]
     launched_with = dict(os.environ)  # before any import sets a variable: the key of this command's environment

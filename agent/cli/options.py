@@ -308,14 +308,42 @@ def lazy_kb(req: Any) -> Any:
 def preparing(what: str) -> Iterator[None]:
     """On a terminal, a transient status line within a fraction of a second of the command, while
     the heavy libraries, the dataset and the history load (it disappears when the study's own lines
-    start, so bad input still ends in its one line). Pipes and logs get nothing extra."""
+    start, so bad input still ends in its one line). In a log, the same words on stderr once a
+    command of its own process is still preparing 1.5 s after its launch (:func:`_said_if_slow`)."""
     if not sys.stdout.isatty():
-        yield
+        with _said_if_slow(what):
+            yield
         return
     from rich.console import Console
 
     with Console(highlight=False).status(f"tune-agent: {what}", spinner="dots"):
         yield
+
+
+SILENT_AT_MOST = 1.5  # seconds after its launch by which a command in a log has said something
+
+
+@contextlib.contextmanager
+def _said_if_slow(what: str) -> Iterator[None]:
+    """``tune-agent: WHAT`` on stderr :data:`SILENT_AT_MOST` seconds after the console script's
+    launch (its imports are most of that) unless the block has ended by then; stdout stays the
+    command's answer (JSON for scripts). Bad input found before then is still its one line alone."""
+    import threading
+    import time
+
+    launched = getattr(sys.modules.get("agent.cli.entry"), "LAUNCHED", None)
+    if launched is None:  # in the warm process, or called from Python: its imports are done
+        yield
+        return
+    timer = threading.Timer(
+        max(0.0, SILENT_AT_MOST - (time.perf_counter() - launched)), lambda: click.echo(f"tune-agent: {what}", err=True)
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def talks(what: str) -> Any:
