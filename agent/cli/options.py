@@ -305,13 +305,14 @@ def lazy_kb(req: Any) -> Any:
 # `start` and `resume`: where trials run and for how long, in --help's order; not part of a study,
 # so a resume may choose differently (checked by agent.execution.options.check_execution)
 @contextlib.contextmanager
-def preparing(what: str) -> Iterator[None]:
+def preparing(what: str, log: bool = False) -> Iterator[None]:
     """On a terminal, a transient status line within a fraction of a second of the command, while
     the heavy libraries, the dataset and the history load (it disappears when the study's own lines
-    start, so bad input still ends in its one line). In a log, the same words on stderr once a
-    command of its own process is still preparing 1.5 s after its launch (:func:`_said_if_slow`)."""
+    start, so bad input still ends in its one line). ``log``: a command whose output is a log, not
+    an answer for a script (``start``, ``resume``, ``neighbors`` without ``--json``): in a pipe, the
+    same words once its own process is still preparing 1.5 s after launch (:func:`_said_if_slow`)."""
     if not sys.stdout.isatty():
-        with _said_if_slow(what):
+        with _said_if_slow(what) if log else contextlib.nullcontext():
             yield
         return
     from rich.console import Console
@@ -325,9 +326,9 @@ SILENT_AT_MOST = 1.5  # seconds after its launch by which a command in a log has
 
 @contextlib.contextmanager
 def _said_if_slow(what: str) -> Iterator[None]:
-    """``tune-agent: WHAT`` on stderr :data:`SILENT_AT_MOST` seconds after the console script's
-    launch (its imports are most of that) unless the block has ended by then; stdout stays the
-    command's answer (JSON for scripts). Bad input found before then is still its one line alone."""
+    """``tune-agent: WHAT`` on stdout, the command's log, :data:`SILENT_AT_MOST` seconds after the
+    console script's launch (its imports are most of that) unless the block has ended by then;
+    stderr stays the one line of bad input or a refusal, however long finding it took."""
     import threading
     import time
 
@@ -336,7 +337,7 @@ def _said_if_slow(what: str) -> Iterator[None]:
         yield
         return
     timer = threading.Timer(
-        max(0.0, SILENT_AT_MOST - (time.perf_counter() - launched)), lambda: click.echo(f"tune-agent: {what}", err=True)
+        max(0.0, SILENT_AT_MOST - (time.perf_counter() - launched)), lambda: click.echo(f"tune-agent: {what}")
     )
     timer.daemon = True
     timer.start()
@@ -346,15 +347,16 @@ def _said_if_slow(what: str) -> Iterator[None]:
         timer.cancel()
 
 
-def talks(what: str) -> Any:
+def talks(what: str, log: bool = False) -> Any:
     """A command that shows a transient status line on a terminal at once while it loads (see
-    :func:`_preparing`); its own output prints above it."""
+    :func:`preparing`); its own output prints above it. ``log``: its text output is a log (not with
+    ``--json``)."""
     import functools
 
     def wrap(fn: Any) -> Any:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            with preparing(what):
+            with preparing(what, log=log and not kwargs.get("as_json")):
                 return fn(*args, **kwargs)
 
         return run

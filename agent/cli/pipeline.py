@@ -155,7 +155,7 @@ def evaluate_cmd(params_file: str) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @tracking_option
 @json_option
-@talks("loading the dataset and the history")
+@talks("loading the dataset and the history", log=True)
 def neighbors(
     dataset: str,
     job: str,

@@ -59,7 +59,10 @@ def start(
 
     launch = launched()
     early = start_workers_early(execution, req.job, fork=launch.fork)
-    with abandoning(early), preparing(f"preparing a study of {_what(req)}: loading libraries, data and history"):
+    with (
+        abandoning(early),
+        preparing(f"preparing a study of {_what(req)}: loading libraries, data and history", log=True),
+    ):
         from agent.execution.progress import ProgressReporter
         from agent.tuning.heartbeat import Heartbeat
         from agent.tuning.service import prepare_study
@@ -129,7 +132,7 @@ def resume(
     launch = launched()
     early = start_workers_early(execution, job, fork=launch.fork)
     with abandoning(early):
-        with preparing(f"opening study {study_name}: loading libraries, data and trials"):
+        with preparing(f"opening study {study_name}: loading libraries, data and trials", log=True):
             from agent.execution.progress import ProgressReporter
             from agent.tuning.heartbeat import Heartbeat
 
