@@ -18,7 +18,6 @@ import hashlib
 import os
 import select
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.bench.server import _free_port
 from agent.bench.timed_run import bench_env, console_script
 
 PROTOCOL = (
@@ -156,12 +156,6 @@ def summarise(marks: list[tuple[float, str]], text: bytes, code: int | None) -> 
     }
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_silence_bench(copies: int = 1, team: bool = True, say: Any = print) -> dict[str, Any]:
     """The longest silence of each command on a sqlite store of ``copies`` x the starter history
     and, with ``team``, through a team server holding the same; see the module's text."""
@@ -237,7 +231,7 @@ def _commands(
     run = line_gaps([exe, "meta", "publish", "--job", "mlp", *store[:2]], builder, env)
     _keep(label, "meta publish", run, results, say)
     if label == "sqlite":
-        port = _port()
+        port = _free_port()
         run = line_gaps([exe, "ui", "--port", str(port), *store], teammate, env, timeout=600, ready=b"answers on")
         _keep(label, "ui", run, results, say)
 
@@ -256,7 +250,7 @@ def _through_server(
 ) -> None:
     """A team server started (its start and its stop timed as ``server``) and the commands through it."""
     exe = console_script()
-    data, port, pg_port = root / "team", _port(), _port()
+    data, port, pg_port = root / "team", _free_port(), _free_port()
     root.chmod(0o755)  # PostgreSQL's own user must reach its cluster's folder when the benchmark runs as root
     start = time.perf_counter()
     args = [exe, "server", "--data-dir", str(data), "--port", str(port), "--pg-port", str(pg_port)]

@@ -261,6 +261,7 @@ def _add_source_model(study: Study, reporter: Any) -> None:
     history with it), so the next study looks it up instead of fitting it. A by-product: one that
     cannot be made is a note, and the next study fits what is missing."""
     from agent.errors import StoreError
+    from agent.tuning.heartbeat import phase
     from agent.tuning.published import open_source_models, publish_added
     from agent.tuning.source_models import history_revision, update_source_models
 
@@ -268,7 +269,7 @@ def _add_source_model(study: Study, reporter: Any) -> None:
     start = time.perf_counter()
     # seconds (a GP fit, the history's portfolios): said first, so the end of a study is never silent
     reporter.line(f"source models: adding this study's dataset to {s.models_dir}")
-    _phase(reporter, "adding this study's dataset to the source models (the stored ones read, its GP fitted)")
+    phase(reporter, "adding this study's dataset to the source models (the stored ones read, its GP fitted)")
     store = open_source_models(study.kb, s.models_dir, s.job_name, study.space, reporter.line)
     try:
         done = update_source_models(study.kb, s.models_dir, s.job_name, study.space, s.kernel, store=store)
@@ -277,7 +278,7 @@ def _add_source_model(study: Study, reporter: Any) -> None:
     except Exception as exc:
         reporter.line(f"source models not updated: {type(exc).__name__}: {exc}")
         return
-    _phase(reporter, "publishing the source models to the store")
+    phase(reporter, "publishing the source models to the store")
     published = publish_added(
         study.kb, store, s.job_name, study.space, lambda: history_revision(study.kb, s.job_name, study.space)
     )
@@ -290,13 +291,6 @@ def _add_source_model(study: Study, reporter: Any) -> None:
         )
     if published is not None:
         reporter.line(published)
-
-
-def _phase(reporter: Any, what: str) -> None:
-    """Names what the study's end does next, for a reporter that speaks while a phase runs."""
-    name = getattr(reporter, "phase", None)
-    if callable(name):
-        name(what)
 
 
 def _with(trials: list[TrialRecord], record: TrialRecord) -> list[TrialRecord]:
