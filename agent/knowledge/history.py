@@ -8,6 +8,7 @@ original files: that is what lets ``dvc repro`` retrain the meta-models from MLf
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,12 @@ import numpy as np
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TRIAL_OK, KnowledgeBase, StudyRecord, TrialRecord
 from agent.space import SearchSpace, SpaceMatch
+
+# A warm start seeds a dataset's fastest configuration instead of its best when that one is within
+# NEAR_BEST of the best (as a share of the dataset's range of values) and the best trains SLOWER
+# times longer or more (fit_seconds): the expected gain is negligible, the cost is not.
+NEAR_BEST = 0.02
+SLOWER = 2.0
 
 
 @dataclass(frozen=True)
@@ -59,11 +66,40 @@ class HistoricalDataset:
         sign = -1.0 if self.mode == "min" else 1.0
         return max(ok, key=lambda e: sign * e.value)
 
+    def warm_pick(self, taken: set[str]) -> Evaluation | None:
+        """The evaluation this dataset seeds a study with when the configurations in ``taken``
+        (:func:`config_key`) are already seeded: its best one not taken, or, when its trials'
+        ``fit_seconds`` are known, the fastest of those within :data:`NEAR_BEST` of that best (by
+        this dataset's range of values) if the best trains :data:`SLOWER` times longer or more."""
+        sign = -1.0 if self.mode == "min" else 1.0
+        ok = [e for e in self.evaluations if math.isfinite(e.value)]
+        free = sorted((e for e in ok if config_key(e.config) not in taken), key=lambda e: -sign * e.value)
+        if not free:
+            return None
+        best = free[0]
+        span = max(sign * e.value for e in ok) - min(sign * e.value for e in ok)
+        near = [e for e in free if sign * (best.value - e.value) <= NEAR_BEST * span and _seconds(e) is not None]
+        quick = min(near, key=lambda e: _seconds(e) or 0.0, default=None)
+        best_s, quick_s = _seconds(best), None if quick is None else _seconds(quick)
+        if quick is not None and best_s is not None and quick_s is not None and best_s >= SLOWER * max(quick_s, 1e-9):
+            return quick
+        return best
+
     def ranked_configs(self) -> list[Mapping[str, Any]]:
         """Configurations from best to worst by the study's own objective."""
         sign = -1.0 if self.mode == "min" else 1.0
         ok = [e for e in self.evaluations if math.isfinite(e.value)]
         return [e.config for e in sorted(ok, key=lambda e: -sign * e.value)]
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """One configuration as a comparable key (the same values give the same key)."""
+    return json.dumps(dict(config), sort_keys=True, default=str)
+
+
+def _seconds(e: Evaluation) -> float | None:
+    value = e.metrics.get("fit_seconds")
+    return float(value) if value is not None and math.isfinite(float(value)) else None
 
 
 def _evaluation(trial: TrialRecord) -> Evaluation | None:

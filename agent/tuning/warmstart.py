@@ -1,7 +1,8 @@
 """Warm starting a study from its nearest historical datasets (paper 003 Alg. 3, paper 000 Alg. 3).
 
 Ahead of the first trial: meta-features of the new dataset → the ``k`` nearest historical datasets
-run with the same job and search space → their best configurations are evaluated first → (with
+run with the same job and search space → their best configurations (distinct: a neighbour whose
+best is already seeded gives its next best) are evaluated first → (with
 ``prior_mean='neighbours'``) the mean of their response surfaces becomes the GP's prior mean.
 The method falls back learned → hand-crafted → none when there is no trained extractor or no
 history, and says so in one line. What seeded the study is stored on its run so that a resumed
@@ -32,6 +33,7 @@ from agent.errors import TuneAgentError
 from agent.knowledge.history import (
     HistoricalDataset,
     compatible_history,
+    config_key,
     load_history,
     surface_data,
     with_evaluations_loaded,
@@ -287,9 +289,11 @@ def _pick_neighbours(
     objectives: Sequence[tuple[str, str]] = (),
     constraints: Sequence[tuple[str, str, float]] = (),
 ) -> list[NeighbourInfo]:
-    """Up to ``k`` of the ``found`` datasets with a best configuration (in ``job``'s space, translated
+    """Up to ``k`` of the ``found`` datasets with a configuration to seed (in ``job``'s space, translated
     through ``match`` when the history is another space's): distinct sources first, then the nearest
-    of the rest; nearest first. Loads the evaluations of each dataset it looks at into ``history``.
+    of the rest; nearest first. Each seeds a configuration no nearer neighbour seeds
+    (:meth:`~agent.knowledge.history.HistoricalDataset.warm_pick`: its best one not taken, or a much
+    faster one of nearly the same value). Loads the evaluations of each dataset it looks at into ``history``.
     With several ``objectives`` (or ``constraints``), a neighbour whose trials reported them gives
     the two ends of its feasible front (:func:`~agent.samplers.pareto.front_ends`); one that did
     not, its best trial."""
@@ -299,6 +303,7 @@ def _pick_neighbours(
     def here(config: Mapping[str, Any]) -> dict[str, Any]:
         return dict(config) if match is None else job.space.decode(job.space.translate(config, match))
 
+    taken: set[str] = set()  # configurations seeded already: a neighbour whose best is taken gives its next
     for i in distinct_first([n.index for n in found], [h.source for h in history]):
         if len(neighbours) == k:
             break
@@ -311,9 +316,10 @@ def _pick_neighbours(
             other = here(last.config) if last is not first else None
             neighbours.append(NeighbourInfo(h.name, h.key, distance[i], here(first.config), first.value, other))
             continue
-        best = h.best()
-        if best is not None:
-            neighbours.append(NeighbourInfo(h.name, h.key, distance[i], here(best.config), best.value))
+        pick = h.warm_pick(taken)
+        if pick is not None:
+            taken.add(config_key(pick.config))
+            neighbours.append(NeighbourInfo(h.name, h.key, distance[i], here(pick.config), pick.value))
     neighbours.sort(key=lambda x: x.distance)
     return neighbours
 

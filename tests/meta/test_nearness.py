@@ -58,3 +58,56 @@ def test_meta_features_of_an_older_version_are_recomputed_once_and_stored(tmp_pa
     again: list[str] = []
     plan_warm_start(kb, load_job("mlp"), data, sample, summary, "handcrafted", 3, tmp_path, progress=again.append)
     assert not any("older version" in line for line in again)
+
+
+def test_neighbours_whose_best_is_taken_seed_their_next_best(tmp_path) -> None:
+    """Every historical dataset's best is the same configuration: the k neighbours still seed k
+    distinct configurations, the nearer its best, the others their best not yet seeded."""
+    from pathlib import Path
+
+    from agent.data import describe_dataset, load_dataset, sample_dataset
+    from agent.jobs import load_job
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.history import config_key
+    from agent.knowledge.starter import import_starter, read_starter, write_starter
+    from agent.tuning.warmstart import plan_warm_start
+
+    repo = Path(__file__).resolve().parents[2]
+    header, entries = read_starter(repo / "agent" / "knowledge" / "starters" / "mlp.npz")
+    shared = []
+    for e in entries:
+        values = np.array(e["values"], dtype=float)
+        values[0] = np.nanmin(values) - 0.1  # val_loss (min): configuration 0 is everyone's best
+        shared.append({**e, "values": values.tolist()})
+    write_starter(tmp_path / "shared.npz", header["job"], header["space"], shared)
+    kb = open_knowledge_base("memory:")
+    import_starter(kb, tmp_path / "shared.npz")
+    data = load_dataset("wine")
+    warm = plan_warm_start(
+        kb, load_job("mlp"), data, sample_dataset(data, 256, seed=0), describe_dataset(data), "handcrafted", 3, tmp_path
+    )
+    assert len(warm.neighbours) == 3
+    keys = [config_key(n.best_config) for n in warm.neighbours]
+    assert not warm.far and len(set(keys)) == 3 and len(warm.seeds) == 3
+    assert keys[0] == config_key(entries[0]["configs"][0])  # the nearest seeds the shared best
+
+
+def test_a_much_faster_configuration_of_nearly_the_best_value_is_seeded_instead() -> None:
+    from agent.knowledge.history import Evaluation, HistoricalDataset, config_key
+
+    def ev(x: int, value: float, seconds: float | None) -> Evaluation:
+        return Evaluation({"x": x}, value, None, {} if seconds is None else {"fit_seconds": seconds})
+
+    def dataset(*evaluations: Evaluation) -> HistoricalDataset:
+        return HistoricalDataset(
+            "k", "d", "d", "tabular", "mlp", "s", "f", "val_loss", "min", (), (), {}, tuple(evaluations)
+        )
+
+    slow_best = dataset(ev(1, 0.100, 40.0), ev(2, 0.101, 5.0), ev(3, 0.5, 1.0), ev(4, 1.1, 1.0))
+    assert slow_best.warm_pick(set()).config == {"x": 2}  # 0.1% of the range worse, 8x faster
+    assert slow_best.warm_pick({config_key({"x": 2})}).config == {"x": 1}
+    clearly_better = dataset(ev(1, 0.100, 40.0), ev(2, 0.200, 5.0), ev(3, 1.1, 1.0))
+    assert clearly_better.warm_pick(set()).config == {"x": 1}  # 10% of the range: the best stays
+    untimed = dataset(ev(1, 0.100, None), ev(2, 0.101, None))
+    assert untimed.warm_pick(set()).config == {"x": 1}
+    assert untimed.warm_pick({config_key({"x": 1}), config_key({"x": 2})}) is None
