@@ -286,12 +286,14 @@ def import_cmd(
     tracking_uri: str | None,
     artifact_root: str | None,
 ) -> None:
-    """Import a table of external evaluations (task, hyperparameters, value) as finished studies."""
+    """Import a table of external evaluations (task, hyperparameters, value) as finished studies
+    (tasks whose study the store holds are skipped: an interrupted import runs again)."""
     from agent.knowledge.importer import import_table, load_space, read_table
 
     space = load_space(Path(space_file))
     frame = read_table(Path(table))
-    summary = import_table(kb_for(tracking_uri, artifact_root), frame, space, job_name, metric, mode)
+    kb = kb_for(tracking_uri, artifact_root)
+    summary = import_table(kb, frame, space, job_name, metric, mode, progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(summary))
 
 

@@ -39,11 +39,14 @@ Contract every backend honours:
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agent.knowledge.imports import best_imported
 
 TRIAL_OK = "ok"
 TRIAL_FAILED = "failed"
@@ -76,12 +79,10 @@ class StudyRecord:
 
 @dataclass(frozen=True)
 class MetaModelsRecord:
-    """One published version of what the history of one job and search space taught (its
-    *scope*, ``<job>/<space signature>``): the files of :mod:`agent.knowledge.meta_cache`.
-
-    ``files`` are the version's artifact names: ``files/<name>`` (whole meta-models, replaced by
-    the next version) and ``source_models/<digest>.jsonl`` (chunks of source-model records, added
-    to a version by every study that ends; content-named, so two publishers never collide)."""
+    """One published version of what the history of one job and search space (its *scope*,
+    ``<job>/<space signature>``) taught: the files of :mod:`agent.knowledge.meta_cache`, named
+    ``files/<name>`` (whole meta-models, replaced by the next version) and ``source_models/<digest>.jsonl``
+    (source-model chunks that ending studies add; content-named, so two publishers never collide)."""
 
     record_id: str
     scope: str
@@ -90,15 +91,13 @@ class MetaModelsRecord:
     revision: str  # the history it covers (:func:`agent.knowledge.meta_cache.history_revision`)
     created: int = 0  # ms since the epoch
     files: tuple[str, ...] = ()
-    # where each file is kept, when not in ``record_id`` itself: two publishers that made the same
-    # version at once each hold part of it (parallel to ``files``; empty: all in ``record_id``)
+    # where each file is kept (parallel to ``files``; empty: all in ``record_id``): two publishers
+    # that made the same version at once each hold part of it
     homes: tuple[str, ...] = ()
 
     def home(self, name: str) -> str:
         """The id of the record that keeps file ``name``."""
-        if self.homes and name in self.files:
-            return self.homes[self.files.index(name)]
-        return self.record_id
+        return self.homes[self.files.index(name)] if self.homes and name in self.files else self.record_id
 
 
 @dataclass(frozen=True)
@@ -118,6 +117,8 @@ class TrialRecord:
 
 class KnowledgeBase(abc.ABC):
     """Where studies and trials live. See the module docstring for the contract."""
+
+    import_threads = 1  # how many import_evaluations import_many runs at once (thread-safe stores: more)
 
     @property
     @abc.abstractmethod
@@ -273,16 +274,16 @@ class KnowledgeBase(abc.ABC):
         description: str,
         dataset_summary: Mapping[str, Any] | None = None,
         dataset_sample: tuple[Any, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
     ) -> StudyRecord:
-        """One ``finished`` study holding evaluations made elsewhere.
+        """One ``finished`` study holding evaluations made elsewhere (with ``tags`` as :meth:`set_study_tags`).
 
         Trial ``i`` is ``configs[i]`` with value ``values[i]`` (``None`` if missing or not finite),
-        state ``ok``, origin ``import``; pairs beyond the shorter list are dropped. The dataset
-        summary is ``dataset_summary`` (default ``{"source": settings["dataset_name"], "kind":
-        "external"}``) and the sample ``dataset_sample`` (default none, as for create_study); its
-        best result is the best finite value in ``settings["mode"]`` (:func:`best_imported`). The
-        study is visible while its trials are written; its status turns ``finished`` last.
-        Backends may override this for speed; the records must stay the same.
+        state ``ok``, origin ``import``; pairs beyond the shorter list are dropped. The dataset summary
+        is ``dataset_summary`` (default ``{"source": settings["dataset_name"], "kind": "external"}``),
+        the sample ``dataset_sample`` (default none); its best is the best finite value in
+        ``settings["mode"]`` (:func:`best_imported`). Backends override this for speed (MLflow: the
+        study appears whole, already ``finished``); the records must stay the same.
         """
         summary = dataset_summary or {"source": settings["dataset_name"], "kind": "external"}
         record = self.create_study(name, settings, space, summary, dataset_sample, description)
@@ -291,7 +292,14 @@ class KnowledgeBase(abc.ABC):
             number_value = None if value is None else float(value)
             finite = number_value is not None and math.isfinite(number_value)
             self.finish_trial(record, trial, number_value if finite else None, TRIAL_OK)
+        if tags:
+            self.set_study_tags(record, tags)
         return self.update_study(record, "finished", *best_imported(settings, configs, values))
+
+    @contextlib.contextmanager
+    def many_imports(self) -> Iterator[None]:
+        """Around many :meth:`import_evaluations`: a store may list them to other readers together."""
+        yield
 
     # -- trials --------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -381,13 +389,6 @@ class KnowledgeBase(abc.ABC):
         from agent.errors import StoreError
 
         raise StoreError(f"{type(self).__name__} keeps no published meta-models")
-
-
-def best_imported(settings: Mapping[str, Any], configs: list[Any], values: list[Any]) -> tuple[Any, Any]:
-    """The best finite value of imported evaluations by ``settings["mode"]`` and its configuration."""
-    finite = [(float(v), c) for c, v in zip(configs, values) if v is not None and math.isfinite(float(v))]
-    sign = -1.0 if settings.get("mode") == "max" else 1.0
-    return min(finite, key=lambda pair: sign * pair[0]) if finite else (None, None)
 
 
 def _parse_param(value: str) -> Any:

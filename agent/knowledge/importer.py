@@ -3,7 +3,8 @@
 A table (``.csv`` or ``.parquet``) has a ``task`` column (the dataset or task each row belongs to),
 one column per hyperparameter of the search space and a ``value`` column (the objective). Each task
 becomes one finished study of job ``external:<job_name>``, so warm starting and transfer surrogates
-read it back through the same knowledge-base code as studies that ran here.
+read it back through the same knowledge-base code as studies that ran here. A task whose study the
+store holds finished is skipped, so an interrupted import runs again to complete.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agent.config import StudySettings
 from agent.errors import TuneAgentError
+from agent.knowledge.imports import Imported, import_many
 from agent.space import SearchSpace
 
 
@@ -56,16 +59,24 @@ def task_fingerprint(job_name: str, task: str) -> str:
 
 
 def import_table(
-    kb: Any, table: Any, space: SearchSpace, job_name: str, metric: str, mode: str, prefix: str = "import"
+    kb: Any,
+    table: Any,
+    space: SearchSpace,
+    job_name: str,
+    metric: str,
+    mode: str,
+    prefix: str = "import",
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Writes one study per task; returns counts and the seconds it took."""
+    """Writes one study per task (:func:`agent.knowledge.imports.import_many`), skipping tasks whose
+    study the store holds finished (an interrupted import resumes); returns counts and seconds."""
     missing = [c for c in ["task", "value", *space.names] if c not in table.columns]
     if missing:
         raise TuneAgentError(f"table lacks columns {missing}")
     start = time.perf_counter()
-    studies = rows = 0
+    studies = []
     for task, group in table.groupby("task", sort=True):
-        configs = [_row_config(space, r) for _, r in group.iterrows()]
+        configs = [_row_config(space, r) for r in group.to_dict("records")]
         for c in configs:
             space.validate(c)
         settings = StudySettings(
@@ -81,14 +92,21 @@ def import_table(
             n_init=len(configs),
             warm_start="none",
         )
-        kb.import_evaluations(
-            f"{prefix}-{job_name}-{task}",
-            settings.to_dict(),
-            space.to_dict(),
-            configs,
-            [float(v) for v in group["value"]],
-            f"Evaluations of `{job_name}` on task `{task}` imported from a table.",
+        description = f"Evaluations of `{job_name}` on task `{task}` imported from a table."
+        values = [float(v) for v in group["value"]]
+        studies.append(
+            Imported(f"{prefix}-{job_name}-{task}", settings.to_dict(), space.to_dict(), configs, values, description)
         )
-        studies += 1
-        rows += len(configs)
-    return {"studies": studies, "rows": rows, "seconds": round(time.perf_counter() - start, 2)}
+    read_s = time.perf_counter() - start
+    with kb.many_imports():  # the listing below is fresh: a study an interrupted import wrote is skipped
+        present = {s.name for s in kb.list_studies() if s.status == "finished"}
+        todo = [s for s in studies if s.name not in present]
+        count = import_many(kb, todo, len(todo), progress)
+    return {
+        "studies": count.studies,
+        "rows": count.rows,
+        "skipped": len(studies) - len(todo),
+        "seconds": round(time.perf_counter() - start, 2),
+        "stages": {"read_s": round(read_s, 2), "import_s": round(count.seconds, 2)},
+        "per_second": round(count.rate, 1) if count.studies else None,
+    }

@@ -4,8 +4,8 @@
 studies) to a compressed ``.npz``: a JSON header per study (name, settings, search space, dataset
 summary, stored meta-features, configurations and values) and its dataset sample. :func:`import_starter`
 writes them into any knowledge base as finished studies through
-:meth:`~agent.knowledge.base.KnowledgeBase.import_evaluations` (inline rows on MLflow: seconds, not
-minutes); studies already present are skipped, so an interrupted import simply runs again.
+:func:`agent.knowledge.imports.import_many` (inline rows on MLflow, a few calls per study); studies
+already present are skipped, so an interrupted import simply runs again.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from agent.errors import TuneAgentError
 from agent.knowledge.base import TRIAL_OK, KnowledgeBase
+from agent.knowledge.imports import ImportCount, Imported, import_many
 
 FORMAT = 1
 
@@ -54,22 +55,29 @@ def read_studies(
     return entries
 
 
-def write_entries(kb: KnowledgeBase, entries: list[dict[str, Any]], space: list[dict[str, Any]], origin: str) -> int:
+def write_entries(
+    kb: KnowledgeBase,
+    entries: list[dict[str, Any]],
+    space: list[dict[str, Any]],
+    origin: str,
+    progress: Callable[[str], None] | None = None,
+) -> ImportCount:
     """Writes entries (as :func:`read_studies` makes them) into ``kb`` as finished studies."""
-    for entry in entries:
-        record = kb.import_evaluations(
-            entry["name"],
-            entry["settings"],
-            space,
-            entry["configs"],
-            entry["values"],
-            f"Starter history: `{entry['name']}`, imported from {origin}.",
-            entry["summary"],
-            entry["sample"],
-        )
-        if entry.get("metafeatures") is not None:
-            kb.set_study_tags(record, {"metafeatures": entry["metafeatures"]})
-    return len(entries)
+    return import_many(kb, (_imported(e, space, origin) for e in entries), len(entries), progress)
+
+
+def _imported(entry: dict[str, Any], space: list[dict[str, Any]], origin: str) -> Imported:
+    return Imported(
+        entry["name"],
+        entry["settings"],
+        space,
+        entry["configs"],
+        entry["values"],
+        f"Starter history: `{entry['name']}`, imported from {origin}.",
+        entry["summary"],
+        entry["sample"],
+        None if entry.get("metafeatures") is None else {"metafeatures": entry["metafeatures"]},
+    )
 
 
 def export_starter(
@@ -166,19 +174,20 @@ def read_starter(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
 def import_starter(
     kb: KnowledgeBase, path: Path | str, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
-    """Imports a starter file (or a packaged one, by name); returns counts and seconds."""
+    """Imports a starter file (or a packaged one, by name), skipping the studies the store holds
+    finished (an interrupted import resumes); returns counts, seconds and studies per second."""
     start = time.perf_counter()
     path = starter_path(path)
     data, entries = read_starter(path)
-    data["studies"] = entries
-    present = {s.name for s in kb.list_studies() if s.status == "finished"}
-    imported = skipped = 0
-    for entry in data["studies"]:
-        if entry["name"] in present:
-            skipped += 1
-            continue
-        write_entries(kb, [entry], data["space"], path.name)
-        imported += 1
-        if progress and imported % 25 == 0:
-            progress(f"{imported + skipped}/{len(data['studies'])} studies")
-    return {"imported": imported, "skipped": skipped, "seconds": round(time.perf_counter() - start, 1)}
+    with kb.many_imports():  # the listing below is fresh: a study an interrupted import wrote is skipped
+        present = {s.name for s in kb.list_studies() if s.status == "finished"}
+        todo = [e for e in entries if e["name"] not in present]
+        read_s = time.perf_counter() - start
+        count = write_entries(kb, todo, data["space"], path.name, progress)
+    return {
+        "imported": count.studies,
+        "skipped": len(entries) - len(todo),
+        "seconds": round(time.perf_counter() - start, 1),
+        "read_seconds": round(read_s, 2),
+        "per_second": round(count.rate, 1) if count.studies else None,
+    }

@@ -56,6 +56,11 @@ def import_history(kb: KnowledgeBase, starter: str, models_dir: str, job: str, e
     from agent.tuning.source_models import update_for_job
 
     imported = import_starter(kb, starter, progress=echo)
+    echo(
+        f"imported {imported['imported']} studies in {imported['seconds']} s"
+        + (f" ({imported['per_second']} per second)" if imported["per_second"] else "")
+        + (f"; {imported['skipped']} the store holds skipped" if imported["skipped"] else "")
+    )
     built = update_for_job(kb, models_dir, job, progress=echo)
     echo(
         f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
@@ -63,6 +68,7 @@ def import_history(kb: KnowledgeBase, starter: str, models_dir: str, job: str, e
         + (f" (not written: {built['not_written']})" if "not_written" in built else "")
         + (f"; published as version {built['published']}" if "published" in built else "")
     )
+    imported["stages"] = {"import_s": imported["seconds"], "source_models_s": built["seconds"]}
     return imported
 
 

@@ -11,7 +11,7 @@ Layout in MLflow (what a person sees in the UI):
   ``duration_s`` and tags for state, origin and failure reason.
 
 Modules: :mod:`.store_file` (URIs, the embedded sqlite store), :mod:`.retry` (outages and races),
-:mod:`.connection` (the client and its retried calls), :mod:`.studies`, :mod:`.registry` (models
-and meta-model runs), :mod:`.loggers` (Lightning loggers) and :mod:`.backend`
+:mod:`.connection` (the client and its retried calls), :mod:`.studies`, :mod:`.imports` (evaluations
+made elsewhere), :mod:`.registry` (models and meta-model runs), :mod:`.loggers` (Lightning loggers) and :mod:`.backend`
 (:class:`~agent.knowledge.mlflow.backend.MlflowKnowledgeBase`, the trials, and all of the above).
 """

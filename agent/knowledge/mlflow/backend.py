@@ -9,14 +9,14 @@ from typing import Any
 
 from agent.knowledge import layout
 from agent.knowledge.base import TRIAL_RUNNING, StudyRecord, TrialRecord
+from agent.knowledge.mlflow.imports import MlflowImports
 from agent.knowledge.mlflow.kept import MlflowKeptModels
 from agent.knowledge.mlflow.meta_models import MlflowMetaModels
 from agent.knowledge.mlflow.registry import MlflowModels
 from agent.knowledge.mlflow.store_file import T
-from agent.knowledge.mlflow.studies import MlflowStudies
 
 
-class MlflowKnowledgeBase(MlflowStudies, MlflowModels, MlflowKeptModels, MlflowMetaModels):
+class MlflowKnowledgeBase(MlflowImports, MlflowModels, MlflowKeptModels, MlflowMetaModels):
     """Studies and trials in an MLflow tracking store (sqlite file or ``mlflow server``)."""
 
     def trials(self, study: StudyRecord) -> list[TrialRecord]:

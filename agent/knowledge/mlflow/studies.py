@@ -14,10 +14,10 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout, study_cache
-from agent.knowledge.base import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord, best_imported
+from agent.knowledge.base import StudyRecord
 from agent.knowledge.mlflow.connection import MlflowConnection, runs_view_state
 from agent.knowledge.mlflow.retry import TAG_RACE_ATTEMPTS, _unique_key_race
-from agent.knowledge.mlflow.store_file import INLINE_TRIALS, T, store_exists
+from agent.knowledge.mlflow.store_file import T, store_exists
 
 BEST_MARK = "**Best**"  # where a study description's closing line starts (replaced on every finish)
 
@@ -286,47 +286,6 @@ class MlflowStudies(MlflowConnection):
                 return list(json.loads(Path(path).read_text())["params"])
             except (StoreError, OSError, ValueError, KeyError, TypeError):
                 return None
-
-    # -- external evaluations ------------------------------------------------------------------
-    def import_evaluations(
-        self,
-        name: str,
-        settings: Mapping[str, Any],
-        space: list[dict[str, Any]],
-        configs: list[Mapping[str, Any]],
-        values: list[float | None],
-        description: str,
-        dataset_summary: Mapping[str, Any] | None = None,
-        dataset_sample: tuple[Any, Any] | None = None,
-    ) -> StudyRecord:
-        """One finished study holding evaluations made elsewhere, its trials inline.
-
-        Three MLflow calls per row would make a 64-row study cost 2 s on sqlite (a 240-dataset
-        starter history minutes); the rows are one ``trials.json`` artifact of the study run instead,
-        marked by the tag ``tune_agent.trials_inline``, and :meth:`trials` reads them back as the
-        same records. The study run shows them in the MLflow UI's artifact view.
-        """
-        from mlflow.entities import RunTag
-
-        summary = dataset_summary or {"source": settings["dataset_name"], "kind": "external"}
-        record = self.create_study(name, settings, space, summary, dataset_sample, description)
-        rows = []
-        for number, (config, value) in enumerate(zip(configs, values)):
-            number_value = None if value is None else float(value)
-            finite = number_value is not None and math.isfinite(number_value)
-            rows.append({"number": number, "config": dict(config), "value": number_value if finite else None})
-        self._call(self._client.log_dict, record.study_id, {"trials": rows}, INLINE_TRIALS)
-        self._call(self._client.log_batch, record.study_id, tags=[RunTag(T + "trials_inline", "1")])
-        return self.update_study(record, "finished", *best_imported(settings, configs, values))
-
-    def _inline_trials(self, study_id: str) -> list[TrialRecord]:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = self._call(self._client.download_artifacts, study_id, INLINE_TRIALS, tmp)
-            rows = json.loads(Path(path).read_text())["trials"]
-        return [
-            TrialRecord(f"{study_id}:{r['number']}", int(r["number"]), TRIAL_OK, r["config"], r["value"], IMPORT_ORIGIN)
-            for r in rows
-        ]
 
 
 def _cache_row(run: Any) -> dict[str, Any]:
