@@ -213,6 +213,27 @@ class SourceFits:
                 self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1], self._r2[key])
         return self._gps[key]
 
+    def fit_many(
+        self, sources: Sequence[SourceTask], inputs: SurrogateInputs, workers: int, tick: Callable[[int], None]
+    ) -> None:
+        """The GPs of ``sources`` (:meth:`missing` ones) fitted ``workers`` processes at a time
+        (:func:`agent.surrogates.source_gp.fit_states`), then held and stored as :meth:`gp` does."""
+        from agent.surrogates.source_gp import SIGNAL_MIN_R2, fit_states, restore_source_gp
+
+        tasks = [(s.U, s.y, s.dims) for s in sources]
+        for i, (source, (state, r2)) in enumerate(
+            zip(sources, fit_states(tasks, inputs.space, inputs.kernel, workers))
+        ):
+            kernel, key = _fit_key(source, inputs)
+            covar = inputs.covar if source.dims is None else None
+            model = restore_source_gp(source.U, source.y, state, covar=covar, dims=source.dims)
+            self.fitted += 1
+            self._r2[key] = r2
+            self._gps[key] = (model, r2 >= SIGNAL_MIN_R2)
+            if self.store is not None:
+                self.store.add_fit(source.digest, kernel, state, r2 >= SIGNAL_MIN_R2, r2)
+            tick(i + 1)
+
     def verdict(self, source: SourceTask, inputs: SurrogateInputs | None = None) -> tuple[bool, float]:
         """(whether the source's GP passes the signal check, its leave-one-out R²), from the store
         without rebuilding the GP when it is there."""

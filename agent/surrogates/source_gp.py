@@ -10,7 +10,7 @@ from these models; :class:`agent.surrogates.contract.SourceFits` caches them and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -110,3 +110,36 @@ def informative(models: Sequence[Model], min_r2: float = SIGNAL_MIN_R2) -> list[
     the target are left to the ranking-based guards in :func:`rgpe_weights`.
     """
     return [source_signal(m) >= min_r2 for m in models]
+
+
+def fit_states(
+    tasks: Sequence[tuple[np.ndarray, np.ndarray, tuple[int, ...] | None]], space: Any, kernel: str, workers: int
+) -> Iterator[tuple[dict[str, Any], float]]:
+    """Each task's (cube points, normal scores, filtered dims) GP as :func:`fit_source_gps` fits it:
+    its hyperparameters (:func:`agent.surrogates.gp.gp_state`) and its signal (:func:`source_signal`),
+    in order, ``workers`` spawned processes at a time (one torch thread each), each fitting a share.
+    The same state as a fit here: one thread, the same data, the same optimiser start."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    per = max(1, min(16, -(-len(tasks) // (4 * workers))))  # small shares: progress is heard as they end
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_one_thread) as pool:
+        futures = [pool.submit(_fit_chunk, tasks[i : i + per], space, kernel) for i in range(0, len(tasks), per)]
+        for future in futures:
+            yield from future.result()
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _fit_chunk(tasks: Sequence[tuple[np.ndarray, np.ndarray, Any]], space: Any, kernel: str) -> list[tuple[Any, float]]:
+    from agent.surrogates.arc import make_arc_kernel
+    from agent.surrogates.gp import gp_state
+
+    out = []
+    for U, y, dims in tasks:
+        covar = (lambda: make_arc_kernel(space)) if kernel == "arc" and dims is None else None
+        model = fit_source_gps([(U, y)], covar=covar, dims=dims)[0]
+        out.append((gp_state(model), source_signal(model)))
+    return out

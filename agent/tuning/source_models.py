@@ -34,6 +34,9 @@ from agent.surrogates.source_store import SourceModelStore
 from agent.tuning.ticker import Ticker
 
 Progress = Callable[[str], None]
+# Source GPs are fitted on every core when each would get at least this many (a worker's start,
+# importing torch and BoTorch, costs about as much as fitting ten).
+PARALLEL_FITS_FROM = 16
 # Sources a transfer surrogate attends to at most: each costs a GP in every RGPE suggestion and in
 # the portfolio; beyond this (the starter history has 239) the most relevant are kept (bench sources).
 MAX_SOURCES = 256
@@ -119,10 +122,21 @@ def fit_missing(
             "(once: `tune-agent meta source-models` or `dvc repro` builds them ahead)"
         )
     ticker = Ticker(progress, "source GPs fitted", len(missing))
+    workers = min(cores(), len(missing) // PARALLEL_FITS_FROM)
+    if workers > 1:
+        fits.fit_many(missing, inputs, workers, ticker.tick)
+        return len(missing)
     for i, source in enumerate(missing):
         fits.gp(source, inputs)
         ticker.tick(i + 1)
     return len(missing)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def most_relevant(

@@ -229,3 +229,35 @@ def test_source_means_on_two_threads_leave_every_later_posterior_its_variance() 
     with torch.no_grad():
         variance = model.posterior(torch.as_tensor(rng.random((3, 2)))).variance
     assert bool((variance > 0).all()), variance
+
+
+def test_source_gps_fitted_in_worker_processes_are_the_ones_fitted_here(tmp_path) -> None:
+    """`meta publish` on a large history fits source GPs on every core: each worker's fit gives the
+    hyperparameters and signal check this process would (one thread, the same data), and they are
+    stored for the next study."""
+    from agent.jobs import load_job
+    from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs
+    from agent.surrogates.gp import gp_state, normal_scores
+    from agent.surrogates.source_store import SourceModelStore
+
+    space = load_job("mlp").space
+    entries, _ = _starter_entries(0, 4)
+    tasks = []
+    for e in entries:
+        U = np.array([space.encode(c) for c in e["configs"]])
+        y = -np.array(e["values"], dtype=float)
+        tasks.append(SourceTask(e["name"], e["name"], U[np.isfinite(y)], normal_scores(y[np.isfinite(y)])))
+    inputs = SurrogateInputs(space, tuple(tasks))
+    here = SourceFits()
+    states = [gp_state(here.gp(t, inputs)[0]) for t in tasks]
+    store = SourceModelStore(tmp_path)
+    apart = SourceFits(store)
+    ticks: list[int] = []
+    apart.fit_many(tasks, inputs, 2, ticks.append)
+    assert ticks == [1, 2, 3, 4] and apart.fitted == 4
+    for task, state in zip(tasks, states):
+        stored = store.fit(task.digest, "plain")
+        assert stored is not None and here.verdict(task, inputs) == pytest.approx(apart.verdict(task, inputs))
+        for name, value in state.items():
+            assert np.allclose(stored["state"][name]["values"], value["values"]), name
+    assert SourceFits(store).missing(tasks, inputs) == []
