@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from agent.surrogates.contract import FIT_REVISION, SourceTask, portfolio_id  # noqa: F401 - re-exported
+from agent.surrogates.record_index import index_of, read_record
 
 FILE = "source_models.jsonl"
 FORMAT = 1
@@ -67,25 +68,38 @@ class SourceModelStore:
         self._fits: dict[tuple[str, str], dict[str, Any]] | None = None
         self._sources: dict[tuple[str, str], dict[str, Any]] = {}
         self._portfolios: dict[str, np.ndarray] = {}
+        self._at: dict[tuple[str, ...], tuple[Path, int, int]] = {}  # records not yet parsed, by key
+        self.parsed = 0  # records parsed from files: what a study read
         self.write_error: str | None = None
         self.added: list[dict[str, Any]] = []
         self._in_store: set[tuple[str, ...]] = set()
 
     # -- reading ---------------------------------------------------------------------------------
     def _load(self) -> None:
+        """Indexes the files (:mod:`agent.surrogates.record_index`): where each record is, none parsed."""
         if self._fits is not None:
             return
         self._fits = {}
         published = self._published() if callable(self._published) else self._published
-        for path in [*published, self.path]:
-            for line in _lines(Path(path)):
-                try:
-                    record = json.loads(line)
-                    self._take(record)
-                except (ValueError, KeyError, TypeError):
-                    continue  # a line cut short by a crash, or from another format
+        for path in [*(Path(p) for p in published), self.path]:
+            for key, offset, length in index_of(path, _key):
+                self._at[key] = (path, offset, length)  # a later line of a key replaces an earlier one
                 if path != self.path:
-                    self._in_store.add(_key(record))
+                    self._in_store.add(key)
+
+    def _ensure(self, key: tuple[str, ...]) -> None:
+        """Parses the record ``key`` if a file holds it and it is not parsed yet."""
+        self._load()
+        where = self._at.pop(key, None)
+        if where is None:
+            return
+        record = read_record(*where)
+        if record is not None:
+            self.parsed += 1
+            try:
+                self._take(record)
+            except (KeyError, TypeError, ValueError):
+                pass  # a record of another format
 
     def unpublished(self) -> list[dict[str, Any]]:
         """The records held that no published file holds (``models_dir``'s own and those added)."""
@@ -95,6 +109,8 @@ class SourceModelStore:
         """Every record held (published, local and added), one per key: what a new published
         version of the source models carries."""
         self._load()
+        for key in list(self._at):
+            self._ensure(key)
         assert self._fits is not None
         out: list[dict[str, Any]] = [{"format": FORMAT, **r} for r in self._fits.values()]
         out += [{"format": FORMAT, **r} for r in self._sources.values()]
@@ -109,6 +125,7 @@ class SourceModelStore:
         if record.get("format") != FORMAT:
             return
         kind = record["type"]
+        self._at.pop(_key(record), None)  # what a file holds of this key is older
         if kind == "fit" and record.get("revision") == FIT_REVISION:
             self._fits[(record["digest"], record["kernel"])] = record
         elif kind == "source":
@@ -118,13 +135,13 @@ class SourceModelStore:
 
     def fit(self, digest: str, kernel: str) -> dict[str, Any] | None:
         """``{"state": ..., "informative": bool, "r2": float}`` of the source with this content, or None."""
-        self._load()
+        self._ensure(("fit", digest, kernel, str(FIT_REVISION)))
         assert self._fits is not None
         return self._fits.get((digest, kernel))
 
     def source(self, key: str, stamp: str) -> SourceTask | None:
         """The source ``key`` as read from the studies ``stamp`` names, or None when not stored."""
-        self._load()
+        self._ensure(("source", key, stamp))
         record = self._sources.get((key, stamp))
         if record is None:
             return None
@@ -137,14 +154,21 @@ class SourceModelStore:
             None if dims is None else tuple(dims),
         )
 
-    def portfolio(self, pid: str) -> np.ndarray | None:
+    def has_source(self, key: str, stamp: str) -> bool:
+        """Whether the source ``key`` of the studies ``stamp`` names is stored (nothing parsed)."""
         self._load()
+        return ("source", key, stamp) in self._at or (key, stamp) in self._sources
+
+    def portfolio(self, pid: str) -> np.ndarray | None:
+        self._ensure(("portfolio", pid))
         return self._portfolios.get(pid)
 
     def __len__(self) -> int:
+        """The source GP fits held (of this fit revision)."""
         self._load()
         assert self._fits is not None
-        return len(self._fits)
+        unparsed = {k for k in self._at if k[0] == "fit" and k[3] == str(FIT_REVISION)}
+        return len(self._fits) + len(unparsed)
 
     # -- writing ---------------------------------------------------------------------------------
     def add_fit(self, digest: str, kernel: str, state: dict[str, Any], informative: bool, r2: float) -> None:
@@ -198,13 +222,6 @@ class SourceModelStore:
                 os.close(fd)
         except OSError as exc:
             self.write_error = f"{self.path}: {exc.strerror or exc}"
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return path.read_text().splitlines() if path.is_file() else []
-    except (OSError, UnicodeDecodeError):
-        return []
 
 
 def _key(record: dict[str, Any]) -> tuple[str, ...]:
