@@ -6,7 +6,7 @@ configurations, computed once from one read of the history and recorded on the s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,12 +125,19 @@ class _PlanArgs:
     def models_dir(self) -> Path:
         return Path(self.settings.models_dir)
 
-    def history(self, fits: SourceFits) -> list[SourceTask]:
-        """The historical datasets of this job and space, the study's own excluded."""
+    def history(self, fits: SourceFits, attend: Collection[str] | None = None) -> list[SourceTask]:
+        """The historical datasets of this job and space, the study's own excluded (only those of
+        the keys in ``attend``, when given)."""
         from agent.tuning.source_models import history_sources
 
         return history_sources(
-            self.kb, self.settings.job_name, self.space, self.exclude_fingerprint, fits.store, self.progress
+            self.kb,
+            self.settings.job_name,
+            self.space,
+            self.exclude_fingerprint,
+            fits.store,
+            self.progress,
+            attend=attend,
         )
 
 
@@ -268,9 +275,19 @@ def _bo_sources(req: _PlanArgs, fits: SourceFits) -> list[SourceTask]:
     from agent.tuning.source_models import MAX_SOURCES, most_relevant
 
     needs_history = req.requested != "gp" or req.settings.prior_mean in ("neighbours", "observations")
-    sources = req.history(fits) if needs_history or req.recorded else []
     if req.recorded is not None:
-        return _recorded_sources(sources, req.recorded)
+        return _recorded_sources(req.history(fits, set(req.recorded.source_keys)), req.recorded)
+    if not needs_history:
+        return []
+    ranked = tuple(getattr(req.warm, "ranked", ()))
+    if len(ranked) > MAX_SOURCES:  # the nearest by meta-features: the others' records are not read
+        if req.progress is not None:
+            req.progress(
+                f"history: {len(ranked)} source datasets; the surrogate attends to the {MAX_SOURCES} nearest "
+                "by meta-features"
+            )
+        return req.history(fits, set(ranked[:MAX_SOURCES]))
+    sources = req.history(fits)
     if len(sources) > MAX_SOURCES:
         return most_relevant(
             sources, getattr(req.warm, "ranked", ()), fits, req.space, req.settings.kernel, req.progress

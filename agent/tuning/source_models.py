@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +59,12 @@ def history_sources(
     store: SourceModelStore | None = None,
     progress: Progress | None = None,
     studies: list[StudyRecord] | None = None,
+    attend: Collection[str] | None = None,
 ) -> list[SourceTask]:
     """The sources of this job and space (:func:`agent.surrogates.contract.source_tasks`, sorted by
     name), unchanged ones from ``store``; when there are none, those of the other job/space sharing
-    the most hyperparameters (translated, read from the tracking store)."""
+    the most hyperparameters (translated, read from the tracking store). With ``attend`` (dataset
+    keys) only those are read: the records of the rest are not parsed."""
     from agent.knowledge.history import compatible_history, group_studies, load_history
 
     listed = studies if studies is not None else kb.list_studies()
@@ -76,6 +78,8 @@ def history_sources(
             kb, space, with_samples=False, exclude_fingerprints={exclude_fingerprint or ""}, studies=listed
         )
         return source_tasks(history, space, match) if match is not None else []
+    if attend is not None:
+        groups = {key: group for key, group in groups.items() if key in attend}
     found: list[SourceTask] = []
     todo: list[tuple[list[StudyRecord], str | None]] = []
     for key, group in groups.items():

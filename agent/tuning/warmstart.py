@@ -333,8 +333,14 @@ def _neighbours_message(head: str, neighbours: list[NeighbourInfo], near: Nearne
     if near.far:
         return (
             f"{head}: this dataset is far from all {n_history} historical datasets (nearest "
-            f"{neighbours[0].name if neighbours else '-'} at {near.nearest:.3g}, {near.nearest / near.largest:.1f}x "
-            "the farthest any of them is from its nearest other-source neighbour); no neighbour seeds: "
+            f"{neighbours[0].name if neighbours else '-'} at {near.nearest:.3g}, "
+            + (
+                f"{near.nearest / near.largest:.1f}x the farthest any of them is from its nearest "
+                "other-source neighbour"
+                if near.largest > 0
+                else "where each of them has an other-source twin at distance 0"
+            )
+            + "); no neighbour seeds: "
             "the history's portfolio and the guarded transfer surrogate lead"
         )
     return f"{head}: nearest {names}; {near.ratio:.2g}x the history's median nearest-neighbour distance"

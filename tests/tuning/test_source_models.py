@@ -261,3 +261,67 @@ def test_source_gps_fitted_in_worker_processes_are_the_ones_fitted_here(tmp_path
         for name, value in state.items():
             assert np.allclose(stored["state"][name]["values"], value["values"]), name
     assert SourceFits(store).missing(tasks, inputs) == []
+
+
+def test_a_study_on_a_large_history_reads_only_the_records_of_the_sources_it_attends_to(
+    store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history ten times a small one (3 starter datasets, 10 copies each, 8 evaluations per copy):
+    with the surrogate attending to 5 sources, the study parses the records of those 5 (their data
+    and GP fit) and no other, and plans on the 5 nearest by meta-features."""
+    import hashlib
+
+    from agent.config import StudySettings
+    from agent.data import describe_dataset, load_dataset, sample_dataset
+    from agent.jobs import load_job
+    from agent.knowledge.starter import write_entries
+    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning import source_models
+    from agent.tuning.plan import plan_sampler
+    from agent.tuning.warmstart import plan_warm_start
+
+    entries, space = _starter_entries(0, 3)
+    rng = np.random.default_rng(0)
+    copies = []
+    for c in range(10):
+        for e in entries:
+            name = f"{e['settings']['dataset_name']}~{c}"
+            fingerprint = hashlib.sha256(name.encode()).hexdigest()[:16]
+            values = [v + float(rng.normal(0, 0.01)) for v in e["values"][:8]]
+            settings = {**e["settings"], "dataset_name": name, "dataset": name, "fingerprint": fingerprint}
+            summary = {**e["summary"], "name": name, "source": name, "fingerprint": fingerprint}
+            features = {k: v * (1 + float(rng.normal(0, 0.05))) for k, v in e["metafeatures"].items()}
+            copies.append({**e, "name": f"{e['name']}~{c}", "settings": settings, "summary": summary,
+                           "configs": e["configs"][:8], "values": values, "metafeatures": features})  # fmt: skip
+    kb = store.kb()
+    write_entries(kb, copies, space, "test")
+    models = tmp_path / "models"
+    assert source_models.update_for_job(kb, models, "mlp")["sources"] == 30
+    monkeypatch.setattr(source_models, "MAX_SOURCES", 5)
+
+    job, data = load_job("mlp"), load_dataset("wine")
+    warm = plan_warm_start(
+        kb, job, data, sample_dataset(data, 256, seed=0), describe_dataset(data), "handcrafted", 3, models
+    )
+    assert len(warm.ranked) == 30
+    settings = StudySettings(
+        job="mlp",
+        job_name=job.name,
+        dataset="wine",
+        dataset_name="wine",
+        fingerprint=data.fingerprint,
+        space_signature=job.space.signature(),
+        metric="val_loss",
+        mode="min",
+        trials=5,
+        models_dir=str(models),
+        surrogate="rgpe",
+    )
+    store_file = SourceModelStore(models)
+    fits = SourceFits(store_file)
+    said: list[str] = []
+    planned = plan_sampler(kb, job.space, settings, warm, "rgpe", data.fingerprint, fits, progress=said.append)
+    assert set(planned.plan.source_keys) == set(warm.ranked[:5])
+    assert fits.fitted == 0 and store_file.parsed <= 5 + 5 + 1  # 5 sources' data and fits, and a portfolio
+    assert any("30 source datasets; the surrogate attends to the 5 nearest" in line for line in said), said
