@@ -65,8 +65,8 @@ def _copy(entry: dict[str, Any], c: int, rng: np.random.Generator) -> dict[str, 
     values = values + rng.normal(0.0, 0.05 * spread + 1e-9, values.shape)
     metafeatures = entry.get("metafeatures")
     if isinstance(metafeatures, dict):
-        metafeatures = {
-            k: (float(v) * (1.0 + rng.normal(0.0, 0.05)) if isinstance(v, (int, float)) else v)
+        metafeatures = {  # values perturbed; their version (what reads them as current) kept
+            k: (float(v) * (1.0 + rng.normal(0.0, 0.05)) if isinstance(v, (int, float)) and k != "version" else v)
             for k, v in metafeatures.items()
         }
     sample = entry.get("sample")

@@ -90,7 +90,7 @@ def _startup_run(
             others.setdefault(command[0], []).append(run["first_output_s"])
 
 
-def _table(path: Path, seed: int) -> Path:
+def new_table(path: Path, seed: int) -> Path:
     """A CSV new to any history: a random 80% of scikit-learn's wine table (its own fingerprint)."""
     import numpy as np
     from sklearn.datasets import load_wine
@@ -128,7 +128,7 @@ def run_warm_startup_bench(
         teammate = root / "teammate"
         teammate.mkdir()
         cache = {"TUNE_AGENT_CACHE": str(root / "cache")}
-        bootstrap_s = _bootstrap(starter, root / "bootstrap", store, cache, say)
+        bootstrap_s = bootstrap_starter(starter, root / "bootstrap", store, cache, say)
         arms = warm_arms(in_process, warm)
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         plan = [(arm, i) for i in range(repeats) for arm in arms]
@@ -138,7 +138,7 @@ def run_warm_startup_bench(
         stack = contextlib.ExitStack()
         served = {**stack.enter_context(warm_process(root, say, cache)), **cache} if warm else {}
         for n, (arm, i) in enumerate(plan):
-            run = _warm_run(root, teammate, arm, n, job, store, cache, served)
+            run = warm_run(root, teammate, arm, n, job, store, cache, served)
             runs[arm].append({k: v for k, v in run.items() if k != "tail"})
             say(_said(arm, i, run))
         stack.close()
@@ -153,7 +153,7 @@ def run_warm_startup_bench(
     }
 
 
-def _bootstrap(starter: Path, builder: Path, store: list[str], cache: dict[str, str], say: Any) -> float:
+def bootstrap_starter(starter: Path, builder: Path, store: list[str], cache: dict[str, str], say: Any) -> float:
     """Imports ``starter`` and builds and publishes its source models (``bootstrap --starter`` in
     ``builder``); the seconds it took."""
     builder.mkdir()
@@ -172,7 +172,7 @@ def _bootstrap(starter: Path, builder: Path, store: list[str], cache: dict[str, 
     return time.perf_counter() - start
 
 
-def _warm_run(
+def warm_run(
     root: Path,
     teammate: Path,
     arm: str,
@@ -184,7 +184,7 @@ def _warm_run(
 ) -> dict[str, Any]:
     """The ``n``-th run of the warm-startup benchmark: ``arm``'s ``start`` on a table of its own,
     from the ``teammate`` folder, timed."""
-    table = _table(root / f"table-{n}.csv", seed=n)
+    table = new_table(root / f"table-{n}.csv", seed=n)
     extra = ["--warm-start", "none", "--surrogate", "gp"] if arm.startswith("cold") else []
     args = [
         console_script(),

@@ -171,6 +171,29 @@ def bench_silence(copies: int, no_team: bool, out: str | None) -> None:
     click.echo(json.dumps({"longest_gap_s": gaps, "within_promise": report["within_promise"]}, indent=2))
 
 
+@click.command("kb-scale")
+@click.option("--sizes", default="1,10,100", show_default=True, help="History sizes, in times the starter history.")
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--out", default="metrics/kb_scale.json", show_default=True, help="Also writes plots/kb_scale.png.")
+def bench_kb_scale(sizes: str, repeats: int, out: str) -> None:
+    """First trial (warm, cold, empty cache), neighbors, history, meta publish, import and fit rates
+    as the history grows to N times the starter."""
+    from agent.bench.kb_scale import plot, run_kb_scale_bench
+    from agent.config import check_positive
+
+    check_positive("--repeats", repeats)
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise TuneAgentError(f"--sizes takes whole numbers separated by commas, got {sizes!r}") from None
+    if not counts or min(counts) < 1:
+        raise TuneAgentError(f"--sizes takes whole numbers of 1 or more, got {sizes!r}")
+    report = run_kb_scale_bench(counts, repeats, say=lambda line: click.echo(line, err=True))
+    write_json(Path(out), report)
+    plot(report, Path("plots/kb_scale.png"))
+    click.echo(json.dumps({"sizes": report["sizes"], "promises": report["promises"]}, indent=2))
+
+
 @click.command("pruning")
 @click.option("--job", default="cnn", show_default=True)
 @click.option("--dataset", default="mnist-5k", show_default=True)
@@ -287,4 +310,13 @@ def bench_lcbench_mo(scenario: str | None, tasks: str, seeds: int, budget: int, 
     click.echo(json.dumps(report["summary"], indent=2))
 
 
-COMMANDS = [bench_startup, bench_project, bench_faults, bench_silence, bench_pruning, bench_reading, bench_lcbench_mo]
+COMMANDS = [
+    bench_startup,
+    bench_project,
+    bench_faults,
+    bench_silence,
+    bench_kb_scale,
+    bench_pruning,
+    bench_reading,
+    bench_lcbench_mo,
+]

@@ -126,8 +126,12 @@ def pairwise_distances(vectors: np.ndarray, standardise: bool) -> np.ndarray:
 
         M = standardise_columns(M)[0]
     M = np.nan_to_num(M, nan=0.0)
-    diff = M[:, None, :] - M[None, :, :]
-    return np.sqrt((diff**2).sum(-1))
+    # |a-b|^2 = |a|^2 + |b|^2 - 2 a.b: an `n x n` product, not the `n x n x d` differences (1.6 GB
+    # and 5 s for 2,250 datasets); rounding below 0 clipped, each row's distance to itself 0
+    sq = (M**2).sum(1)
+    D2 = np.clip(sq[:, None] + sq[None, :] - 2.0 * (M @ M.T), 0.0, None)
+    np.fill_diagonal(D2, 0.0)
+    return np.sqrt(D2)
 
 
 def vectors_for(featurizer: Any, datasets: Sequence[Any]) -> np.ndarray:

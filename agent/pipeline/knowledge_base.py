@@ -53,21 +53,25 @@ def import_history(kb: KnowledgeBase, starter: str, models_dir: str, job: str, e
     """Imports the starter history ``starter`` (a file, or a packaged one by name), then brings the
     stored source models of ``job`` up to date; returns what was imported."""
     from agent.knowledge.starter import import_starter
+    from agent.tuning.heartbeat import Heartbeat
     from agent.tuning.source_models import update_for_job
 
-    imported = import_starter(kb, starter, progress=echo)
-    echo(
-        f"imported {imported['imported']} studies in {imported['seconds']} s"
-        + (f" ({imported['per_second']} per second)" if imported["per_second"] else "")
-        + (f"; {imported['skipped']} the store holds skipped" if imported["skipped"] else "")
-    )
-    built = update_for_job(kb, models_dir, job, progress=echo)
-    echo(
-        f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
-        f"-> {built['file']}"
-        + (f" (not written: {built['not_written']})" if "not_written" in built else "")
-        + (f"; published as version {built['published']}" if "published" in built else "")
-    )
+    with Heartbeat(echo) as beat:  # no silent phase: listing 2,250 studies alone takes seconds
+        beat.phase("reading the starter file and the studies the store holds")
+        imported = import_starter(kb, starter, progress=beat)
+        beat(
+            f"imported {imported['imported']} studies in {imported['seconds']} s"
+            + (f" ({imported['per_second']} per second)" if imported["per_second"] else "")
+            + (f"; {imported['skipped']} the store holds skipped" if imported["skipped"] else "")
+        )
+        beat.phase("reading the history and building its source models")
+        built = update_for_job(kb, models_dir, job, progress=beat)
+        beat(
+            f"source models: {built['sources']} sources, {built['fitted']} GP(s) fitted in {built['seconds']} s "
+            f"-> {built['file']}"
+            + (f" (not written: {built['not_written']})" if "not_written" in built else "")
+            + (f"; published as version {built['published']}" if "published" in built else "")
+        )
     imported["stages"] = {"import_s": imported["seconds"], "source_models_s": built["seconds"]}
     return imported
 

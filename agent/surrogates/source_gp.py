@@ -130,6 +130,11 @@ def fit_states(
 
 
 def _one_thread() -> None:
+    """A fitting worker: one torch thread, and none of the library notices the command hides."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
+    warnings.filterwarnings("ignore", message=r"Optimization failed", category=RuntimeWarning, module=r"botorch\..*")
     torch.set_num_threads(1)
 
 

@@ -116,6 +116,7 @@ def test_line_gaps_finds_the_longest_silence_and_the_line_before_it(tmp_path: Pa
 def test_copied_starter_makes_each_copy_a_dataset_of_its_own(tmp_path: Path) -> None:
     from agent.bench.silence import copied_starter
     from agent.knowledge.starter import read_starter
+    from agent.meta.handcrafted import is_current
 
     made = copied_starter(tmp_path / "h.npz", copies=2)
     _, entries = read_starter(tmp_path / "h.npz")
@@ -127,3 +128,4 @@ def test_copied_starter_makes_each_copy_a_dataset_of_its_own(tmp_path: Path) -> 
         assert b["settings"]["fingerprint"] != a["settings"]["fingerprint"]
         assert b["values"] != a["values"] and len(b["values"]) == len(a["values"])
     assert len({e["settings"]["fingerprint"] for e in entries}) == len(entries)
+    assert all(is_current(e["metafeatures"]) for e in entries)  # a copy's meta-features read as current

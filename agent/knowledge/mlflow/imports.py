@@ -93,35 +93,17 @@ class MlflowImports(MlflowStudies):
         metrics: killed at any moment, the store holds the whole study or none (a run without its
         kind tag is no study).
         """
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Param, RunTag
 
         self._check_artifact_root()
         summary = dataset_summary or {"source": settings["dataset_name"], "kind": "external"}
-        best_value, best_config = best_imported(settings, configs, values)
-        view = runs_view_state(space)
-        exp_key = f"{settings['job_name']}/{layout.to_json(view)}"
-        if self._written is not None and exp_key in self._exp_ids:  # a batch looks each experiment up once
-            exp_id = self._exp_ids[exp_key]
-        else:
-            exp_id = self._exp_ids[exp_key] = self._experiment_for(settings["job_name"], view)
+        exp_id = self._import_experiment(settings["job_name"], space)
         run_tags = layout.study_tags(name, settings, summary)
         kind = run_tags.pop("kind")
         run_tags.update({k: layout.tag_value(v) for k, v in (tags or {}).items()})
         run_tags.update(status="finished", trials_inline="1", owner=self.owner or _local_user())
-        if best_value is not None:
-            run_tags.update(best_value=repr(float(best_value)), best_config=layout.to_json(best_config))
-        note = description
-        if best_value is not None:
-            best = ", ".join(f"{k}={layout.short(v)}" for k, v in (best_config or {}).items())
-            note += f"\n\n{BEST_MARK} {settings.get('metric', 'objective')} {best_value:.6g}: {best}"
-        prefixed = {T + k: v for k, v in layout.split_long(run_tags).items()}
+        prefixed, metrics, note = _best_parts(settings, configs, values, run_tags, description)
         now = int(time.time() * 1000)
-        metrics = [] if best_value is None else [Metric("best_objective", float(best_value), now, 0)]
-        for key, value in (best_config or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
-                metrics.append(Metric(f"best.{key}", float(value), now, 0))
-            else:
-                prefixed[f"best.{key}"] = str(value)[: layout.REASON_LIMIT]
         run = self._create_run(exp_id, name, {**prefixed, "mlflow.note.content": note})
         rid = run.info.run_id
         try:
@@ -142,6 +124,14 @@ class MlflowImports(MlflowStudies):
         return layout.study_record(
             rid, run.info.start_time or now, {k[len(T) :]: v for k, v in prefixed.items() if k.startswith(T)}, {}, name
         )
+
+    def _import_experiment(self, job: str, space: list[dict[str, Any]]) -> str:
+        """The id of ``job``'s experiment for ``space``, looked up once per batch."""
+        view = runs_view_state(space)
+        key = f"{job}/{layout.to_json(view)}"
+        if self._written is None or key not in self._exp_ids:
+            self._exp_ids[key] = self._experiment_for(job, view)
+        return self._exp_ids[key]
 
     @staticmethod
     def _import_files(
@@ -175,3 +165,31 @@ class MlflowImports(MlflowStudies):
             TrialRecord(f"{study_id}:{r['number']}", int(r["number"]), TRIAL_OK, r["config"], r["value"], IMPORT_ORIGIN)
             for r in rows
         ]
+
+
+def _best_parts(
+    settings: Mapping[str, Any],
+    configs: list[Mapping[str, Any]],
+    values: list[float | None],
+    run_tags: dict[str, str],
+    description: str,
+) -> tuple[dict[str, str], list[Any], str]:
+    """An imported study's prefixed tags (``run_tags`` and its best), its best metrics and its
+    description ending with its best, as a study that ran here ends with them."""
+    from mlflow.entities import Metric
+
+    best_value, best_config = best_imported(settings, configs, values)
+    note = description
+    if best_value is not None:
+        run_tags.update(best_value=repr(float(best_value)), best_config=layout.to_json(best_config))
+        best = ", ".join(f"{k}={layout.short(v)}" for k, v in (best_config or {}).items())
+        note += f"\n\n{BEST_MARK} {settings.get('metric', 'objective')} {best_value:.6g}: {best}"
+    prefixed = {T + k: v for k, v in layout.split_long(run_tags).items()}
+    now = int(time.time() * 1000)
+    metrics = [] if best_value is None else [Metric("best_objective", float(best_value), now, 0)]
+    for key, value in (best_config or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+            metrics.append(Metric(f"best.{key}", float(value), now, 0))
+        else:
+            prefixed[f"best.{key}"] = str(value)[: layout.REASON_LIMIT]
+    return prefixed, metrics, note

@@ -1,0 +1,183 @@
+"""How the product keeps up as the history grows: ``tune-agent-bench kb-scale --sizes 1,10,100``.
+
+For each size ``N`` the packaged ``mlp`` starter history is copied ``N`` times over
+(:func:`agent.bench.silence.copied_starter`: each copy a dataset of its own, its data, values and
+meta-features perturbed), imported into a fresh sqlite store with ``bootstrap --starter`` (its
+source models built and published), and then, from a folder that is not the bootstrap's, measured
+in the same run: the default warm-started ``start`` against a cold one (``--warm-start none
+--surrogate gp``) to its first trial and to its end, the warm one again with an empty meta-model
+cache (a teammate's first start), ``neighbors``, ``history`` and ``meta publish``; the import and
+fit rates ``bootstrap`` reports; the sizes of the store and of the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.bench.silence import copied_starter
+from agent.bench.startup import new_table, warm_run
+from agent.bench.startup_summary import FIRST_FETCH
+from agent.bench.timed_run import bench_env, console_script
+
+WARM_ARM, COLD_ARM = "warm", "cold"
+PROTOCOL = (
+    "per size N: the packaged mlp starter history copied N times (each copy its own dataset: name, "
+    "fingerprint, sample inputs, values and meta-features perturbed), imported into a fresh sqlite store "
+    "by `bootstrap --starter` (source models built and published, its own folder and cache); then per "
+    "repeat, alternated, each a fresh process, piped, from another folder on a CSV new to the history "
+    "(80% of wine's rows, its own seed): the default warm-started `start --trials 1 --epochs 1` and a "
+    "cold one (--warm-start none --surrogate gp) sharing a cache, and the warm one with an empty cache; "
+    "first trial: the line 'trial 1/'; end: the process's exit; then neighbors, history and meta "
+    "publish, each a fresh process; medians over repeats"
+)
+
+
+def run_kb_scale_bench(sizes: Sequence[int], repeats: int = 3, say: Any = print) -> dict[str, Any]:
+    """Every figure of the module docstring for each history size in ``sizes`` (times the starter)."""
+    rows = {}
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows[str(size)] = _one_size(Path(tmp), size, repeats, say)
+    return {
+        "command": f"tune-agent-bench kb-scale --sizes {','.join(map(str, sizes))} --repeats {repeats}",
+        "sizes": {k: v["summary"] for k, v in rows.items()},
+        "runs": {k: v["runs"] for k, v in rows.items()},
+        "promises": promises({k: v["summary"] for k, v in rows.items()}),
+        "protocol": PROTOCOL,
+    }
+
+
+def _one_size(root: Path, size: int, repeats: int, say: Any) -> dict[str, Any]:
+    starter = root / f"x{size}.npz"
+    made = copied_starter(starter, size)
+    store = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]
+    say(f"x{size}: {made['studies']} datasets; importing and building their source models")
+    boot = _bootstrap(starter, root / "bootstrap", store, {"TUNE_AGENT_CACHE": str(root / "boot-cache")})
+    say(f"x{size}: bootstrap {boot['seconds']:.0f} s: {json.dumps(boot['report'].get('stages', {}))}")
+    teammate = root / "teammate"
+    teammate.mkdir()
+    cache = {"TUNE_AGENT_CACHE": str(root / "cache")}
+    runs: dict[str, list[dict[str, Any]]] = {WARM_ARM: [], COLD_ARM: [], FIRST_FETCH: []}
+    n = 0
+    for i in range(repeats):
+        for arm in (WARM_ARM, COLD_ARM, FIRST_FETCH):
+            start = time.perf_counter()
+            run = warm_run(root, teammate, "cold" if arm == COLD_ARM else arm, n, "mlp", store, cache, {})
+            run = {k: v for k, v in run.items() if k != "tail"} | {"end_s": round(time.perf_counter() - start, 3)}
+            runs[arm].append(run)
+            n += 1
+            say(f"x{size} {arm} {i + 1}: first trial {run['first_trial_s']} s, end {run['end_s']} s")
+    reading = {}
+    for name, args in (
+        ("neighbors", ["neighbors", "--dataset", str(new_table(root / "n.csv", 999)), "--job", "mlp"]),
+        ("history", ["history"]),
+        ("meta publish", ["meta", "publish", "--job", "mlp"]),
+    ):
+        reading[name] = [_wall([console_script(), *args, *store], teammate, cache) for _ in range(repeats)]
+        say(f"x{size} {name}: {reading[name]} s")
+    summary = {
+        "datasets": made["studies"],
+        "bootstrap_s": round(boot["seconds"], 1),
+        "import_per_s": boot["report"].get("per_second"),
+        "stages_s": boot["report"].get("stages", {}),
+        "first_trial_s": {arm: _median([r["first_trial_s"] for r in rs]) for arm, rs in runs.items()},
+        "end_s": {arm: _median([r["end_s"] for r in rs]) for arm, rs in runs.items()},
+        "reading_s": {name: _median(walls) for name, walls in reading.items()},
+        "store_mb": round(_size(root / "mlflow.db") + _size(root / "art"), 1),
+        "cache_mb": round(_size(root / "cache"), 1),
+        "all_exit_0": all(r["exit"] == 0 for rs in runs.values() for r in rs),
+    }
+    first = summary["first_trial_s"]
+    summary["warm_over_cold"] = _ratio(first[WARM_ARM], first[COLD_ARM])
+    summary["empty_cache_over_warm"] = _ratio(first[FIRST_FETCH], first[WARM_ARM])
+    return {"summary": summary, "runs": {**runs, **{k: [{"wall_s": w} for w in v] for k, v in reading.items()}}}
+
+
+def promises(sizes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Issue 61's promises, per size: the warm first trial within 1.2x the cold one's, the empty-cache
+    one within 2x the warm one's, neighbors under 2 s, import at 20 studies per second or more."""
+    out = {}
+    for size, s in sizes.items():
+        out[size] = {
+            "warm_within_1.2x_cold": s["warm_over_cold"] is not None and s["warm_over_cold"] <= 1.2,
+            "empty_cache_within_2x_warm": s["empty_cache_over_warm"] is not None and s["empty_cache_over_warm"] <= 2.0,
+            "neighbors_under_2s": s["reading_s"]["neighbors"] is not None and s["reading_s"]["neighbors"] < 2.0,
+            "import_20_per_s": (s["import_per_s"] or 0) >= 20,
+        }
+    return out
+
+
+def _bootstrap(starter: Path, folder: Path, store: list[str], cache: dict[str, str]) -> dict[str, Any]:
+    folder.mkdir()
+    start = time.perf_counter()
+    done = subprocess.run(
+        [console_script(), "bootstrap", "--starter", str(starter), "--models-dir", str(folder / "models"), *store],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=6 * 3600,
+        env=bench_env(cache),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"bootstrap --starter failed: {done.stderr.strip()[-300:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"seconds": time.perf_counter() - start, "report": report}
+
+
+def _wall(args: list[str], cwd: Path, cache: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=1800, env=bench_env(cache))
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[1:3])} failed: {done.stderr.strip()[-300:]}")
+    return round(time.perf_counter() - start, 3)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    done = sorted(v for v in values if v is not None)
+    return round(done[len(done) // 2], 3) if done else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def _size(path: Path) -> float:
+    """Megabytes under ``path``."""
+    if path.is_file():
+        return path.stat().st_size / 1e6
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Each figure against the history's size (datasets), log-scaled, one panel per kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = report["sizes"]
+    x = [s["datasets"] for s in sizes.values()]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for arm in (WARM_ARM, COLD_ARM, FIRST_FETCH):
+        axes[0].plot(x, [s["first_trial_s"][arm] for s in sizes.values()], "o-", label=f"first trial, {arm}")
+    for name in ("neighbors", "history", "meta publish"):
+        axes[1].plot(x, [s["reading_s"][name] for s in sizes.values()], "o-", label=name)
+    axes[2].plot(x, [s["import_per_s"] for s in sizes.values()], "o-", label="import, studies per second")
+    axes[0].set_ylabel("seconds")
+    axes[1].set_ylabel("seconds")
+    axes[2].set_ylabel("studies per second")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("datasets in the history")
+        ax.legend(fontsize=8)
+    fig.suptitle("tune-agent-bench kb-scale")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
