@@ -44,8 +44,12 @@ def run_kb_scale_bench(sizes: Sequence[int], repeats: int = 3, say: Any = print)
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             rows[str(size)] = _one_size(Path(tmp), size, repeats, say)
+    from agent.bench.fingerprint import engine_fingerprint, environment
+
     return {
         "command": f"tune-agent-bench kb-scale --sizes {','.join(map(str, sizes))} --repeats {repeats}",
+        "engine": engine_fingerprint("bench/kb_scale.py"),
+        "environment": environment(),
         "sizes": {k: v["summary"] for k, v in rows.items()},
         "runs": {k: v["runs"] for k, v in rows.items()},
         "promises": promises({k: v["summary"] for k, v in rows.items()}),
@@ -79,7 +83,7 @@ def _one_size(root: Path, size: int, repeats: int, say: Any) -> dict[str, Any]:
         ("history", ["history"]),
         ("meta publish", ["meta", "publish", "--job", "mlp"]),
     ):
-        reading[name] = [_wall([console_script(), *args, *store], teammate, cache) for _ in range(repeats)]
+        reading[name] = [_wall([console_script(), *args, *store[:2]], teammate, cache) for _ in range(repeats)]
         say(f"x{size} {name}: {reading[name]} s")
     summary = {
         "datasets": made["studies"],

@@ -174,7 +174,9 @@ def bench_silence(copies: int, no_team: bool, out: str | None) -> None:
 @click.command("kb-scale")
 @click.option("--sizes", default="1,10,100", show_default=True, help="History sizes, in times the starter history.")
 @click.option("--repeats", type=int, default=3, show_default=True)
-@click.option("--out", default="metrics/kb_scale.json", show_default=True, help="Also writes plots/kb_scale.png.")
+@click.option(
+    "--out", default="metrics/kb_scale.json", show_default=True, help="Also writes docs/benchmarks/kb_scale.png."
+)
 def bench_kb_scale(sizes: str, repeats: int, out: str) -> None:
     """First trial (warm, cold, empty cache), neighbors, history, meta publish, import and fit rates
     as the history grows to N times the starter."""
@@ -190,7 +192,7 @@ def bench_kb_scale(sizes: str, repeats: int, out: str) -> None:
         raise TuneAgentError(f"--sizes takes whole numbers of 1 or more, got {sizes!r}")
     report = run_kb_scale_bench(counts, repeats, say=lambda line: click.echo(line, err=True))
     write_json(Path(out), report)
-    plot(report, Path("plots/kb_scale.png"))
+    plot(report, Path("docs/benchmarks/kb_scale.png"))  # the start-up page shows it
     click.echo(json.dumps({"sizes": report["sizes"], "promises": report["promises"]}, indent=2))
 
 
