@@ -201,7 +201,7 @@ def _commands(
 ) -> None:
     """The history imported and its source models built (``bootstrap --starter``, timed as
     setup), then each study command through ``store``, timed."""
-    from agent.bench.startup import _table
+    from agent.bench.startup import new_table
 
     exe = console_script()
     builder, teammate = root / "builder", root / "teammate"
@@ -213,7 +213,7 @@ def _commands(
     setup[f"{label}: bootstrap --starter"] = built["wall_s"]
     if built["exit"] != 0:
         raise RuntimeError(f"{label}: bootstrap --starter failed: {built['tail'][-300:]}")
-    tables = [_table(root / f"table-{i}.csv", seed=100 + i) for i in range(3)]
+    tables = [new_table(root / f"table-{i}.csv", seed=100 + i) for i in range(3)]
     common = ["--job", "mlp", "--epochs", "1", *store]
     plan: list[tuple[str, list[str], dict[str, Any]]] = [
         ("start", [exe, "start", "--dataset", str(tables[0]), "--trials", "1", "--study-name", "one", *common], {}),

@@ -1,5 +1,5 @@
-"""Benchmarks of the papers' claims on real jobs: arc (paper 002's Table 1 on a conditional space) and
-hts (paper 001 against cold BO on job pairs)."""
+"""Benchmarks of the papers' claims on real jobs: arc (paper 002's Table 1 on a conditional space),
+hts (paper 001 against cold BO on job pairs) and zero-shot (the greedy portfolio's ceiling)."""
 
 from __future__ import annotations
 
@@ -132,4 +132,22 @@ def bench_hts(
     click.echo(f"wrote {path}")
 
 
-COMMANDS = [bench_arc, bench_hts]
+@click.command("zero-shot")
+@click.option(
+    "--scenario", default=None, help="A YAHPO-format scenario folder [default: ../shared/benchmarks/yahpo/lcbench]."
+)
+@click.option("--out", default="metrics/zero_shot_lcbench.json", show_default=True)
+def bench_zero_shot(scenario: str | None, out: str) -> None:
+    """The zero-shot start's ceiling on a YAHPO scenario: the product's greedy portfolio against other
+    normalisations, a Sobol-widened candidate set and the same rule on the sources' true values."""
+    import json
+
+    from agent.bench.zero_shot import run_zero_shot_bench
+    from agent.jobs.yahpo import yahpo_root
+
+    report = run_zero_shot_bench(scenario or str(yahpo_root() / "lcbench"), say=lambda line: click.echo(line, err=True))
+    write_json(Path(out), report)
+    click.echo(json.dumps({"variants": report["variants"], "best_fixed_first": report["best_fixed_first"]}, indent=2))
+
+
+COMMANDS = [bench_arc, bench_hts, bench_zero_shot]

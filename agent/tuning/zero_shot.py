@@ -63,7 +63,7 @@ def zero_shot_table(
     regret = np.clip((high[:, None] - T) / (high - low)[:, None], 0.0, None)
     variants: dict[str, list[np.ndarray]] = {}
     for i, _ in enumerate(tasks):
-        rows = [s for s in range(len(tasks)) if s != i]
+        rows = np.array([s for s in range(len(tasks)) if s != i])
         for candidates in ("history", "history+sobol"):
             cols = np.where((origin != i) & ((origin >= 0) | (candidates != "history")))[0]
             m = M[np.ix_(rows, cols)]
@@ -78,7 +78,7 @@ def zero_shot_table(
                 best = np.minimum.accumulate(regret[i, picks])
                 variants.setdefault(f"{name}, {candidates}", []).append(best)
     out = {
-        name: {f"regret@{t}": round(float(np.mean([c[t - 1] for c in curves])), 4) for t in report_at}
+        name: {f"regret@{t}": round(float(np.mean([c[t - 1] for c in curves])), 4) for t in report_at if t <= size}
         for name, curves in variants.items()
     }
     pooled_cols = np.where(origin >= 0)[0]

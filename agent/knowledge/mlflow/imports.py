@@ -115,10 +115,7 @@ class MlflowImports(MlflowStudies):
             params = [Param(k, v) for k, v in layout.study_params(settings, summary).items()]
             self._call(self._client.log_batch, rid, metrics=metrics, params=params, tags=[RunTag(T + "kind", kind)])
         except BaseException:
-            try:
-                self._client.delete_run(rid)
-            except Exception:
-                pass
+            self._drop_unfinished(rid)
             raise
         self._imported(exp_id)
         return layout.study_record(

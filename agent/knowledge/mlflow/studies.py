@@ -58,14 +58,17 @@ class MlflowStudies(MlflowConnection):
                     self._call(self._client.log_artifact, rid, str(path), "dataset")
             self._call(self._client.log_batch, rid, tags=[RunTag(T + "kind", kind)])
         except BaseException:
-            # a study run without its files or its kind tag is no study: it goes, nothing is left RUNNING
-            # (a store that takes no write at all cannot delete it either; searches skip it, untagged)
-            try:
-                self._client.delete_run(rid)
-            except Exception:
-                pass
+            self._drop_unfinished(rid)
             raise
         return self._to_study(self._call(self._client.get_run, rid))
+
+    def _drop_unfinished(self, rid: str) -> None:
+        """A study run without its files or its kind tag is no study: it goes, nothing is left RUNNING
+        (a store that takes no write at all cannot delete it either; searches skip it, untagged)."""
+        try:
+            self._client.delete_run(rid)
+        except Exception:
+            pass
 
     @staticmethod
     def _dataset_input(settings: Mapping[str, Any], summary: Mapping[str, Any]) -> Any:
