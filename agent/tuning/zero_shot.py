@@ -62,21 +62,9 @@ def zero_shot_table(
     high = np.array([ranges[t][1] for t in tasks])
     regret = np.clip((high[:, None] - T) / (high - low)[:, None], 0.0, None)
     variants: dict[str, list[np.ndarray]] = {}
-    for i, _ in enumerate(tasks):
-        rows = np.array([s for s in range(len(tasks)) if s != i])
-        for candidates in ("history", "history+sobol"):
-            cols = np.where((origin != i) & ((origin >= 0) | (candidates != "history")))[0]
-            m = M[np.ix_(rows, cols)]
-            scores = {
-                "minmax": np.clip((top[rows, None] - m) / span[rows, None], 0.0, None),
-                "normal": (m.max(1, keepdims=True) - m) / np.maximum(m.std(1, keepdims=True), 1e-12),
-                "rank": np.argsort(np.argsort(-m, axis=1), axis=1) / max(m.shape[1] - 1, 1),
-                "oracle": regret[np.ix_(rows, cols)],
-            }
-            for name, S in scores.items():
-                picks = cols[greedy_portfolio(S, size)]
-                best = np.minimum.accumulate(regret[i, picks])
-                variants.setdefault(f"{name}, {candidates}", []).append(best)
+    for i in range(len(tasks)):
+        for name, curve in _target_curves(i, M, origin, top, span, regret, size).items():
+            variants.setdefault(name, []).append(curve)
     out = {
         name: {f"regret@{t}": round(float(np.mean([c[t - 1] for c in curves])), 4) for t in report_at if t <= size}
         for name, curves in variants.items()
@@ -91,3 +79,23 @@ def zero_shot_table(
         "candidates": {"history": int(len(pooled)), "sobol": int(len(extra))},
         "tasks": len(tasks),
     }
+
+
+def _target_curves(
+    i: int, M: np.ndarray, origin: np.ndarray, top: np.ndarray, span: np.ndarray, regret: np.ndarray, size: int
+) -> dict[str, np.ndarray]:
+    """Target ``i``'s best-so-far true regret under each variant's portfolio, the others as sources."""
+    rows = np.array([s for s in range(len(M)) if s != i])
+    out = {}
+    for candidates in ("history", "history+sobol"):
+        cols = np.where((origin != i) & ((origin >= 0) | (candidates != "history")))[0]
+        m = M[np.ix_(rows, cols)]
+        scores = {
+            "minmax": np.clip((top[rows, None] - m) / span[rows, None], 0.0, None),
+            "normal": (m.max(1, keepdims=True) - m) / np.maximum(m.std(1, keepdims=True), 1e-12),
+            "rank": np.argsort(np.argsort(-m, axis=1), axis=1) / max(m.shape[1] - 1, 1),
+            "oracle": regret[np.ix_(rows, cols)],
+        }
+        for name, S in scores.items():
+            out[f"{name}, {candidates}"] = np.minimum.accumulate(regret[i, cols[greedy_portfolio(S, size)]])
+    return out
