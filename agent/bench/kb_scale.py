@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.silence import copied_starter
-from agent.bench.startup import new_table, warm_run
+from agent.bench.startup import bootstrap_starter, new_table, warm_run
 from agent.bench.startup_summary import FIRST_FETCH
 from agent.bench.timed_run import bench_env, console_script
 
@@ -61,8 +61,10 @@ def _one_size(root: Path, size: int, repeats: int, say: Any) -> dict[str, Any]:
     starter = root / f"x{size}.npz"
     made = copied_starter(starter, size)
     store = ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifact-root", str(root / "art")]
-    say(f"x{size}: {made['studies']} datasets; importing and building their source models")
-    boot = _bootstrap(starter, root / "bootstrap", store, {"TUNE_AGENT_CACHE": str(root / "boot-cache")})
+    say(f"x{size}: {made['studies']} datasets")
+    boot = bootstrap_starter(
+        starter, root / "bootstrap", store, {"TUNE_AGENT_CACHE": str(root / "boot-cache")}, say, timeout=6 * 3600
+    )
     say(f"x{size}: bootstrap {boot['seconds']:.0f} s: {json.dumps(boot['report'].get('stages', {}))}")
     teammate = root / "teammate"
     teammate.mkdir()
@@ -104,7 +106,7 @@ def _one_size(root: Path, size: int, repeats: int, say: Any) -> dict[str, Any]:
 
 
 def promises(sizes: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Issue 61's promises, per size: the warm first trial within 1.2x the cold one's, the empty-cache
+    """The targets a history of this size is held to: the warm first trial within 1.2x the cold one's, the empty-cache
     one within 2x the warm one's, neighbors under 2 s, import at 20 studies per second or more."""
     out = {}
     for size, s in sizes.items():
@@ -115,23 +117,6 @@ def promises(sizes: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "import_20_per_s": (s["import_per_s"] or 0) >= 20,
         }
     return out
-
-
-def _bootstrap(starter: Path, folder: Path, store: list[str], cache: dict[str, str]) -> dict[str, Any]:
-    folder.mkdir()
-    start = time.perf_counter()
-    done = subprocess.run(
-        [console_script(), "bootstrap", "--starter", str(starter), "--models-dir", str(folder / "models"), *store],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=6 * 3600,
-        env=bench_env(cache),
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"bootstrap --starter failed: {done.stderr.strip()[-300:]}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"seconds": time.perf_counter() - start, "report": report}
 
 
 def _wall(args: list[str], cwd: Path, cache: dict[str, str]) -> float:

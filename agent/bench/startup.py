@@ -6,6 +6,7 @@ commands that read a store are timed here too; :mod:`agent.bench.timed_run` runs
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import tempfile
@@ -128,7 +129,7 @@ def run_warm_startup_bench(
         teammate = root / "teammate"
         teammate.mkdir()
         cache = {"TUNE_AGENT_CACHE": str(root / "cache")}
-        bootstrap_s = bootstrap_starter(starter, root / "bootstrap", store, cache, say)
+        bootstrap_s = bootstrap_starter(starter, root / "bootstrap", store, cache, say)["seconds"]
         arms = warm_arms(in_process, warm)
         runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         plan = [(arm, i) for i in range(repeats) for arm in arms]
@@ -153,9 +154,11 @@ def run_warm_startup_bench(
     }
 
 
-def bootstrap_starter(starter: Path, builder: Path, store: list[str], cache: dict[str, str], say: Any) -> float:
+def bootstrap_starter(
+    starter: Path, builder: Path, store: list[str], cache: dict[str, str], say: Any, timeout: float = 3600
+) -> dict[str, Any]:
     """Imports ``starter`` and builds and publishes its source models (``bootstrap --starter`` in
-    ``builder``); the seconds it took."""
+    ``builder``): the seconds it took and the report it printed last (counts, rate, stages)."""
     builder.mkdir()
     say(f"importing {starter} and building and publishing its source models (once, in {builder})")
     start = time.perf_counter()
@@ -164,12 +167,12 @@ def bootstrap_starter(starter: Path, builder: Path, store: list[str], cache: dic
         cwd=builder,
         capture_output=True,
         text=True,
-        timeout=3600,
+        timeout=timeout,
         env=bench_env(cache),
     )
     if built.returncode != 0:
         raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
-    return time.perf_counter() - start
+    return {"seconds": time.perf_counter() - start, "report": json.loads(built.stdout.strip().splitlines()[-1])}
 
 
 def warm_run(

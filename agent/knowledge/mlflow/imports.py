@@ -27,18 +27,12 @@ class MlflowImports(MlflowStudies):
     """Imported studies: each one run whose trials are rows of one artifact."""
 
     _written: dict[str, int] | None = None  # inside many_imports: studies written per experiment
+    _exp_ids: dict[str, str] | None = None  # inside many_imports: experiment ids by job and runs view
 
     @property
     def import_threads(self) -> int:  # type: ignore[override]  # a property: by the store's kind
         """sqlite: 2 (one prepares while the other commits; 1.5x one on 2 cores); a server: 4."""
         return 4 if self._remote else 2
-
-    @property
-    def _exp_ids(self) -> dict[str, str]:
-        """Experiment ids by job and runs view, as this batch found them."""
-        if "_exp_id_cache" not in self.__dict__:
-            self.__dict__["_exp_id_cache"] = {}
-        return self.__dict__["_exp_id_cache"]
 
     @contextlib.contextmanager
     def many_imports(self) -> Iterator[None]:
@@ -54,11 +48,11 @@ class MlflowImports(MlflowStudies):
                 self._studies_changed(e.experiment_id)
             except StoreError:
                 pass  # a user who may not tag the experiment: its listing is not cached either
-        self._written = {}
+        self._written, self._exp_ids = {}, {}
         try:
             yield
         finally:
-            written, self._written = self._written, None
+            written, self._written, self._exp_ids = self._written, None, None
             for exp_id in written:
                 self._studies_changed(exp_id)
 
@@ -126,7 +120,9 @@ class MlflowImports(MlflowStudies):
         """The id of ``job``'s experiment for ``space``, looked up once per batch."""
         view = runs_view_state(space)
         key = f"{job}/{layout.to_json(view)}"
-        if self._written is None or key not in self._exp_ids:
+        if self._exp_ids is None:
+            return self._experiment_for(job, view)
+        if key not in self._exp_ids:
             self._exp_ids[key] = self._experiment_for(job, view)
         return self._exp_ids[key]
 
