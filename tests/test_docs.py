@@ -80,7 +80,7 @@ def _unknown(program: str, commands: dict[str, object], texts: list[Path]) -> li
                 options = [p for p in getattr(command, "params", []) if isinstance(p, click.Option)]
                 known = {o for p in options for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
                 for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", found.group(2) or ""):
-                    if isinstance(command, click.Group) or option in known:
+                    if option in known:
                         continue
                     problems.append(f"{path.name}: `{program} {' '.join(words)}` has no {option}")
     return problems

@@ -46,6 +46,7 @@ def test_sigterm_ends_the_pool_workers_of_a_bootstrap_too(tmp_path: Path) -> Non
             "-m",
             "agent.cli",
             "bootstrap",
+            "train",
             "--dataset",
             "wine",
             "--dataset",

@@ -2,7 +2,7 @@
 
 For each size ``N`` the packaged ``mlp`` starter history is copied ``N`` times over
 (:func:`agent.bench.silence.copied_starter`: each copy a dataset of its own, its data, values and
-meta-features perturbed), imported into a fresh sqlite store with ``bootstrap --starter`` (its
+meta-features perturbed), imported into a fresh sqlite store with ``bootstrap starter`` (its
 source models built and published), and then, from a folder that is not the bootstrap's, measured
 in the same run: the default warm-started ``start`` against a cold one (``--warm-start none
 --surrogate gp``) to its first trial and to its end, the warm one again with an empty meta-model
@@ -29,7 +29,7 @@ WARM_ARM, COLD_ARM = "warm", "cold"
 PROTOCOL = (
     "per size N: the packaged mlp starter history copied N times (each copy its own dataset: name, "
     "fingerprint, sample inputs, values and meta-features perturbed), imported into a fresh sqlite store "
-    "by `bootstrap --starter` (source models built and published, its own folder and cache); then per "
+    "by `bootstrap starter` (source models built and published, its own folder and cache); then per "
     "repeat, alternated, each a fresh process, piped, from another folder on a CSV new to the history "
     "(80% of wine's rows, its own seed): the default warm-started `start --trials 1 --epochs 1` and a "
     "cold one (--warm-start none --surrogate gp) sharing a cache, and the warm one with an empty cache; "

@@ -199,7 +199,7 @@ def _commands(
     setup: dict[str, float],
     say: Any,
 ) -> None:
-    """The history imported and its source models built (``bootstrap --starter``, timed as
+    """The history imported and its source models built (``bootstrap starter``, timed as
     setup), then each study command through ``store``, timed."""
     from agent.bench.startup import new_table
 
@@ -208,11 +208,11 @@ def _commands(
     builder.mkdir(parents=True)
     teammate.mkdir()
     env = bench_env({"TUNE_AGENT_CACHE": str(root / "cache")})
-    say(f"{label}: importing the history and building its source models (bootstrap --starter)")
-    built = line_gaps([exe, "bootstrap", "--starter", str(starter), *store], builder, env, timeout=7200)
-    setup[f"{label}: bootstrap --starter"] = built["wall_s"]
+    say(f"{label}: importing the history and building its source models (bootstrap starter)")
+    built = line_gaps([exe, "bootstrap", "starter", str(starter), *store], builder, env, timeout=7200)
+    setup[f"{label}: bootstrap starter"] = built["wall_s"]
     if built["exit"] != 0:
-        raise RuntimeError(f"{label}: bootstrap --starter failed: {built['tail'][-300:]}")
+        raise RuntimeError(f"{label}: bootstrap starter failed: {built['tail'][-300:]}")
     tables = [new_table(root / f"table-{i}.csv", seed=100 + i) for i in range(3)]
     common = ["--job", "mlp", "--epochs", "1", *store]
     plan: list[tuple[str, list[str], dict[str, Any]]] = [

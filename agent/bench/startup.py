@@ -119,7 +119,7 @@ def run_warm_startup_bench(
     both again with every trial trained in the study's process (``TUNE_AGENT_TRIAL_PROCESS=0``);
     ``refit``: the warm start once more with an empty cache each run (a teammate's very first
     start: the published version fetched, nothing fitted). The history is imported and its source
-    models built and published once, by ``bootstrap --starter`` in its own folder. Two times per
+    models built and published once, by ``bootstrap starter`` in its own folder. Two times per
     run: the line ``trial 1/`` (the trial asked and its run made) and when its training began (its
     end less the seconds it says it trained). ``warm``: both again, each command run by a warm
     process (:mod:`agent.warm.process`) started before the runs."""
@@ -157,13 +157,13 @@ def run_warm_startup_bench(
 def bootstrap_starter(
     starter: Path, builder: Path, store: list[str], cache: dict[str, str], say: Any, timeout: float = 3600
 ) -> dict[str, Any]:
-    """Imports ``starter`` and builds and publishes its source models (``bootstrap --starter`` in
+    """Imports ``starter`` and builds and publishes its source models (``bootstrap starter`` in
     ``builder``): the seconds it took and the report it printed last (counts, rate, stages)."""
     builder.mkdir()
     say(f"importing {starter} and building and publishing its source models (once, in {builder})")
     start = time.perf_counter()
     built = subprocess.run(
-        [console_script(), "bootstrap", "--starter", str(starter), *store],
+        [console_script(), "bootstrap", "starter", str(starter), *store],
         cwd=builder,
         capture_output=True,
         text=True,
@@ -171,7 +171,7 @@ def bootstrap_starter(
         env=bench_env(cache),
     )
     if built.returncode != 0:
-        raise RuntimeError(f"bootstrap --starter failed: {built.stderr.strip()[-300:]}")
+        raise RuntimeError(f"bootstrap starter failed: {built.stderr.strip()[-300:]}")
     return {"seconds": time.perf_counter() - start, "report": json.loads(built.stdout.strip().splitlines()[-1])}
 
 

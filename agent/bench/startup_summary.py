@@ -18,7 +18,7 @@ STARTUP_PROTOCOL = (
     "'trial 1/'; training starts: the line 'trial 1 done' less the seconds it says the trial trained"
 )
 WARM_PROTOCOL = (
-    "one store with the starter history, its source models built and published by bootstrap --starter "
+    "one store with the starter history, its source models built and published by bootstrap starter "
     "in a folder of its own; each study run from another folder (no models/ there; the published "
     "meta-models fetched into the benchmark's cache), a fresh process, piped, on a CSV new to the "
     "history (80% of wine's rows, its own seed); the "

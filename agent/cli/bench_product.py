@@ -234,7 +234,7 @@ def bench_pruning(
 
 
 @click.command("reading")
-@click.option("--tracking-uri", required=True, help="A store to read, e.g. one `bootstrap --starter` filled.")
+@click.option("--tracking-uri", required=True, help="A store to read, e.g. one `bootstrap starter` filled.")
 @click.option("--study", required=True, help="The study `best` and `report` read.")
 @click.option("--dataset", default="wine", show_default=True, help="The dataset `neighbors` looks up.")
 @click.option("--job", default="mlp", show_default=True, help="The job `neighbors` looks up.")

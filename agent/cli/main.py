@@ -1,6 +1,6 @@
 """The ``tune-agent`` command line: the group, its commands, and the one place errors become exit codes.
 
-Each command (:mod:`.study`, :mod:`.store`, :mod:`.team`, :mod:`.pipeline`, :mod:`.project`,
+Each command (:mod:`.study`, :mod:`.store`, :mod:`.bootstrap`, :mod:`.team`, :mod:`.pipeline`, :mod:`.project`,
 :mod:`.daemon`) parses, calls one service function and renders; the options they share are in
 :mod:`.options`. The benchmarks (:mod:`.bench` with :mod:`.bench_product`, :mod:`.bench_papers`,
 :mod:`.bench_warmstart`, :mod:`.bench_paper003`) are a command line of their own, ``tune-agent-bench``
@@ -25,6 +25,7 @@ from agent.cli import (
     bench_papers,
     bench_product,
     bench_warmstart,
+    bootstrap,
     daemon,
     pipeline,
     project,
@@ -46,7 +47,7 @@ def cli(ctx: click.Context) -> None:
         ctx.obj = Stores()
 
 
-for _module in (study, project, store, team, pipeline, daemon):
+for _module in (study, project, store, bootstrap, team, pipeline, daemon):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 for _command in bench_papers.COMMANDS + bench_warmstart.COMMANDS + bench_product.COMMANDS + bench_paper003.COMMANDS:

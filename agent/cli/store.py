@@ -1,4 +1,4 @@
-"""Commands of the store and the installation: history, doctor, ui, bootstrap, import."""
+"""Commands of the store and the installation: history, doctor, ui, import (bootstrap: :mod:`.bootstrap`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from agent.cli.options import STARTER_FILE, artifact_option, json_option, kb_for, talks, tracking_option
+from agent.cli.options import artifact_option, json_option, kb_for, talks, tracking_option
 from agent.errors import TuneAgentError
 from agent.execution.options import checked_folder, checked_resources
 
@@ -148,127 +148,6 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
         raise TuneAgentError(f"mlflow ui exited with code {code}")
 
 
-@click.command()
-@click.option("--job", default="mlp", show_default=True, help="Job run on every dataset.")
-@click.option(
-    "--sources",
-    default="digits,mnist-5k,mnist1d,breast-cancer,wine,iris,rtables",
-    show_default=True,
-    help=(
-        "Comma-separated: built-in sources (five derived datasets each) and 'rtables' (the R-package tables "
-        "of agent/data/rtables.csv)."
-    ),
-)
-@click.option("--dataset", "datasets", multiple=True, help="Explicit dataset specs (repeatable) instead of --sources.")
-@click.option(
-    "--configs", type=int, default=64, show_default=True, help="Size of the shared Sobol set of configurations."
-)
-@click.option("--epochs", type=int, default=2, show_default=True)
-@click.option(
-    "--max-rows",
-    type=int,
-    default=1000,
-    show_default=True,
-    help="R tables larger than this are a stratified sample of this many rows.",
-)
-@click.option(
-    "--workers",
-    type=int,
-    default=2,
-    show_default=True,
-    help="Studies run side by side (processes, one torch thread each).",
-)
-@click.option("--limit", type=int, default=None, help="Only the first N datasets.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shared Sobol set.")
-@click.option(
-    "--starter",
-    is_flag=False,
-    flag_value=STARTER_FILE,
-    default=None,
-    help=(
-        f"Import a starter history (a file, or a packaged one by name; default {STARTER_FILE}) into the store "
-        "instead of training anything."
-    ),
-)
-@click.option(
-    "--export",
-    "export_to",
-    default=None,
-    help="Write the store's finished bootstrap studies of --job to this starter file.",
-)
-@click.option(
-    "--models-dir",
-    default="models",
-    show_default=True,
-    help="With --starter: where the history's source models are stored (models/source_models.jsonl).",
-)
-@click.option(
-    "--clean",
-    "clean",
-    default=None,
-    metavar="FILE",
-    help="Rewrite the starter file FILE without the studies the content rules leave out (a held-out "
-    "table's content, a second copy of a dataset, an R table no longer selected), saying each.",
-)
-@tracking_option
-@artifact_option
-def bootstrap(
-    job: str,
-    sources: str,
-    datasets: tuple[str, ...],
-    configs: int,
-    epochs: int,
-    max_rows: int,
-    workers: int,
-    limit: int | None,
-    seed: int,
-    starter: str | None,
-    export_to: str | None,
-    models_dir: str,
-    clean: str | None,
-    tracking_uri: str | None,
-    artifact_root: str | None,
-) -> None:
-    """Build a knowledge base: JOB over many real datasets on one shared set of configurations."""
-    if clean is not None:
-        from agent.pipeline.bootstrap import clean_starter
-
-        result = clean_starter(Path(clean), Path(clean), echo=click.echo)
-        click.echo(
-            json.dumps({"studies": result["studies"], "left_out": len(result["dropped"]), "bytes": result["bytes"]})
-        )
-        return
-    if starter is not None and export_to is not None:
-        raise TuneAgentError("--starter imports and --export writes: give one of them")
-    from agent.pipeline import knowledge_base
-
-    if export_to is not None:
-        click.echo(json.dumps(knowledge_base.export_history(kb_for(tracking_uri, artifact_root), export_to, job)))
-        return
-
-    def store() -> Any:  # a knowledge base built into a new place: its folder is made
-        from agent.knowledge import make_store_folder
-
-        made = make_store_folder(tracking_uri)
-        if made is not None:
-            click.echo(f"tracking store folder {made} did not exist: made it")
-        return kb_for(tracking_uri, artifact_root)
-
-    if starter is not None:
-        click.echo(json.dumps(knowledge_base.import_history(store(), starter, models_dir, job, echo=click.echo)))
-        return
-    run = {
-        "configs": configs,
-        "epochs": epochs,
-        "workers": workers,
-        "max_rows": max_rows,
-        "seed": seed,
-        "tracking_uri": tracking_uri,
-        "artifact_root": artifact_root,
-    }
-    click.echo(json.dumps(knowledge_base.bootstrap_history(job, datasets, sources, limit, run, store, echo=click.echo)))
-
-
 @click.command("import")
 @click.argument("table", type=click.Path(path_type=str))
 @click.option("--space", "space_file", required=True, help="Search space JSON (as in a study's space.json).")
@@ -297,4 +176,4 @@ def import_cmd(
     click.echo(json.dumps(summary))
 
 
-COMMANDS = [history, doctor, ui, bootstrap, import_cmd]
+COMMANDS = [history, doctor, ui, import_cmd]

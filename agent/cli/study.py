@@ -25,14 +25,28 @@ from agent.config import StudyRequest
 from agent.errors import TuneAgentError
 from agent.execution.options import check_execution
 
-# what most studies set; the rest are named in one line of --help (--help-all shows them)
-COMMON = frozenset(
-    {
-        "config", "dataset", "job", "model", "data", "cli", "space", "trainer", "label", "trials", "epochs",
-        "metric", "mode", "study-name", "warm-start", "surrogate", "pruner", "seed", "tracking-uri", "workers",
-        "timeout",
-    }
-)  # fmt: skip
+# what most studies set, with the one line --help shows; the rest are named in one line (--help-all shows
+# every option with its full help)
+COMMON = {
+    "config": "YAML of option values; with --cli, your LightningCLI configs.",
+    "model": "Your LightningModule class.",
+    "data": "Your LightningDataModule class.",
+    "cli": "Your LightningCLI script, run for each trial.",
+    "space": "YAML of the arguments to tune (and fixed ones).",
+    "trainer": "A Trainer argument for every trial (repeatable).",
+    "job": "A built-in job (cnn, mlp, mlp-arch) or PKG.MOD:ATTR.",
+    "dataset": "A built-in dataset or a file (.csv, .npz, images).",
+    "trials": "Trials in the study's budget [20].",
+    "epochs": "Epochs per trial [5].",
+    "metric": "NAME or NAME:min|max; repeat it for a Pareto front.",
+    "study-name": "Name of the study [DATASET-JOB-XXXX].",
+    "seed": "Seed of the study [0].",
+    "warm-start": "auto, learned, handcrafted or none [auto].",
+    "surrogate": "gp, portfolio_gp, neighbour_gp, rgpe, tnp or auto.",
+    "pruner": "Stop trials early: none, median or asha [none].",
+    "workers": "Trials run at once [1].",
+    "timeout": "Seconds after which no new trial starts.",
+}
 
 
 @click.command(cls=ShortHelp, common=COMMON)

@@ -1,4 +1,4 @@
-"""Writing many imported studies at once: ``bootstrap --starter``, ``tune-agent import``.
+"""Writing many imported studies at once: ``bootstrap starter``, ``tune-agent import``.
 
 :func:`import_many` writes :class:`Imported` studies through a store's
 :meth:`~agent.knowledge.base.KnowledgeBase.import_evaluations` inside its

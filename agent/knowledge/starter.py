@@ -147,7 +147,7 @@ def read_starter(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
     if not zipfile.is_zipfile(path):
         raise TuneAgentError(
             f"cannot read starter history {path}: not a starter file (not an .npz archive); make one "
-            "with `tune-agent bootstrap --export FILE`"
+            "with `tune-agent bootstrap export FILE`"
         )
     try:
         archive = np.load(path, allow_pickle=False)
@@ -158,7 +158,7 @@ def read_starter(path: Path | str) -> tuple[dict[str, Any], list[dict[str, Any]]
         )
         raise TuneAgentError(
             f"cannot read starter history {path}: not a starter file ({type(exc).__name__}"
-            f"{': ' + why if why else ''}); make one with `tune-agent bootstrap --export FILE`"
+            f"{': ' + why if why else ''}); make one with `tune-agent bootstrap export FILE`"
         ) from None
     if data.get("format") != FORMAT:
         raise TuneAgentError(

@@ -55,7 +55,7 @@ def _store_checks(tracking_uri: str | None, artifact_root: str | None, listed: l
                 Check(
                     "history",
                     WARN,
-                    "no history to warm-start from: `tune-agent bootstrap --starter` imports the starter history",
+                    "no history to warm-start from: `tune-agent bootstrap starter` imports the starter history",
                 )
             )
         out.append(_artifacts_check(kb))

@@ -3,7 +3,7 @@
 A transfer surrogate needs one GP per historical dataset (a *source*), the negative-transfer guard's
 verdict on it and a greedy portfolio over all of them. All three depend on the history alone, so
 they are computed once — by ``tune-agent meta source-models`` (the ``source-models`` DVC stage),
-``bootstrap --starter``, or the end of the study that adds a source — and every later study loads
+``bootstrap starter``, or the end of the study that adds a source — and every later study loads
 them: rebuilding a GP from stored hyperparameters takes ~2 ms, fitting it ~0.1-0.4 s (6 s on a
 busy machine).
 

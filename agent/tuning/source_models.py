@@ -6,7 +6,7 @@ without reading a trial; the rest are read from the tracking store and stored. :
 fits the GPs the store lacks, with a progress line, before a surrogate is prepared.
 :func:`update_source_models` brings the file up to date for one job's history — every source's GP,
 its signal check and the portfolios a new dataset's study starts from — and is what
-``tune-agent meta source-models`` (the ``source-models`` DVC stage), ``bootstrap --starter`` and
+``tune-agent meta source-models`` (the ``source-models`` DVC stage), ``bootstrap starter`` and
 the end of every study run; after it, a study on a new dataset fits no source GP at all.
 """
 

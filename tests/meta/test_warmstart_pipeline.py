@@ -362,7 +362,7 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
 
     store, _ = built
     starter = tmp_path / "starter" / "mlp.npz"
-    res = cli("bootstrap", "--export", str(starter), "--tracking-uri", store.uri)
+    res = cli("bootstrap", "export", str(starter), "--tracking-uri", store.uri)
     assert res.code == 0, res.err
     assert json.loads(res.out.splitlines()[-1])["studies"] == len(SPECS) and starter.stat().st_size < 1_000_000
     (tmp_path / "fresh").mkdir()
@@ -370,7 +370,7 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
     models = tmp_path / "models"
     res = cli(
         "bootstrap",
-        "--starter",
+        "starter",
         str(starter),
         "--tracking-uri",
         fresh.uri,
@@ -404,7 +404,7 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
     assert view(fresh.kb()) == view(store.kb())
     again = cli(
         "bootstrap",
-        "--starter",
+        "starter",
         str(starter),
         "--tracking-uri",
         fresh.uri,
@@ -433,7 +433,7 @@ def test_a_starter_history_carries_the_bootstrap_to_a_fresh_store(built, cli, tm
         fresh.uri,
     )
     assert res.code == 0 and "wine" in res.out.splitlines()[1]
-    bad = cli("bootstrap", "--starter", str(tmp_path / "none.npz"), "--tracking-uri", fresh.uri)
+    bad = cli("bootstrap", "starter", str(tmp_path / "none.npz"), "--tracking-uri", fresh.uri)
     assert bad.code == 2 and "starter history not found" in bad.err
 
 

@@ -239,7 +239,7 @@ def test_bootstrap_from_an_empty_folder_into_a_new_store_folder_then_start_from_
     monkeypatch.chdir(tmp_path / "A")
     res = cli(
         "bootstrap",
-        "--starter",
+        "starter",
         str(tmp_path / "small.npz"),
         "--tracking-uri",
         uri,

@@ -2,7 +2,7 @@
 loads the same models it would have fitted (the same suggestions), and a new study adds one.
 
 History: the first studies of the committed starter history (real mlp runs on real tables),
-written into a real sqlite MLflow store as `bootstrap --starter` writes them."""
+written into a real sqlite MLflow store as `bootstrap starter` writes them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Evaluations made elsewhere as finished MLflow studies (``tune-agent import``, ``bootstrap --starter``)."""
+"""Evaluations made elsewhere as finished MLflow studies (``tune-agent import``, ``bootstrap starter``)."""
 
 from __future__ import annotations
 
