@@ -111,7 +111,7 @@ def test_each_surrogate_runs_a_study_and_is_recorded(history, cli, tmp_path) -> 
 
 def test_tnp_surrogate_with_a_meta_trained_model(history, cli, tmp_path) -> None:
     from agent.knowledge.history import load_history
-    from agent.surrogates.contract import source_tasks
+    from agent.surrogates.source_fits import source_tasks
     from agent.surrogates.specs import TNP_FILE, TNP_META
     from agent.surrogates.tnp import TNPConfig
     from agent.surrogates.tnp_train import meta_train_tnp
@@ -134,7 +134,8 @@ def test_tnp_surrogate_with_a_meta_trained_model(history, cli, tmp_path) -> None
 
 def test_tnp_over_noise_only_history_runs_as_gp(tmp_path) -> None:
     from agent.surrogates import registry
-    from agent.surrogates.contract import SourceTask, SurrogateInputs
+    from agent.surrogates.contract import SurrogateInputs
+    from agent.surrogates.source_fits import SourceTask
 
     rng = np.random.default_rng(3)
     noise = tuple(SourceTask(f"k{i}", f"noise-{i}", rng.random((30, 4)), rng.standard_normal(30)) for i in range(3))
@@ -184,7 +185,8 @@ def test_gp_prior_mean_from_observation_neighbours_when_history_has_no_samples(h
 
 def test_auto_picks_the_tnp_once_history_and_meta_training_cover_enough_tasks(tmp_path) -> None:
     from agent.surrogates import registry
-    from agent.surrogates.contract import SourceTask, SurrogateInputs
+    from agent.surrogates.contract import SurrogateInputs
+    from agent.surrogates.source_fits import SourceTask
     from agent.surrogates.specs import TNP_FILE, TNP_META
 
     rng = np.random.default_rng(0)

@@ -2,7 +2,7 @@
 
 One function per meta-model, shared by the ``train-transfer`` pipeline stage and the benchmark's
 fold-wise training, so both train on the history exactly as a study reads it
-(:func:`agent.surrogates.contract.source_tasks`).
+(:func:`agent.surrogates.source_fits.source_tasks`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from agent.errors import TuneAgentError
-from agent.surrogates.contract import SourceTask, source_tasks
+from agent.surrogates.source_fits import SourceTask, source_tasks
 from agent.surrogates.specs import TNP_FILE, TNP_META
 
 

@@ -20,8 +20,9 @@ from agent.pipeline.regret import normalised_regret
 from agent.samplers.acquisition import point_key
 from agent.samplers.bo import BoSampler
 from agent.space import SearchSpace
-from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs
+from agent.surrogates.contract import SurrogateInputs
 from agent.surrogates.gp import normal_scores
+from agent.surrogates.source_fits import SourceFits, SourceTask
 from agent.surrogates.specs import GpSurrogate
 
 ACQ_NAMES = {"ei": "logei", "logei": "logei", "ucb": "ucb"}  # the evaluation's names -> the product's

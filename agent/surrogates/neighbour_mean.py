@@ -91,7 +91,7 @@ def _stacked(surfaces: Sequence[Any]) -> Any:
         return None
     key = tuple(id(s) for s in surfaces)  # the entry holds the surfaces, so their ids stay theirs
     if key not in _STACKS:
-        _STACKS[key] = (_GPStack(surfaces), list(surfaces))
+        _STACKS[key] = (_GPStack.of_models(surfaces), list(surfaces))
         while len(_STACKS) > 64:
             _STACKS.pop(next(iter(_STACKS)))
     return _STACKS[key][0]

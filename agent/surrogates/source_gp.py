@@ -2,7 +2,7 @@
 hyperparameters.
 
 Every transfer surrogate (RGPE, the TNP's guard, the portfolio, the neighbours' prior mean) starts
-from these models; :class:`agent.surrogates.contract.SourceFits` caches them and
+from these models; :class:`agent.surrogates.source_fits.SourceFits` caches them and
 :mod:`agent.surrogates.source_store` keeps their hyperparameters, so a study rebuilds them
 (:func:`restore_source_gp`) instead of fitting them (:func:`fit_source_gps`). The signal check
 (:func:`source_signal`, :func:`informative`) is the zero-shot half of RGPE's negative-transfer guard.
@@ -40,7 +40,7 @@ def fit_source_gps(
     models = []
     with torch_threads(1):
         for X, y in sources:
-            model = fit_gp(*_source_data(X, y), covar_module=covar() if covar is not None else None, input_dims=dims)
+            model = fit_gp(*source_data(X, y), covar_module=covar() if covar is not None else None, input_dims=dims)
             models.append(_frozen(model))
     return models
 
@@ -58,16 +58,24 @@ def restore_source_gp(
 
     with torch_threads(1):
         return _frozen(
-            restore_gp(*_source_data(X, y), state, covar_module=covar() if covar is not None else None, input_dims=dims)
+            restore_gp(*source_data(X, y), state, covar_module=covar() if covar is not None else None, input_dims=dims)
         )
 
 
-def _source_data(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
+def source_data(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
     """A source's training tensors: failures imputed with its worst value, y standardised."""
     y = impute_failures(np.asarray(y, dtype=float).reshape(-1))
     y = np.where(np.isfinite(y), y, 0.0)
     z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
     return torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1)
+
+
+def conditioned_targets(Y: np.ndarray) -> np.ndarray:
+    """The targets (`n`) a GP of :func:`agent.surrogates.gp.make_gp` on ``Y`` (`n x 1`) is conditioned
+    on: ``Y`` through its ``Standardize`` outcome transform (unbiased spread; none below 1e-8)."""
+    Y = np.asarray(Y, dtype=float).reshape(-1)
+    spread = float(Y.std(ddof=1)) if len(Y) > 1 else 1.0
+    return (Y - Y.mean()) / (spread if spread >= 1e-8 else 1.0)
 
 
 def _frozen(model: Any) -> Any:

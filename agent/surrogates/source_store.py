@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.surrogates.contract import FIT_REVISION, SourceTask, portfolio_id  # noqa: F401 - re-exported
 from agent.surrogates.record_index import index_of, read_record
+from agent.surrogates.source_fits import FIT_REVISION, SourceTask, portfolio_id  # noqa: F401 - re-exported
 
 FILE = "source_models.jsonl"
 FORMAT = 1

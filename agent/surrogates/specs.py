@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.surrogates.contract import AcqBudget, SourceTask, StepModel, Surrogate, SurrogateInputs, SurrogateSpec
+from agent.surrogates.contract import AcqBudget, StepModel, Surrogate, SurrogateInputs, SurrogateSpec
+from agent.surrogates.source_fits import SourceTask
 
 PORTFOLIO_SIZE = 5
 TNP_FILE = "tnp.pt"
@@ -92,9 +93,8 @@ def source_regrets(inputs: SurrogateInputs, sources: Sequence[SourceTask], candi
     rows = []
     means = inputs.fits.means_on(sources, candidates, inputs)
     for a, mean in zip(sources, means):
-        z = inputs.fits.gp(a, inputs)[0].train_targets
-        span = max(float(z.max() - z.min()), 1e-12)
-        rows.append(np.clip((float(z.max()) - mean) / span, 0.0, None))
+        low, high = inputs.fits.target_range(a)
+        rows.append(np.clip((high - mean) / max(high - low, 1e-12), 0.0, None))
     return np.array(rows)
 
 

@@ -15,7 +15,8 @@ from agent.config import StudySettings
 from agent.errors import StudyError
 from agent.knowledge.base import KnowledgeBase
 from agent.samplers.base import Sampler
-from agent.surrogates.contract import SourceFits, SourceTask, Surrogate, SurrogateInputs
+from agent.surrogates.contract import Surrogate, SurrogateInputs
+from agent.surrogates.source_fits import SourceFits, SourceTask
 
 PLAN_TAG = "surrogate_plan"
 

@@ -23,7 +23,7 @@ from typing import Any
 from agent.errors import StoreError
 from agent.knowledge.base import KnowledgeBase, MetaModelsRecord
 from agent.knowledge.meta_cache import CHUNKS, Fetched, chunk_name, fetch
-from agent.surrogates.contract import FIT_REVISION
+from agent.surrogates.source_fits import FIT_REVISION
 from agent.surrogates.source_store import FORMAT, SourceModelStore
 
 Progress = Callable[[str], None]

@@ -21,7 +21,7 @@ from agent.knowledge.base import KnowledgeBase
 from agent.project.sample import StoredSample
 from agent.project.spec import is_project_spec
 from agent.surrogates.arc import resolve_kernel
-from agent.surrogates.contract import SourceFits
+from agent.surrogates.source_fits import SourceFits
 from agent.tuning.heartbeat import phase
 from agent.tuning.objectives import check_metrics, multi_note
 from agent.tuning.plan import PLAN_TAG, SurrogatePlan, plan_sampler

@@ -22,14 +22,8 @@ from typing import Any
 import numpy as np
 
 from agent.knowledge.base import KnowledgeBase, StudyRecord
-from agent.surrogates.contract import (
-    MIN_SOURCE_POINTS,
-    SourceFits,
-    SourceTask,
-    SurrogateInputs,
-    source_task,
-    source_tasks,
-)
+from agent.surrogates.contract import SurrogateInputs
+from agent.surrogates.source_fits import MIN_SOURCE_POINTS, SourceFits, SourceTask, source_task, source_tasks
 from agent.surrogates.source_store import SourceModelStore
 from agent.tuning.ticker import Ticker
 
@@ -61,7 +55,7 @@ def history_sources(
     studies: list[StudyRecord] | None = None,
     attend: Collection[str] | None = None,
 ) -> list[SourceTask]:
-    """The sources of this job and space (:func:`agent.surrogates.contract.source_tasks`, sorted by
+    """The sources of this job and space (:func:`agent.surrogates.source_fits.source_tasks`, sorted by
     name), unchanged ones from ``store``; when there are none, those of the other job/space sharing
     the most hyperparameters (translated, read from the tracking store). With ``attend`` (dataset
     keys) only those are read: the records of the rest are not parsed."""

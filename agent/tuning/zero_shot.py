@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs
+from agent.surrogates.contract import SurrogateInputs
 from agent.surrogates.gp import impute_failures, normal_scores
+from agent.surrogates.source_fits import SourceFits, SourceTask
 from agent.surrogates.specs import greedy_portfolio
 
 NORMALISATIONS = ("minmax", "normal", "rank")

@@ -41,8 +41,9 @@ def _gp_step(space: SearchSpace, neighbour: tuple, U: np.ndarray, y: np.ndarray)
     """One step of the product's sampler on the gp surrogate whose prior mean is ``neighbour``'s surface."""
     from agent.config import StudySettings
     from agent.samplers.bo import BoSampler
-    from agent.surrogates.contract import SourceTask, SurrogateInputs
+    from agent.surrogates.contract import SurrogateInputs
     from agent.surrogates.gp import normal_scores
+    from agent.surrogates.source_fits import SourceTask
     from agent.surrogates.specs import GpSurrogate
 
     source = SourceTask("n", "neighbour", neighbour[0], normal_scores(neighbour[1]))

@@ -41,8 +41,8 @@ def test_source_without_a_surface_is_not_informative() -> None:
 
 
 def _sources(tasks) -> tuple:
-    from agent.surrogates.contract import SourceTask
     from agent.surrogates.gp import normal_scores
+    from agent.surrogates.source_fits import SourceTask
 
     return tuple(SourceTask(f"k{i}", f"task-{i}", U, normal_scores(y)) for i, (U, y) in enumerate(tasks))
 

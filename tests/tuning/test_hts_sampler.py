@@ -10,7 +10,8 @@ from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
 from agent.samplers.bo import BoSampler
 from agent.samplers.hts import HtsSampler
 from agent.space import Float, SearchSpace
-from agent.surrogates.contract import SourceTask, SurrogateInputs
+from agent.surrogates.contract import SurrogateInputs
+from agent.surrogates.source_fits import SourceTask
 from agent.surrogates.specs import GpSurrogate
 
 SPACE = SearchSpace([Float("a", 0.0, 1.0), Float("b", 0.0, 1.0)])

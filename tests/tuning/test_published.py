@@ -25,7 +25,7 @@ def _store(kb, models: Path):
 
 def test_a_second_folder_plans_from_the_published_version_without_fitting(history, tmp_path: Path) -> None:
     from agent.jobs import load_job
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
     from agent.tuning.published import scope_of
     from agent.tuning.source_models import update_for_job
 
@@ -75,7 +75,7 @@ def test_studies_ending_at_once_both_publish_their_additions(history, tmp_path: 
     assert len(results) == 2 and all(r and "published to version 1" in r for r in results), results
 
     store, _ = _store(history, tmp_path / "fresh")
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
 
     fits = SourceFits(store)
     planned, lines = _plan(history, tmp_path / "fresh", fits)

@@ -63,7 +63,7 @@ def _plan(kb, models: Path, fits=None, surrogate: str = "rgpe"):
 
 
 def test_current_source_models_mean_zero_fits_and_the_same_plan(history, tmp_path: Path) -> None:
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
     from agent.surrogates.source_store import SourceModelStore
     from agent.tuning.source_models import update_for_job
 
@@ -91,7 +91,7 @@ def test_current_source_models_mean_zero_fits_and_the_same_plan(history, tmp_pat
 
 def test_a_new_study_adds_one_fit_and_a_missing_store_fits_with_a_progress_line(history, store, tmp_path: Path) -> None:
     from agent.knowledge.starter import write_entries
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
     from agent.surrogates.source_store import SourceModelStore
     from agent.tuning.source_models import update_for_job
 
@@ -110,7 +110,7 @@ def test_a_new_study_adds_one_fit_and_a_missing_store_fits_with_a_progress_line(
 
 
 def test_a_damaged_line_is_skipped_and_an_unwritable_store_still_plans(history, tmp_path: Path) -> None:
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
     from agent.surrogates.source_store import FILE, SourceModelStore
     from agent.tuning.source_models import update_for_job
 
@@ -165,7 +165,7 @@ def test_a_history_larger_than_the_surrogate_attends_to_keeps_the_most_relevant(
     history, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agent.jobs import load_job
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
     from agent.surrogates.source_store import SourceModelStore
     from agent.tuning import source_models
     from agent.tuning.source_models import history_sources, most_relevant, update_for_job
@@ -195,7 +195,7 @@ def test_source_means_on_two_threads_leave_every_later_posterior_its_variance() 
 
     import torch
 
-    from agent.surrogates.contract import SourceFits, SourceTask
+    from agent.surrogates.source_fits import SourceFits, SourceTask
     from agent.surrogates.source_gp import fit_source_gps
 
     rng = np.random.default_rng(0)
@@ -236,8 +236,9 @@ def test_source_gps_fitted_in_worker_processes_are_the_ones_fitted_here(tmp_path
     hyperparameters and signal check this process would (one thread, the same data), and they are
     stored for the next study."""
     from agent.jobs import load_job
-    from agent.surrogates.contract import SourceFits, SourceTask, SurrogateInputs
+    from agent.surrogates.contract import SurrogateInputs
     from agent.surrogates.gp import gp_state, normal_scores
+    from agent.surrogates.source_fits import SourceFits, SourceTask
     from agent.surrogates.source_store import SourceModelStore
 
     space = load_job("mlp").space
@@ -275,7 +276,7 @@ def test_a_study_on_a_large_history_reads_only_the_records_of_the_sources_it_att
     from agent.data import describe_dataset, load_dataset, sample_dataset
     from agent.jobs import load_job
     from agent.knowledge.starter import write_entries
-    from agent.surrogates.contract import SourceFits
+    from agent.surrogates.source_fits import SourceFits
     from agent.surrogates.source_store import SourceModelStore
     from agent.tuning import source_models
     from agent.tuning.plan import plan_sampler
@@ -324,4 +325,5 @@ def test_a_study_on_a_large_history_reads_only_the_records_of_the_sources_it_att
     planned = plan_sampler(kb, job.space, settings, warm, "rgpe", data.fingerprint, fits, progress=said.append)
     assert set(planned.plan.source_keys) == set(warm.ranked[:5])
     assert fits.fitted == 0 and store_file.parsed <= 5 + 5 + 1  # 5 sources' data and fits, and a portfolio
+    assert fits.rebuilt == 0  # the portfolio is scored on a stack made from the stored states, no BoTorch model
     assert any("30 source datasets; the surrogate attends to the 5 nearest" in line for line in said), said
