@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from agent.errors import TuneAgentError
-from agent.registry import SAMPLERS, SURROGATES
+from agent.registry import PRUNERS, SAMPLERS, SURROGATES
 
 # The choices of a study's options. They live here, at the bottom of the layers, so that every
 # layer above (surrogates, tuning, bench, cli) reads the same tuples; samplers and surrogates are
@@ -24,7 +24,6 @@ ACQUISITIONS = ("logei", "ucb")
 # running points as X_pending), believer (the model conditioned on its own mean there) or liar
 # (the running points as observations at the worst score). Measured in `bench lcbench --batch`.
 PENDING = ("auto", "joint", "believer", "liar")
-PRUNERS = ("none", "median", "asha")  # early stopping of trials on the per-epoch metric (agent/execution/pruning.py)
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
 WARM_METHODS = ("auto", "learned", "handcrafted", "none")
 PRIOR_MEANS = ("neighbours", "observations", "constant")
@@ -114,7 +113,6 @@ class StudyRequest(StudyOptions):
         for option, value, choices in (
             ("--init", self.init, INIT_METHODS),
             ("--acq", self.acq, ACQUISITIONS),
-            ("--pruner", self.pruner, PRUNERS),
             ("--pending", self.pending, PENDING),
             ("--warm-start", self.warm_start, WARM_METHODS),
             ("--kernel", self.kernel, KERNELS),
@@ -124,6 +122,7 @@ class StudyRequest(StudyOptions):
         if self.prior_mean not in (None, *PRIOR_MEANS):
             raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
         SURROGATES.check(self.surrogate)
+        PRUNERS.load(self.pruner)  # a plugin's that fails to load is refused here, before any write
         sampler = SAMPLERS.load(self.sampler)  # a plugin's that fails to load is refused here, before any write
         if self.source is not None and sampler.plan != "sources":
             raise TuneAgentError(

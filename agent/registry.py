@@ -1,16 +1,17 @@
-"""One registry mechanism for what a study is built from: samplers, surrogates and jobs.
+"""One registry mechanism for what a study is built from: samplers, surrogates, pruners and jobs.
 
 Each kind is a :class:`Registry`. Its built-in entries are named here, once, as ``module:attribute``
 references, so their names are known without importing numpy or torch (``--help`` and option
 checks stay light); an entry's object is imported on first use. Other installed packages add
-entries through entry points in the groups ``tune_agent.samplers``, ``tune_agent.surrogates`` and
-``tune_agent.jobs``, for example in their ``pyproject.toml``::
+entries through entry points in the groups ``tune_agent.samplers``, ``tune_agent.surrogates``,
+``tune_agent.pruners`` and ``tune_agent.jobs``, for example in their ``pyproject.toml``::
 
     [project.entry-points."tune_agent.surrogates"]
     my_gp = "my_package.surrogates:MY_GP_SPEC"
 
 A sampler entry is a :class:`~agent.samplers.registry.SamplerSpec`, a surrogate entry a
-:class:`~agent.surrogates.contract.SurrogateSpec`, a job entry a job class, instance or
+:class:`~agent.surrogates.contract.SurrogateSpec`, a pruner entry a
+:class:`~agent.execution.pruning.Pruner` (``rungs`` and ``verdict``), a job entry a job class, instance or
 zero-argument factory (:mod:`agent.jobs.registry`). A plugin cannot take a built-in's name: it is
 left out, and :meth:`Registry.skipped` says so. ``docs/guide/plugins.md`` shows a plugin end to end.
 """
@@ -40,6 +41,11 @@ BUILTIN: dict[str, dict[str, str]] = {
         "neighbour_gp": "agent.surrogates.specs:NEIGHBOUR_GP",
         "rgpe": "agent.surrogates.specs:RGPE",
         "tnp": "agent.surrogates.specs:TNP",
+    },
+    "pruners": {
+        "none": "agent.execution.pruning:NONE",
+        "median": "agent.execution.pruning:MEDIAN",
+        "asha": "agent.execution.pruning:ASHA",
     },
     "jobs": {
         "cnn": "agent.jobs.cnn:CNNJob",
@@ -153,3 +159,4 @@ class Registry:
 SAMPLERS = Registry("samplers", "--sampler")
 SURROGATES = Registry("surrogates", "--surrogate", rules=(AUTO,))
 JOBS = Registry("jobs", "--job")
+PRUNERS = Registry("pruners", "--pruner")

@@ -207,7 +207,7 @@ def test_a_resumed_trial_is_judged_by_the_pruner_on_its_whole_curve(tmp_path, mo
 
     from agent.config import StudySettings
     from agent.data import load_dataset
-    from agent.execution.pruning import Pruner, PruningState
+    from agent.execution.pruning import PruningState, pruner_named
     from agent.execution.trial import train_config
     from agent.jobs import load_job
 
@@ -223,7 +223,7 @@ def test_a_resumed_trial_is_judged_by_the_pruner_on_its_whole_curve(tmp_path, mo
     peers = {epoch: [5.0, 5.0, 5.0] for epoch in range(1, 6)}  # far worse val_loss: it is never pruned
 
     def state() -> PruningState:
-        return PruningState(Pruner("median"), "val_loss", -1.0, 5, peers)
+        return PruningState(pruner_named("median"), "val_loss", -1.0, 5, peers, name="median")
 
     unbroken = train_config(job, config, 0, settings, data, split, logger=False, pruning=state())
 

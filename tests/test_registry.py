@@ -74,6 +74,17 @@ def _plugin(root: Path) -> Path:
             TAKEN = SamplerSpec("bo", "a plugin that takes a built-in's name", "none", _build)
 
 
+            class StopAtOne:
+                def rungs(self, max_epochs):
+                    return [1] if max_epochs > 1 else []
+
+                def verdict(self, epoch, value, peers):
+                    return "the plugin stops every trial at epoch 1"
+
+
+            STOP_AT_ONE = StopAtOne()
+
+
             def tiny_job():
                 from agent.jobs.mlp import MLPJob
 
@@ -86,7 +97,8 @@ def _plugin(root: Path) -> Path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
         "[tune_agent.samplers]\nplugin-random = tiny_plugin:SOBOLISH\nbo = tiny_plugin:TAKEN\n"
-        "broken = tiny_plugin:MISSING\n\n[tune_agent.jobs]\ntiny-mlp = tiny_plugin:tiny_job\n"
+        "broken = tiny_plugin:MISSING\n\n[tune_agent.jobs]\ntiny-mlp = tiny_plugin:tiny_job\n\n"
+        "[tune_agent.pruners]\nstop-at-one = tiny_plugin:STOP_AT_ONE\n"
     )
     return root
 
@@ -96,16 +108,17 @@ def _run(code: str, plugin: Path, cwd: Path) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_another_package_adds_a_sampler_and_a_job_through_entry_points(store, tmp_path: Path) -> None:
+def test_another_package_adds_a_sampler_a_pruner_and_a_job_through_entry_points(store, tmp_path: Path) -> None:
     plugin = _plugin(tmp_path / "site")
     listing = _run(
-        "import json\nfrom agent.registry import SAMPLERS, JOBS\n"
-        "print(json.dumps([SAMPLERS.names(), JOBS.names(), SAMPLERS.skipped()]))",
+        "import json\nfrom agent.registry import SAMPLERS, JOBS, PRUNERS\n"
+        "print(json.dumps([SAMPLERS.names(), JOBS.names(), SAMPLERS.skipped(), PRUNERS.names()]))",
         plugin,
         tmp_path,
     )
     assert listing.returncode == 0, listing.stderr
-    samplers, jobs, skipped = json.loads(listing.stdout)
+    samplers, jobs, skipped, pruners = json.loads(listing.stdout)
+    assert pruners == [*BUILTIN["pruners"], "stop-at-one"]
     assert samplers[:5] == list(BUILTIN["samplers"]) and samplers[5:] == ["broken", "plugin-random"]
     assert jobs == [*BUILTIN["jobs"], "tiny-mlp"]
     assert skipped == ["bo (tiny_plugin:TAKEN): the name is taken"]
@@ -114,13 +127,15 @@ def test_another_package_adds_a_sampler_and_a_job_through_entry_points(store, tm
     create = (
         "from agent.cli import main\n"
         "main(['create', '--job', 'tiny-mlp', '--dataset', 'wine', '--sampler', 'plugin-random', '--trials', '2',"
-        f" '--warm-start', 'none', '--study-name', 'plugin-study', '--tracking-uri', {store.uri!r},"
+        f" '--warm-start', 'none', '--pruner', 'stop-at-one', '--study-name', 'plugin-study',"
+        f" '--tracking-uri', {store.uri!r},"
         f" '--artifact-root', {store.artifacts!r}])"
     )
     made = _run(create, plugin, tmp_path)
     assert made.returncode == 0, made.stderr[-2000:]
     record = store.kb().find_study("plugin-study")
     assert record is not None and record.settings["sampler"] == "plugin-random" and record.settings["job"] == "tiny-mlp"
+    assert record.settings["pruner"] == "stop-at-one"
     asked = _run(
         f"from agent.cli import main\nmain(['ask', 'plugin-study', '--tracking-uri', {store.uri!r}])", plugin, tmp_path
     )

@@ -220,14 +220,15 @@ def bench_pruning(
 ) -> None:
     """Wall time to reach the unpruned study's best validation value, per pruner (start --pruner P)."""
     from agent.bench.pruning import PruningBenchConfig, run_pruning_bench
-    from agent.config import PRUNERS, check_positive
+    from agent.config import check_positive
+    from agent.registry import PRUNERS
 
     for option, value in (("--trials", trials), ("--epochs", epochs), ("--seeds", seeds)):
         check_positive(option, value)
     chosen = tuple(p.strip() for p in pruners.split(",") if p.strip())
-    unknown = [p for p in chosen if p not in PRUNERS]
+    unknown = [p for p in chosen if p not in PRUNERS.choices()]
     if not chosen or unknown:
-        raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS)}, got {pruners!r}")
+        raise TuneAgentError(f"--pruners takes names from {', '.join(PRUNERS.choices())}, got {pruners!r}")
     config = PruningBenchConfig(job, dataset, trials, epochs, seeds=seeds, pruners=chosen, same_time=same_time)
     report = run_pruning_bench(config, Path(out), progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=2))

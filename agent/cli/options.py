@@ -14,8 +14,8 @@ import click
 
 from agent.cli.config_file import load_config_file
 from agent.cli.values import KeepModels
-from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, PRUNERS, WARM_METHODS, StudyRequest
-from agent.registry import SAMPLERS, SURROGATES
+from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, WARM_METHODS, StudyRequest
+from agent.registry import PRUNERS, SAMPLERS, SURROGATES
 from agent.warm.launch import Launch
 
 tracking_option = click.option(
@@ -237,7 +237,7 @@ STUDY_OPTIONS = [
     ),
     click.option(
         "--pruner",
-        type=click.Choice(PRUNERS),
+        type=click.Choice(PRUNERS.choices()),
         default=StudyRequest.default("pruner"),
         show_default=True,
         help=(

@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from agent.lightning import TuneAgentCallback, create_study, quiet_lightning
+from agent.registry import PRUNERS
 
 
 class WineNet(pl.LightningModule):
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--study-name", default="own-loop")
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--pruner", default="median", choices=("none", "median", "asha"))
+    parser.add_argument("--pruner", default="median", choices=PRUNERS.choices())
     parser.add_argument("--tracking-uri", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)

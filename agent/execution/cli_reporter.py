@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 
 from agent.execution.checkpoints import wants_model
 from agent.execution.cli_trial import METRICS, SETTINGS
-from agent.execution.pruning import Pruner, PruningState
+from agent.execution.pruning import PruningState, pruner_named
 from agent.execution.trial_callback import TrialCallback, save_model, scalar_metrics
 from agent.tuning.scratch import CHECKPOINT
 
@@ -37,11 +37,12 @@ class TrialReporter(TrialCallback):
         if self.settings.get("pruner", "none") != "none":
             peers = {int(k): [float(v) for v in vs] for k, vs in self.settings.get("curves", {}).items()}
             self.pruning = PruningState(
-                Pruner(self.settings["pruner"]),
+                pruner_named(self.settings["pruner"]),
                 self.metric,
                 float(self.settings["sign"]),
                 int(self.settings["epochs"]),
                 peers,
+                name=self.settings["pruner"],
             )
         self.start = time.perf_counter()
 

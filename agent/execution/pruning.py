@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -49,40 +49,82 @@ def study_curves(trials: Iterable[TrialRecord]) -> dict[int, list[float]]:
     return out
 
 
-@dataclass(frozen=True)
-class Pruner:
-    """A stopping rule over the study's curves; values are maximised (``sign`` applied)."""
-
-    kind: str = "none"
-    eta: int = ASHA_ETA
-    min_epochs: int = ASHA_MIN_EPOCHS
+class Pruner(Protocol):
+    """A stopping rule: what a ``--pruner`` entry of the registry is (``agent.registry.PRUNERS``;
+    another package adds one through the ``tune_agent.pruners`` entry-point group). Values are
+    maximised (the study's sign applied)."""
 
     def rungs(self, max_epochs: int) -> list[int]:
         """Epochs at which a trial may be stopped (never the last one: it ends anyway)."""
-        if self.kind == "median":
-            return list(range(MEDIAN_WARMUP, max_epochs))
-        if self.kind == "asha":
-            out, r = [], self.min_epochs
-            while r < max_epochs:
-                out.append(r)
-                r *= self.eta
-            return out
-        return []
+        ...
 
     def verdict(self, epoch: int, value: float, peers: list[float]) -> str:
         """Why the trial stops at ``epoch`` with maximised ``value`` ('' to go on); ``peers`` are the
-        maximised values other trials recorded at that epoch."""
-        if len(peers) < MIN_PEERS or not math.isfinite(value):
-            return ""
-        if self.kind == "median":
-            median = float(np.median(peers))
-            return f"worse than the median of {len(peers)} trials at epoch {epoch}" if value < median else ""
-        if self.kind == "asha":
-            pool = sorted([*peers, value], reverse=True)
-            keep = max(1, len(pool) // self.eta)
-            cutoff = pool[keep - 1]
-            return f"not in the top 1/{self.eta} of {len(pool)} trials at rung epoch {epoch}" if value < cutoff else ""
+        maximised values the study's other trials recorded at that epoch."""
+        ...
+
+
+@dataclass(frozen=True)
+class NoPruner:
+    """``--pruner none``: every trial runs its epochs."""
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        return []
+
+    def verdict(self, epoch: int, value: float, peers: list[float]) -> str:
         return ""
+
+
+@dataclass(frozen=True)
+class MedianPruner:
+    """``--pruner median``: stops below the median of the study's earlier trials at that epoch."""
+
+    warmup: int = MEDIAN_WARMUP
+    min_peers: int = MIN_PEERS
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        return list(range(self.warmup, max_epochs))
+
+    def verdict(self, epoch: int, value: float, peers: list[float]) -> str:
+        if len(peers) < self.min_peers or not math.isfinite(value):
+            return ""
+        median = float(np.median(peers))
+        return f"worse than the median of {len(peers)} trials at epoch {epoch}" if value < median else ""
+
+
+@dataclass(frozen=True)
+class AshaPruner:
+    """``--pruner asha``: at rungs ``min_epochs * eta^k`` only the top ``1/eta`` go on."""
+
+    eta: int = ASHA_ETA
+    min_epochs: int = ASHA_MIN_EPOCHS
+    min_peers: int = MIN_PEERS
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        out, r = [], self.min_epochs
+        while r < max_epochs:
+            out.append(r)
+            r *= self.eta
+        return out
+
+    def verdict(self, epoch: int, value: float, peers: list[float]) -> str:
+        if len(peers) < self.min_peers or not math.isfinite(value):
+            return ""
+        pool = sorted([*peers, value], reverse=True)
+        keep = max(1, len(pool) // self.eta)
+        cutoff = pool[keep - 1]
+        return f"not in the top 1/{self.eta} of {len(pool)} trials at rung epoch {epoch}" if value < cutoff else ""
+
+
+NONE, MEDIAN, ASHA = NoPruner(), MedianPruner(), AshaPruner()  # the built-in entries
+
+
+def pruner_named(name: str) -> Pruner:
+    """The registry's pruner ``name`` (one line, exit 2, for a name no entry has)."""
+    from agent.registry import PRUNERS
+
+    pruner: Pruner = PRUNERS.load(name)
+    return pruner
 
 
 @dataclass
@@ -97,6 +139,7 @@ class PruningState:
     peers: Mapping[int, list[float]] = field(default_factory=dict)
     curve: dict[int, float] = field(default_factory=dict)
     reason: str = ""
+    name: str = "the pruner"  # the --pruner name, for the reason line
 
     def observe(self, epoch: int, value: float) -> bool:
         """Records the trial's (unsigned) value after ``epoch`` (from 1); True when it must stop."""
@@ -106,7 +149,7 @@ class PruningState:
         peers = [self.sign * v for v in self.peers.get(epoch, [])]
         why = self.pruner.verdict(epoch, self.sign * float(value), peers)
         if why:
-            self.reason = f"pruned by {self.pruner.kind} at epoch {epoch}: {self.metric}={value:.5g} {why}"
+            self.reason = f"pruned by {self.name} at epoch {epoch}: {self.metric}={value:.5g} {why}"
         return bool(why)
 
 
@@ -116,7 +159,12 @@ def pruning_state(settings: Any, trials: Callable[[], Iterable[TrialRecord]]) ->
     if getattr(settings, "pruner", "none") == "none":
         return None
     return PruningState(
-        Pruner(settings.pruner), settings.metric, settings.sign, settings.epochs, study_curves(trials())
+        pruner_named(settings.pruner),
+        settings.metric,
+        settings.sign,
+        settings.epochs,
+        study_curves(trials()),
+        name=settings.pruner,
     )
 
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.execution.pruning import Pruner, PruningState, study_curves
+from agent.execution.pruning import PruningState, pruner_named, study_curves
 from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.samplers.base import encoded
 from agent.space import Float, SearchSpace
 
 
 def test_asha_rungs_grow_by_eta_and_keep_the_top_third() -> None:
-    asha = Pruner("asha")
+    asha = pruner_named("asha")
     assert asha.rungs(9) == [1, 3]
     assert asha.rungs(30) == [1, 3, 9, 27]
-    assert Pruner("median").rungs(4) == [1, 2, 3]
-    assert Pruner("none").rungs(9) == []
+    assert pruner_named("median").rungs(4) == [1, 2, 3]
+    assert pruner_named("none").rungs(9) == []
     peers = [0.9, 0.8, 0.7, 0.6, 0.5]  # maximised: higher is better
     assert asha.verdict(1, 0.95, peers) == ""  # the best of six goes on
     assert asha.verdict(1, 0.85, peers) == ""  # six values: the top 6 // 3 = 2 go on, 0.85 is second
@@ -25,7 +25,9 @@ def test_asha_rungs_grow_by_eta_and_keep_the_top_third() -> None:
 
 
 def test_median_rule_and_state_on_a_minimised_metric() -> None:
-    state = PruningState(Pruner("median"), "val_loss", -1.0, 5, peers={1: [0.5, 0.6, 0.7], 2: [0.4, 0.5, 0.6]})
+    state = PruningState(
+        pruner_named("median"), "val_loss", -1.0, 5, peers={1: [0.5, 0.6, 0.7], 2: [0.4, 0.5, 0.6]}, name="median"
+    )
     assert not state.observe(1, 0.55)  # below (better than) the median loss 0.6
     assert state.observe(2, 0.58)  # worse than the median loss 0.5 at epoch 2
     assert state.curve == {1: 0.55, 2: 0.58}
@@ -101,3 +103,29 @@ def test_the_pruning_bench_gives_pruners_the_unpruned_study_s_time() -> None:
     assert asha["timeline"][-1][0] <= none["wall_seconds"] + max(t[0] for t in none["timeline"])
     assert "timeout" in report["protocol"]
     assert report["summary"]["asha"]["reached_target"] in ("0/1", "1/1")
+
+
+def test_a_pruner_registered_at_run_time_decides_a_trial_as_the_built_ins_do() -> None:
+    """A pruner is a registry entry (``rungs`` and ``verdict``): one added at run time is what a study
+    with ``pruner`` set to its name uses, and its reason is the trial's."""
+    from types import SimpleNamespace
+
+    from agent.execution.pruning import pruning_state
+    from agent.registry import PRUNERS
+
+    class BelowHalf:
+        def rungs(self, max_epochs: int) -> list[int]:
+            return [1]
+
+        def verdict(self, epoch: int, value: float, peers: list[float]) -> str:
+            return "below half" if value < 0.5 else ""
+
+    PRUNERS.register("below-half", BelowHalf())
+    try:
+        settings = SimpleNamespace(pruner="below-half", metric="val_acc", sign=1.0, epochs=3)
+        state = pruning_state(settings, lambda: [])
+        assert state is not None and not state.observe(1, 0.7)
+        state = pruning_state(settings, lambda: [])
+        assert state.observe(1, 0.3) and state.reason == "pruned by below-half at epoch 1: val_acc=0.3 below half"
+    finally:
+        PRUNERS.unregister("below-half")

@@ -12,7 +12,7 @@ from agent.knowledge.base import TRIAL_RUNNING, StudyRecord, TrialRecord
 from agent.knowledge.mlflow.imports import MlflowImports
 from agent.knowledge.mlflow.kept import MlflowKeptModels
 from agent.knowledge.mlflow.meta_models import MlflowMetaModels
-from agent.knowledge.mlflow.registry import MlflowModels
+from agent.knowledge.mlflow.model_registry import MlflowModels
 from agent.knowledge.mlflow.store_file import T
 
 
