@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from agent.errors import TuneAgentError
-from agent.registry import PRUNERS, SAMPLERS, SURROGATES
+from agent.registry import PRUNERS, SAMPLERS, SURROGATES, WARM_STARTS
 
 # The choices of a study's options. They live here, at the bottom of the layers, so that every
 # layer above (surrogates, tuning, bench, cli) reads the same tuples; samplers and surrogates are
@@ -25,7 +25,6 @@ ACQUISITIONS = ("logei", "ucb")
 # (the running points as observations at the worst score). Measured in `bench lcbench --batch`.
 PENDING = ("auto", "joint", "believer", "liar")
 KERNELS = ("auto", "arc", "plain")  # GP kernels: arc (paper 002) for conditional spaces; auto picks it there
-WARM_METHODS = ("auto", "learned", "handcrafted", "none")
 PRIOR_MEANS = ("neighbours", "observations", "constant")
 # Every RANDOM_EVERY-th BO step of a GP-family surrogate is a uniform random configuration
 # (interleaved random search, as in SMAC: Hutter, Hoos, Leyton-Brown 2011; Lindauer et al. 2022).
@@ -114,7 +113,6 @@ class StudyRequest(StudyOptions):
             ("--init", self.init, INIT_METHODS),
             ("--acq", self.acq, ACQUISITIONS),
             ("--pending", self.pending, PENDING),
-            ("--warm-start", self.warm_start, WARM_METHODS),
             ("--kernel", self.kernel, KERNELS),
         ):
             if value not in choices:
@@ -122,6 +120,7 @@ class StudyRequest(StudyOptions):
         if self.prior_mean not in (None, *PRIOR_MEANS):
             raise TuneAgentError(f"--prior-mean must be one of {', '.join(PRIOR_MEANS)}, got {self.prior_mean!r}")
         SURROGATES.check(self.surrogate)
+        WARM_STARTS.check(self.warm_start)
         PRUNERS.load(self.pruner)  # a plugin's that fails to load is refused here, before any write
         sampler = SAMPLERS.load(self.sampler)  # a plugin's that fails to load is refused here, before any write
         if self.source is not None and sampler.plan != "sources":

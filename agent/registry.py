@@ -1,16 +1,18 @@
-"""One registry mechanism for what a study is built from: samplers, surrogates, pruners and jobs.
+"""One registry mechanism for what a study is built from: samplers, surrogates, warm starts' meta-features,
+pruners and jobs.
 
 Each kind is a :class:`Registry`. Its built-in entries are named here, once, as ``module:attribute``
 references, so their names are known without importing numpy or torch (``--help`` and option
 checks stay light); an entry's object is imported on first use. Other installed packages add
 entries through entry points in the groups ``tune_agent.samplers``, ``tune_agent.surrogates``,
-``tune_agent.pruners`` and ``tune_agent.jobs``, for example in their ``pyproject.toml``::
+``tune_agent.warm_starts``, ``tune_agent.pruners`` and ``tune_agent.jobs``, for example in their ``pyproject.toml``::
 
     [project.entry-points."tune_agent.surrogates"]
     my_gp = "my_package.surrogates:MY_GP_SPEC"
 
 A sampler entry is a :class:`~agent.samplers.registry.SamplerSpec`, a surrogate entry a
-:class:`~agent.surrogates.contract.SurrogateSpec`, a pruner entry a
+:class:`~agent.surrogates.contract.SurrogateSpec`, a warm-start entry a function of the models folder
+that returns a :class:`~agent.meta.neighbours.Featurizer` (or None when its model is missing), a pruner entry a
 :class:`~agent.execution.pruning.Pruner` (``rungs`` and ``verdict``), a job entry a job class, instance or
 zero-argument factory (:mod:`agent.jobs.registry`). A plugin cannot take a built-in's name: it is
 left out, and :meth:`Registry.skipped` says so. ``docs/guide/plugins.md`` shows a plugin end to end.
@@ -42,6 +44,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "rgpe": "agent.surrogates.specs:RGPE",
         "tnp": "agent.surrogates.specs:TNP",
     },
+    "warm_starts": {"learned": "agent.meta.neighbours:learned", "handcrafted": "agent.meta.neighbours:handcrafted"},
     "pruners": {
         "none": "agent.execution.pruning:NONE",
         "median": "agent.execution.pruning:MEDIAN",
@@ -160,3 +163,6 @@ SAMPLERS = Registry("samplers", "--sampler")
 SURROGATES = Registry("surrogates", "--surrogate", rules=(AUTO,))
 JOBS = Registry("jobs", "--job")
 PRUNERS = Registry("pruners", "--pruner")
+# --warm-start: meta-features that place a dataset among the history's; auto picks one by the last
+# `dvc repro` evaluation, none starts cold
+WARM_STARTS = Registry("warm_starts", "--warm-start", rules=(AUTO, "none"))

@@ -85,6 +85,20 @@ def _plugin(root: Path) -> Path:
             STOP_AT_ONE = StopAtOne()
 
 
+            class Shape:
+                method = "shape"
+                standardise = True
+
+                def vector(self, X, y, kind, num_classes, summary):
+                    import numpy as np
+
+                    return np.array([float(len(X)), float(X.shape[1]), float(num_classes)])
+
+
+            def shape(models_dir):
+                return Shape()
+
+
             def tiny_job():
                 from agent.jobs.mlp import MLPJob
 
@@ -98,7 +112,8 @@ def _plugin(root: Path) -> Path:
     (info / "entry_points.txt").write_text(
         "[tune_agent.samplers]\nplugin-random = tiny_plugin:SOBOLISH\nbo = tiny_plugin:TAKEN\n"
         "broken = tiny_plugin:MISSING\n\n[tune_agent.jobs]\ntiny-mlp = tiny_plugin:tiny_job\n\n"
-        "[tune_agent.pruners]\nstop-at-one = tiny_plugin:STOP_AT_ONE\n"
+        "[tune_agent.pruners]\nstop-at-one = tiny_plugin:STOP_AT_ONE\n\n"
+        "[tune_agent.warm_starts]\nshape = tiny_plugin:shape\n"
     )
     return root
 
@@ -108,16 +123,21 @@ def _run(code: str, plugin: Path, cwd: Path) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_another_package_adds_a_sampler_a_pruner_and_a_job_through_entry_points(store, tmp_path: Path) -> None:
+def test_another_package_adds_a_sampler_a_pruner_meta_features_and_a_job_through_entry_points(
+    store, tmp_path: Path
+) -> None:
     plugin = _plugin(tmp_path / "site")
     listing = _run(
-        "import json\nfrom agent.registry import SAMPLERS, JOBS, PRUNERS\n"
-        "print(json.dumps([SAMPLERS.names(), JOBS.names(), SAMPLERS.skipped(), PRUNERS.names()]))",
+        "import json\nfrom agent.registry import SAMPLERS, JOBS, PRUNERS, WARM_STARTS\n"
+        "from agent.tuning.warmstart import _featurizer\n"
+        "print(json.dumps([SAMPLERS.names(), JOBS.names(), SAMPLERS.skipped(), PRUNERS.names(),"
+        " WARM_STARTS.choices(), _featurizer('shape', 'models')[0].method]))",
         plugin,
         tmp_path,
     )
     assert listing.returncode == 0, listing.stderr
-    samplers, jobs, skipped, pruners = json.loads(listing.stdout)
+    samplers, jobs, skipped, pruners, warm_starts, featurizer = json.loads(listing.stdout)
+    assert warm_starts == [*BUILTIN["warm_starts"], "shape", "auto", "none"] and featurizer == "shape"
     assert pruners == [*BUILTIN["pruners"], "stop-at-one"]
     assert samplers[:5] == list(BUILTIN["samplers"]) and samplers[5:] == ["broken", "plugin-random"]
     assert jobs == [*BUILTIN["jobs"], "tiny-mlp"]
@@ -127,7 +147,7 @@ def test_another_package_adds_a_sampler_a_pruner_and_a_job_through_entry_points(
     create = (
         "from agent.cli import main\n"
         "main(['create', '--job', 'tiny-mlp', '--dataset', 'wine', '--sampler', 'plugin-random', '--trials', '2',"
-        f" '--warm-start', 'none', '--pruner', 'stop-at-one', '--study-name', 'plugin-study',"
+        f" '--warm-start', 'shape', '--pruner', 'stop-at-one', '--study-name', 'plugin-study',"
         f" '--tracking-uri', {store.uri!r},"
         f" '--artifact-root', {store.artifacts!r}])"
     )
@@ -135,7 +155,7 @@ def test_another_package_adds_a_sampler_a_pruner_and_a_job_through_entry_points(
     assert made.returncode == 0, made.stderr[-2000:]
     record = store.kb().find_study("plugin-study")
     assert record is not None and record.settings["sampler"] == "plugin-random" and record.settings["job"] == "tiny-mlp"
-    assert record.settings["pruner"] == "stop-at-one"
+    assert record.settings["pruner"] == "stop-at-one" and record.settings["warm_start"] == "shape"
     asked = _run(
         f"from agent.cli import main\nmain(['ask', 'plugin-study', '--tracking-uri', {store.uri!r}])", plugin, tmp_path
     )

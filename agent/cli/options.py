@@ -14,8 +14,8 @@ import click
 
 from agent.cli.config_file import load_config_file
 from agent.cli.values import KeepModels
-from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, WARM_METHODS, StudyRequest
-from agent.registry import PRUNERS, SAMPLERS, SURROGATES
+from agent.config import ACQUISITIONS, INIT_METHODS, KERNELS, PENDING, PRIOR_MEANS, StudyRequest
+from agent.registry import PRUNERS, SAMPLERS, SURROGATES, WARM_STARTS
 from agent.warm.launch import Launch
 
 tracking_option = click.option(
@@ -172,7 +172,7 @@ STUDY_OPTIONS = [
     ),
     click.option(
         "--warm-start",
-        type=click.Choice(WARM_METHODS),
+        type=click.Choice(WARM_STARTS.choices()),
         default=StudyRequest.default("warm_start"),
         show_default=True,
         help=(

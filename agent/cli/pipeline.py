@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from agent.cli.options import json_option, kb_for, params_option, talks, tracking_option
+from agent.registry import WARM_STARTS
 
 
 @click.group()
@@ -149,7 +150,12 @@ def evaluate_cmd(params_file: str) -> None:
 @click.option("--job", default="mlp", show_default=True)
 @click.option("--label", default=None)
 @click.option("--drop", multiple=True, help="A .csv/.parquet column to leave out (repeatable).")
-@click.option("--warm-start", type=click.Choice(["auto", "learned", "handcrafted"]), default="auto", show_default=True)
+@click.option(
+    "--warm-start",
+    type=click.Choice([c for c in WARM_STARTS.choices() if c != "none"]),
+    default="auto",
+    show_default=True,
+)
 @click.option("--k", type=int, default=3, show_default=True)
 @click.option("--models-dir", default="models", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)

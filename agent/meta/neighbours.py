@@ -1,6 +1,9 @@
 """Meta-feature vectors of datasets and the nearest-dataset search over them.
 
-Two featurisers share one interface (``vector(X, y, kind, num_classes, summary) -> `m` ``):
+Featurisers share one interface (:class:`Featurizer`: ``vector(X, y, kind, num_classes, summary) -> `m` ``);
+each is a ``--warm-start`` entry of the registry (``agent.registry.WARM_STARTS``), a function of the
+models folder (:func:`handcrafted`, :func:`learned`), and another package adds its own through the
+``tune_agent.warm_starts`` entry-point group. The built-ins:
 :class:`HandcraftedFeaturizer` (paper 000's baseline; columns are z-scored over the candidate set
 before distances, since raw sizes and accuracies live on different scales) and
 :class:`LearnedFeaturizer` (the Siamese extractor of papers 000/003, whose Euclidean distances were
@@ -12,12 +15,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 EXTRACTOR_FILE = "metafeature_extractor.pt"
 INDEX_FILE = "metafeature_index.json"
+
+
+class Featurizer(Protocol):
+    """Meta-features of a dataset from a sample of it: ``method`` is the entry's name (it labels the
+    warm trials), ``standardise`` whether columns are z-scored over the history before distances."""
+
+    method: str
+    standardise: bool
+
+    def vector(
+        self, X: np.ndarray, y: np.ndarray, kind: str, num_classes: int, summary: Mapping[str, Any] | None
+    ) -> np.ndarray: ...
+
+
+def handcrafted(models_dir: Path) -> HandcraftedFeaturizer:
+    """``--warm-start handcrafted``: needs no model."""
+    return HandcraftedFeaturizer()
+
+
+def learned(models_dir: Path) -> LearnedFeaturizer | None:
+    """``--warm-start learned``: the trained extractor in ``models_dir``, or None without one."""
+    return LearnedFeaturizer.load(models_dir)
 
 
 class HandcraftedFeaturizer:

@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import PRIOR_MEANS, WARM_METHODS  # noqa: F401 - re-exported for callers
-from agent.errors import TuneAgentError
+from agent.config import PRIOR_MEANS  # noqa: F401 - re-exported for callers
 from agent.knowledge.history import (
     HistoricalDataset,
     compatible_history,
@@ -40,13 +39,13 @@ from agent.knowledge.history import (
 )
 from agent.meta.neighbours import (
     HandcraftedFeaturizer,
-    LearnedFeaturizer,
     Neighbour,
     distinct_first,
     nearest,
     pairwise_distances,
     vectors_for,
 )
+from agent.registry import WARM_STARTS
 from agent.samplers.pareto import front_ends
 from agent.space import SpaceMatch
 from agent.tuning.history_features import attach_samples, refresh_metafeatures
@@ -159,18 +158,25 @@ def nearness(query: np.ndarray, vectors: np.ndarray, sources: list[str], standar
 
 
 def _featurizer(requested: str, models_dir: Path, scope: str | None = None) -> tuple[Any, str]:
-    if requested in ("auto", "learned"):
-        choice = evaluated_choice(models_dir, scope) if requested == "auto" else None
+    """The featurizer of the registry's entry ``requested`` (``auto``: the learned one unless the
+    last evaluation chose the hand-crafted meta-features or none is trained), and a note for the
+    warm start's line; an entry whose model is missing falls back to the hand-crafted ones, saying so."""
+    if requested == "auto":
+        choice = evaluated_choice(models_dir, scope)
         if choice is not None and choice.get("method") == "handcrafted":
             return HandcraftedFeaturizer(), f"auto chose them: {choice.get('why', 'the evaluation of this history')}"
-        learned = LearnedFeaturizer.load(models_dir)
+        learned = WARM_STARTS.load("learned")(models_dir)
         if learned is not None:
             return learned, ""
-        if requested == "auto":  # the default without a trained extractor: nothing is missing, nothing to nag
-            return HandcraftedFeaturizer(), "auto: no learned extractor is published for this job"
-        note = f"--warm-start learned: no trained meta-feature extractor in {models_dir} or the store (run `dvc repro`)"
-        return HandcraftedFeaturizer(), note
-    return HandcraftedFeaturizer(), ""
+        return HandcraftedFeaturizer(), "auto: no learned extractor is published for this job"  # nothing to nag
+    found = WARM_STARTS.load(requested)(models_dir)
+    if found is not None:
+        return found, ""
+    where = "or the store (run `dvc repro`)" if requested == "learned" else "(its entry found no model there)"
+    return (
+        HandcraftedFeaturizer(),
+        f"--warm-start {requested}: no trained meta-feature extractor in {models_dir} {where}",
+    )
 
 
 def plan_warm_start(
@@ -191,8 +197,7 @@ def plan_warm_start(
     (with several ``objectives`` or any ``constraints``, the ends of their fronts seed the study).
     ``progress`` hears of the one slow step there can be: meta-features stored by an older version,
     recomputed from the samples and stored again (once per store)."""
-    if requested not in WARM_METHODS:
-        raise TuneAgentError(f"--warm-start must be one of {', '.join(WARM_METHODS)}, got {requested!r}")
+    WARM_STARTS.check(requested)
     if requested == "none":
         return WarmStart("none", message="warm start off (--warm-start none)")
     listed = kb.list_studies()  # once: the history, the fallback match and the neighbours' records all read it
