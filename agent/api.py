@@ -34,7 +34,7 @@ from typing import Any
 
 from agent.config import StudyRequest
 from agent.errors import StudyError, UnknownStudyError
-from agent.knowledge.base import TrialRecord
+from agent.knowledge.records import TrialRecord
 from agent.tuning.study import Study, TrialHandle
 
 __all__ = ["FrozenTrial", "Trial", "TuningStudy", "create_study", "load_study"]

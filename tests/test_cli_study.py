@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
+from agent.knowledge.records import TRIAL_FAILED, TRIAL_OK
 
 DATA = "digits?fraction=0.3"
 

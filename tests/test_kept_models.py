@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
+from agent.knowledge.records import TRIAL_KILLED, TRIAL_OK
 
 
 def _runs(store) -> dict[str, object]:
@@ -330,7 +330,7 @@ def tiny_disk(tmp_path):
 def test_a_full_artifact_disk_while_keeping_a_model_leaves_the_trial_its_value(tiny_disk, store) -> None:
     """The disk holding the artifacts fills up as the trial's model is saved: the trial ends with its
     value and one line, and no run is left running."""
-    from agent.knowledge.base import TRIAL_RUNNING
+    from agent.knowledge.records import TRIAL_RUNNING
 
     exe = Path(sys.executable).with_name("tune-agent")
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {"FILL_DIR": str(tiny_disk)}

@@ -13,7 +13,7 @@ import pytest
 
 from agent.config import StudyRequest, StudySettings, parse_constraint, split_metrics
 from agent.errors import TuneAgentError
-from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.knowledge.records import TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.samplers.pareto import feasible, front_order, front_summary, hypervolume, non_dominated, pareto_front
 
 BASE = ["--dataset", "wine", "--job", "mlp", "--epochs", "1", "--warm-start", "none"]

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
+from agent.knowledge.records import TRIAL_FAILED, TRIAL_OK
 
 JOB = "agent.jobs.examples:logistic"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_RUNNING
+from agent.knowledge.records import TRIAL_KILLED, TRIAL_OK, TRIAL_RUNNING
 
 
 def _states(store, name: str) -> list:

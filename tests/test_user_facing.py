@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TRIAL_PRUNED
+from agent.knowledge.records import TRIAL_FAILED, TRIAL_OK, TRIAL_PRUNED
 
 
 def test_the_own_loop_example_runs_and_leaves_an_ordinary_study(store, cli, capsys) -> None:

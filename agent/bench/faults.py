@@ -51,7 +51,7 @@ def _start_args(exe: str, store: Path, name: str, trials: int, epochs: int, data
 
 def _check(store: Path, name: str, trials: int) -> dict[str, Any]:
     from agent.knowledge import open_knowledge_base
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_RUNNING
+    from agent.knowledge.records import COUNTED_STATES, TRIAL_RUNNING
 
     kb = open_knowledge_base(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"))
     study = kb.find_study(name)

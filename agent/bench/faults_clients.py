@@ -80,7 +80,7 @@ def _continue(
 
 def _check(store: Path, name: str, trials: int) -> dict[str, Any]:
     from agent.knowledge import open_knowledge_base
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING
+    from agent.knowledge.records import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING
 
     kb = open_knowledge_base(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"))
     runs = [s for s in kb.list_studies() if s.name == name]

@@ -82,7 +82,7 @@ def _straight_value(store: Path, name: str, number: int, config: dict[str, Any])
 
 def _resumed(store: Path, name: str, folder: str) -> dict[str, Any]:
     from agent.knowledge import open_knowledge_base
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
 
     number = int(folder.split("-")[1]) - 1
     kb = open_knowledge_base(f"sqlite:///{store / 'mlflow.db'}", str(store / "artifacts"))

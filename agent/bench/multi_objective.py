@@ -75,7 +75,7 @@ def run_study(
     from agent.execution.runner import run_study as run
     from agent.execution.workers import make_executor
     from agent.knowledge import open_knowledge_base
-    from agent.knowledge.base import COUNTED_STATES
+    from agent.knowledge.records import COUNTED_STATES
     from agent.samplers.pareto import objective_values
     from agent.tuning.service import prepare_study
 

@@ -286,7 +286,7 @@ def _start_command(
 
 def _counted(trials: list[Any]) -> tuple[list[Any], float | None]:
     """The trials that count in the budget, and the lowest value of the finished ones."""
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+    from agent.knowledge.records import COUNTED_STATES, TRIAL_OK
 
     counted = [t for t in trials if t.state in COUNTED_STATES]
     ok = [t.value for t in counted if t.state == TRIAL_OK and t.value is not None]

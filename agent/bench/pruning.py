@@ -103,7 +103,7 @@ def run_pruning_bench(
 def run_seed(config: PruningBenchConfig, seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
     from agent.config import StudyRequest
     from agent.execution.runner import run_study
-    from agent.knowledge.base import TRIAL_PRUNED
+    from agent.knowledge.records import TRIAL_PRUNED
     from agent.tuning.service import prepare_study
 
     runs: dict[str, dict[str, Any]] = {}

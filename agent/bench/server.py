@@ -53,7 +53,7 @@ def starter_entries(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 def _write_study(kb: Any, entry: dict[str, Any], space: list[dict[str, Any]], name: str) -> int:
     """One study as an agent leaves it: a study run, one run per trial, finished. Returns trial runs."""
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
 
     record = kb.create_study(
         name,
@@ -202,7 +202,7 @@ def _log_studies(
 
 def _stored_counts(kb: KnowledgeBase, expected: int) -> dict[str, Any]:
     """What the store holds of the benchmark's studies against the ``expected`` trial runs."""
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
 
     studies = [s for s in kb.list_studies() if s.name.startswith("bench-")]
     stored = [(s.study_id, t) for s in studies for t in kb.trials(s)]

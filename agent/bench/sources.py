@@ -160,7 +160,7 @@ def _timed_study(kb: Any, spec: str, target: str, method: str, name: str, budget
     from agent.config import StudyRequest
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
     from agent.tuning.service import prepare_study
 
     req = StudyRequest(

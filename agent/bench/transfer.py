@@ -274,7 +274,7 @@ def run_method(
     from agent.execution.resources import ExecutionSettings
     from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_OK
+    from agent.knowledge.records import COUNTED_STATES, TRIAL_OK
     from agent.tuning.service import prepare_study
 
     req = _study_request(job_spec, task, method, seed, budget, models_dir, pending)

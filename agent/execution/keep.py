@@ -26,7 +26,8 @@ from typing import Any
 
 from agent.config import KEEP_ALL
 from agent.execution.checkpoints import SERVED, request_keep
-from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TrialRecord
+from agent.knowledge.records import TRIAL_KILLED, TRIAL_OK, TrialRecord
+from agent.knowledge.stores import KeptModels, kept_models
 from agent.tuning.scratch import clear, trial_scratch
 from agent.tuning.study import Study
 
@@ -39,10 +40,16 @@ class ModelKeeper:
 
         self.study, self.say = study, say
         # a store that keeps no artifacts (memory://) keeps no models: nothing is saved for it
-        self.count = int(getattr(study.settings, "keep_models", 0)) if study.kb.keeps_models else 0
+        self.models = kept_models(study.kb)
+        self.count = int(getattr(study.settings, "keep_models", 0)) if self.models is not None else 0
         self.trains = not isinstance(job, BenchmarkJob)
         tags = study.record.tags
         self.kept: dict[int, int] = {int(k): int(v) for k, v in json.loads(tags.get("kept_models_sizes", "{}")).items()}
+
+    @property
+    def _models(self) -> KeptModels:
+        assert self.models is not None  # without a keeper the count is 0: nothing reaches here
+        return self.models
 
     def before(self, trial: TrialRecord, trials: list[TrialRecord]) -> None:
         """``trial`` is about to start: what it must beat to be kept, in its scratch."""
@@ -74,7 +81,7 @@ class ModelKeeper:
         if trial.number not in ranked:
             return
         try:
-            size = self.study.kb.keep_model_files(self.study.record, trial, served)
+            size = self._models.keep_model_files(self.study.record, trial, served)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:
@@ -82,13 +89,13 @@ class ModelKeeper:
             self.say(f"  trial {trial.number + 1}: model not kept ({type(exc).__name__}: {reason[:300]})")
             return
         label = "all" if self.count == KEEP_ALL else f"top {self.count}"
-        self.study.kb.set_trial_tags(trial, {"model": f"kept ({label})"})
+        self._models.set_trial_tags(trial, {"model": f"kept ({label})"})
         self.kept[trial.number] = size
         for number in [n for n in self.kept if n not in ranked]:
             out = next((t for t in trials if t.number == number and t.state == TRIAL_OK), None)
             if out is not None:
                 note = f"deleted: pushed out of the {label} by trial {trial.number + 1}"
-                self.study.kb.drop_model(self.study.record, out, note)
+                self._models.drop_model(self.study.record, out, note)
             del self.kept[number]
         self.study.kb.set_study_tags(
             self.study.record,

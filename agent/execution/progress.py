@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.knowledge.records import COUNTED_STATES, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 
 
 def _fmt(config: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agent.knowledge.base import CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.knowledge.records import CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 
 MEDIAN_WARMUP = 1  # epochs run before the median rule may stop a trial
 MIN_PEERS = 3  # trials that must have reported at an epoch before a trial is judged there

@@ -19,7 +19,7 @@ from agent.execution.pruning import pruning_state
 from agent.execution.ray_start import RayStart
 from agent.execution.resources import TrialResources, fit_note, trial_slots
 from agent.execution.trial import TrialOutcome, replay_logged
-from agent.knowledge.base import TrialRecord
+from agent.knowledge.records import TrialRecord
 from agent.tuning.scratch import trial_scratch
 from agent.tuning.study import Study
 

@@ -24,7 +24,7 @@ from agent.execution.trial import (
     run_trial,  # noqa: F401 - re-exported
 )
 from agent.execution.workers import InlineExecutor
-from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.knowledge.records import TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.tuning.study import Study
 
 

@@ -30,7 +30,7 @@ from agent.execution.checkpoints import (
 )
 from agent.execution.outcome import TrialOutcome, _fit_outcome, _required
 from agent.execution.pruning import PruningState, pruning_callback, pruning_state
-from agent.knowledge.base import TrialRecord
+from agent.knowledge.records import TrialRecord
 from agent.tuning.scratch import CHECKPOINT, trial_scratch
 from agent.tuning.study import Study
 

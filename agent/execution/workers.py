@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent.execution.options import ASK_AHEAD
 from agent.execution.resources import ExecutionSettings, TrialResources
 from agent.execution.trial import TrialOutcome, run_trial
-from agent.knowledge.base import TrialRecord
+from agent.knowledge.records import TrialRecord
 from agent.tuning.study import Study
 
 if TYPE_CHECKING:

@@ -1,4 +1,7 @@
-"""The knowledge-base contract: studies and trials as small frozen records.
+"""The knowledge-base contract: studies and trials as small frozen records (:mod:`agent.knowledge.records`).
+The contract is split as MLflow splits its own stores: :class:`KnowledgeBase` holds studies, trials
+and their files, and is a :class:`~agent.knowledge.stores.MetaModelStore`; a store that keeps models
+is a :class:`~agent.knowledge.stores.KeptModels` too.
 
 A *study* is one tuning campaign of one job on one dataset; a *trial* is one evaluated (or failed,
 or killed) configuration inside it. Backends (:class:`agent.knowledge.mlflow.backend.MlflowKnowledgeBase`,
@@ -42,81 +45,26 @@ import abc
 import contextlib
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.knowledge.imports import best_imported
-
-TRIAL_OK = "ok"
-TRIAL_FAILED = "failed"
-TRIAL_KILLED = "killed"
-TRIAL_RUNNING = "running"
-TRIAL_PRUNED = "pruned"  # stopped early by the study's pruner; its value is the last one it reached
-COUNTED_STATES = (TRIAL_OK, TRIAL_FAILED, TRIAL_PRUNED)
-CURVE_PREFIX = "curve_"  # a trial's per-epoch values in its extra fields: curve_1, curve_2, ...
-IMPORT_ORIGIN = "import"
-
-
-@dataclass(frozen=True)
-class StudyRecord:
-    """A study as stored: ``settings`` is everything needed to resume it."""
-
-    study_id: str
-    name: str
-    job: str
-    dataset: str
-    fingerprint: str
-    space_signature: str
-    status: str
-    settings: Mapping[str, Any]
-    best_value: float | None = None
-    best_config: Mapping[str, Any] | None = None
-    start_time: int = 0
-    tags: Mapping[str, str] = field(default_factory=dict)  # tune_agent.* tags, prefix stripped
-    params: Mapping[str, str] = field(default_factory=dict)
+from agent.knowledge.records import (
+    IMPORT_ORIGIN,
+    TRIAL_KILLED,
+    TRIAL_OK,
+    TRIAL_RUNNING,
+    StudyRecord,
+    TrialRecord,
+    parse_param,
+)
+from agent.knowledge.stores import MetaModelStore
 
 
-@dataclass(frozen=True)
-class MetaModelsRecord:
-    """One published version of what the history of one job and search space (its *scope*,
-    ``<job>/<space signature>``) taught: the files of :mod:`agent.knowledge.meta_cache`, named
-    ``files/<name>`` (whole meta-models, replaced by the next version) and ``source_models/<digest>.jsonl``
-    (source-model chunks that ending studies add; content-named, so two publishers never collide)."""
-
-    record_id: str
-    scope: str
-    version: int
-    engine: str  # the source-model format and fit revision the version was built with
-    revision: str  # the history it covers (:func:`agent.knowledge.meta_cache.history_revision`)
-    created: int = 0  # ms since the epoch
-    files: tuple[str, ...] = ()
-    # where each file is kept (parallel to ``files``; empty: all in ``record_id``): two publishers
-    # that made the same version at once each hold part of it
-    homes: tuple[str, ...] = ()
-
-    def home(self, name: str) -> str:
-        """The id of the record that keeps file ``name``."""
-        return self.homes[self.files.index(name)] if self.homes and name in self.files else self.record_id
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One trial: its slot ``number``, configuration, outcome and provenance."""
-
-    trial_id: str
-    number: int
-    state: str
-    config: Mapping[str, Any]
-    value: float | None
-    origin: str
-    reason: str = ""
-    duration: float | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-class KnowledgeBase(abc.ABC):
-    """Where studies and trials live. See the module docstring for the contract."""
+class KnowledgeBase(MetaModelStore):
+    """Where studies and trials live, with their files and the meta-models built from them (a
+    :class:`~agent.knowledge.stores.MetaModelStore`). See the module docstring for the contract. A
+    store with a model registry is a :class:`~agent.knowledge.stores.KeptModels` too."""
 
     import_threads = 1  # how many import_evaluations import_many runs at once (thread-safe stores: more)
 
@@ -125,14 +73,16 @@ class KnowledgeBase(abc.ABC):
     def tracking_uri(self) -> str:
         """The store's URI, resolved (``sqlite:///...``, ``http://...``, ``memory://name``)."""
 
-    def open(self) -> None:  # noqa: B027 - a hook: stores with nothing to prepare keep it
+    @abc.abstractmethod
+    def open(self) -> None:
         """Make the store ready now rather than on first use (an embedded store is created, whole,
         if absent), so that processes sharing it later find it complete; :class:`StoreError` when
         it cannot serve. Idempotent and cheap once open."""
 
-    def check_artifact_root(self, job: str) -> None:  # noqa: B027 - most stores keep no artifact root
+    @abc.abstractmethod
+    def check_artifact_root(self, job: str) -> None:
         """Refuses, before a study of ``job`` is prepared, an artifact root given for it that this
-        store cannot use; stores without one accept anything."""
+        store cannot use."""
 
     # -- studies -------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -192,7 +142,7 @@ class KnowledgeBase(abc.ABC):
         """The dataset statistics given to ``create_study``, from the record's ``dataset.*``
         params: numbers parsed back to ``int`` or ``float``, anything else as text."""
         prefix = "dataset."
-        return {k[len(prefix) :]: _parse_param(v) for k, v in study.params.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: parse_param(v) for k, v in study.params.items() if k.startswith(prefix)}
 
     @abc.abstractmethod
     def load_dataset_sample(self, study_id: str) -> tuple[Any, Any] | None:
@@ -208,51 +158,6 @@ class KnowledgeBase(abc.ABC):
     def log_study_figure(self, study: StudyRecord, figure: Any, artifact_file: str) -> None:
         """Saves a matplotlib ``figure`` with the study as ``artifact_file`` (its suffix picks
         the format); a second figure under the same name replaces the first."""
-
-    def register_model(
-        self,
-        study: StudyRecord,
-        trial: TrialRecord,
-        model: Any,
-        example: Any,
-        predictions: Any,
-        name: str,
-        tags: Mapping[str, str],
-    ) -> str:
-        """Logs ``model`` (any object with ``predict(rows)``, as an MLflow pyfunc with a signature
-        from ``example`` -> ``predictions``) on ``trial``'s run and registers it as a new version of
-        ``name`` tagged ``tags``; returns the version. Stores without a model registry refuse."""
-        from agent.errors import StoreError
-
-        raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")
-
-    # -- kept models (agent.execution.keep): the trained weights of a study's best trials ------
-    keeps_models = False  # whether keep_model_files keeps them (an MLflow store does)
-
-    def keep_model_files(self, study: StudyRecord, trial: TrialRecord, folder: Path) -> int:
-        """Keeps the model files :func:`agent.knowledge.save_model_files` wrote in ``folder`` on
-        ``trial``'s run (``model/``, ``network/``) without reopening it; returns their bytes.
-        Stores that keep no artifacts refuse."""
-        from agent.errors import StoreError
-
-        raise StoreError(f"{type(self).__name__} keeps no models: use an MLflow tracking store")
-
-    def drop_model(self, study: StudyRecord, trial: TrialRecord, note: str) -> None:  # noqa: B027 - keeps none
-        """Deletes what :meth:`keep_model` kept on ``trial``'s run; its ``model`` tag becomes ``note``."""
-
-    def kept_model_uri(self, trial: TrialRecord) -> str | None:
-        """Where ``trial``'s kept pyfunc lies (an artifact URI), None when it kept none."""
-        return None
-
-    def register_kept_model(self, study: StudyRecord, trial: TrialRecord, name: str, tags: Mapping[str, str]) -> str:
-        """Registers ``trial``'s kept model as a new version of ``name`` tagged ``tags``, with no
-        training and no change to the run; returns the version."""
-        from agent.errors import StoreError
-
-        raise StoreError(f"{type(self).__name__} has no model registry: use an MLflow tracking store")
-
-    def set_trial_tags(self, trial: TrialRecord, tags: Mapping[str, Any]) -> None:  # noqa: B027 - keeps none
-        """Sets ``tune_agent.<key>`` tags on ``trial``'s run (stores without tags ignore them)."""
 
     @abc.abstractmethod
     def log_study_artifacts(self, study: StudyRecord, paths: list[str], artifact_path: str) -> None:
@@ -349,52 +254,3 @@ class KnowledgeBase(abc.ABC):
     def trial_logger(self, study: StudyRecord, trial: TrialRecord) -> Any:
         """A Lightning ``Logger`` whose metrics land in the trial's ``extra``; hyperparameters
         already in ``trial.config`` are not logged again. It does not change the trial's state."""
-
-    # -- meta-model runs -----------------------------------------------------------------------
-    @abc.abstractmethod
-    def start_model_run(self, kind: str, params: Mapping[str, Any], description: str) -> tuple[str, Any]:
-        """A run for training a meta-model ``kind`` and a Lightning ``Logger`` writing to it.
-        Model runs are not studies: ``list_studies`` never returns them."""
-
-    @abc.abstractmethod
-    def finish_model_run(self, run_id: str, metrics: Mapping[str, float], artifacts: list[str]) -> None:
-        """Logs the finite ``metrics``, keeps a copy of each file in ``artifacts`` (as
-        ``model/<file name>``) and ends the run. A path that is not a readable file raises
-        :class:`agent.errors.StoreError` before anything is logged."""
-
-    # -- published meta-models -----------------------------------------------------------------
-    def current_meta_models(self, scope: str) -> MetaModelsRecord | None:
-        """The newest published version of ``scope``'s meta-models with its files listed, or None
-        (none published, or a store that keeps none)."""
-        return None
-
-    def publish_meta_models(
-        self, scope: str, engine: str, revision: str, files: Mapping[str, Path]
-    ) -> MetaModelsRecord:
-        """A new version of ``scope``'s meta-models holding ``files`` (artifact name -> local
-        file); it becomes :meth:`current_meta_models`. :class:`StoreError` where the user may not
-        write (a READ user on a team server) or the store keeps none."""
-        from agent.errors import StoreError
-
-        raise StoreError(f"{type(self).__name__} keeps no published meta-models")
-
-    def add_meta_model_file(self, record: MetaModelsRecord, name: str, path: Path) -> None:
-        """Adds ``path`` to version ``record`` as artifact ``name`` (a new name: never replaces)."""
-        from agent.errors import StoreError
-
-        raise StoreError(f"{type(self).__name__} keeps no published meta-models")
-
-    def fetch_meta_model_file(self, record: MetaModelsRecord, name: str, target: Path) -> None:
-        """Copies artifact ``name`` of version ``record`` to the file ``target``."""
-        from agent.errors import StoreError
-
-        raise StoreError(f"{type(self).__name__} keeps no published meta-models")
-
-
-def _parse_param(value: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from agent.errors import TuneAgentError
-from agent.knowledge.base import TRIAL_OK, KnowledgeBase, StudyRecord, TrialRecord
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import TRIAL_OK, StudyRecord, TrialRecord
 from agent.space import SearchSpace, SpaceMatch
 
 # A warm start seeds a dataset's fastest configuration instead of its best when that one is within

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from agent.knowledge.base import StudyRecord
+from agent.knowledge.records import StudyRecord
 
 # MLflow's limits (mlflow.utils.validation): longer tag values are cut, longer params rejected.
 TAG_LIMIT = 8000

@@ -27,9 +27,10 @@ from urllib.parse import urlparse
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import TRIAL_RUNNING, KnowledgeBase, MetaModelsRecord, StudyRecord, TrialRecord
+from agent.knowledge.base import KnowledgeBase
 from agent.knowledge.memory_files import FrozenDict, InMemoryFiles, _Run
 from agent.knowledge.memory_meta import InMemoryMetaModels
+from agent.knowledge.records import TRIAL_RUNNING, MetaModelsRecord, StudyRecord, TrialRecord
 
 SCHEME = "memory"
 _RESERVED = ("objective", "duration_s")  # metrics that are TrialRecord fields, not ``extra``
@@ -102,6 +103,14 @@ class InMemoryKnowledgeBase(InMemoryFiles, InMemoryMetaModels, KnowledgeBase):
     @property
     def tracking_uri(self) -> str:
         return self._uri
+
+    def open(self) -> None:
+        """Ready from construction: there is no file or server to prepare."""
+        return None
+
+    def check_artifact_root(self, job: str) -> None:
+        """Accepts any: files live in this process's memory, under no artifact root."""
+        return None
 
     def __repr__(self) -> str:
         return f"InMemoryKnowledgeBase({self._uri!r}, studies={len(self._studies)}, trials={len(self._trials)})"

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import StudyRecord
+from agent.knowledge.records import StudyRecord
 
 
 class FrozenDict(dict):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import StoreError
-from agent.knowledge.base import MetaModelsRecord
+from agent.knowledge.records import MetaModelsRecord
 
 
 class InMemoryMetaModels:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import StoreError
-from agent.knowledge.base import KnowledgeBase, MetaModelsRecord
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import MetaModelsRecord
 
 Progress = Callable[[str], None]
 ENV = "TUNE_AGENT_CACHE"

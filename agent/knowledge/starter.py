@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from agent.errors import TuneAgentError
-from agent.knowledge.base import TRIAL_OK, KnowledgeBase
+from agent.knowledge.base import KnowledgeBase
 from agent.knowledge.imports import ImportCount, Imported, import_many
+from agent.knowledge.records import TRIAL_OK
 
 FORMAT = 1
 

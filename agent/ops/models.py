@@ -18,11 +18,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agent.errors import StudyError
+from agent.errors import StoreError, StudyError
 from agent.execution.trial import quiet_lightning, train_config
 from agent.jobs.base import BenchmarkJob
 from agent.jobs.serving import RawClassifier, serving_example, serving_model
-from agent.knowledge.base import TRIAL_OK, TrialRecord
+from agent.knowledge.records import TRIAL_OK, TrialRecord
+from agent.knowledge.stores import kept_models
 from agent.tuning.study import Study
 
 
@@ -34,6 +35,9 @@ def register_best(
     configuration trained once more (``load()`` gives the job, the dataset and the split; one line
     on stderr says so first). Returns the version's details."""
     best = _chosen(study, number)
+    models = kept_models(study.kb)
+    if models is None:
+        raise StoreError(f"{study.kb.tracking_uri} has no model registry: use an MLflow tracking store")
     tags = study.kb.study_tags(study.record)
     lineage = {
         "tune_agent.study": study.name,
@@ -47,8 +51,8 @@ def register_best(
         "tune_agent.config": json.dumps(dict(best.config)),
     }
     out = {"name": name, "trial": best.number + 1, "value": best.value}
-    if study.kb.kept_model_uri(best) is not None:
-        version = study.kb.register_kept_model(study.record, best, name, lineage | {"tune_agent.source": "kept"})
+    if models.kept_model_uri(best) is not None:
+        version = models.register_kept_model(study.record, best, name, lineage | {"tune_agent.source": "kept"})
         return out | {"version": version, "source": "kept", "model_uri": f"models:/{name}/{version}"}
     job, dataset, split = load()
     if isinstance(job, BenchmarkJob):
@@ -70,7 +74,7 @@ def register_best(
     model = RawClassifier(serving_model(*kept[0]), getattr(dataset, "inputs", None), dataset.class_names)
     example = serving_example(dataset, split[1])
     lineage[f"tune_agent.retrained_{study.settings.metric}"] = f"{outcome.value:.6g}"
-    version = study.kb.register_model(study.record, best, model, example, model.predict(example), name, lineage)
+    version = models.register_model(study.record, best, model, example, model.predict(example), name, lineage)
     return out | {
         "version": version,
         "source": "retrained",

@@ -25,7 +25,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from agent.knowledge.base import TRIAL_OK, KnowledgeBase
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import TRIAL_OK
 from agent.space import SearchSpace
 
 MODELS = ("separate_linear", "separate_gp", "separate_arc_gp", "linear", "gp", "arc_gp", "arc_gp_mode")

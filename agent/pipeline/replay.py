@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from agent.config import RANDOM_EVERY, StudySettings
-from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK, TrialRecord
+from agent.knowledge.records import TRIAL_FAILED, TRIAL_OK, TrialRecord
 from agent.pipeline.regret import normalised_regret
 from agent.samplers.acquisition import point_key
 from agent.samplers.bo import BoSampler

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agent.knowledge.base import TRIAL_PRUNED, TrialRecord
+from agent.knowledge.records import TRIAL_PRUNED, TrialRecord
 from agent.space import SearchSpace
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.knowledge.records import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING, TrialRecord
 from agent.samplers.acquisition import (
     believed,
     build_acquisition,

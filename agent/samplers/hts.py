@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.knowledge.records import COUNTED_STATES, TRIAL_OK, TRIAL_RUNNING, TrialRecord
 from agent.samplers.acquisition import evaluated_keys, point_key, random_unseen
 from agent.samplers.base import Sampler, Suggestion, encoded
 from agent.space import SearchSpace

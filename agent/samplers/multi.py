@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TRIAL_OK, TrialRecord
+from agent.knowledge.records import TRIAL_OK, TrialRecord
 from agent.samplers.acquisition import interleaved_random, optimize_on_space, random_unseen
 from agent.samplers.base import Suggestion
 from agent.samplers.bo import BoSampler

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TRIAL_OK, TrialRecord
+from agent.knowledge.records import TRIAL_OK, TrialRecord
 
 # The reference point sits this fraction of each objective's observed range beyond its worst value.
 REFERENCE_MARGIN = 0.1

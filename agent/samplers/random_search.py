@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TrialRecord
+from agent.knowledge.records import TrialRecord
 from agent.samplers.base import Suggestion
 from agent.space import SearchSpace
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.config import StudySettings
-from agent.knowledge.base import COUNTED_STATES, CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TRIAL_RUNNING, TrialRecord
+from agent.knowledge.records import COUNTED_STATES, CURVE_PREFIX, TRIAL_OK, TRIAL_PRUNED, TRIAL_RUNNING, TrialRecord
 from agent.samplers.base import Suggestion
 from agent.space import Float, Int, SearchSpace
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import StoreError
-from agent.knowledge.base import KnowledgeBase, MetaModelsRecord
+from agent.knowledge.base import KnowledgeBase
 from agent.knowledge.meta_cache import CHUNKS, Fetched, chunk_name, fetch
+from agent.knowledge.records import MetaModelsRecord
 from agent.surrogates.source_fits import FIT_REVISION
 from agent.surrogates.source_store import FORMAT, SourceModelStore
 

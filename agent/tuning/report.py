@@ -28,15 +28,8 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import (
-    TRIAL_FAILED,
-    TRIAL_KILLED,
-    TRIAL_OK,
-    TRIAL_PRUNED,
-    KnowledgeBase,
-    StudyRecord,
-    TrialRecord,
-)
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import TRIAL_FAILED, TRIAL_KILLED, TRIAL_OK, TRIAL_PRUNED, StudyRecord, TrialRecord
 from agent.space import Categorical, Float, Int, SearchSpace
 
 SHOWN_TAGS = ("warm_start", "warm_start_method", "surrogate")  # the study tags the page shows

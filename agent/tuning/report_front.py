@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TrialRecord
+from agent.knowledge.records import TrialRecord
 
 
 def front_section(trials: list[TrialRecord], settings: StudySettings, figures: dict[str, Any]) -> str:

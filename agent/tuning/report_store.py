@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agent.knowledge.base import KnowledgeBase, StudyRecord, TrialRecord
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import StudyRecord, TrialRecord
 from agent.space import SearchSpace
 from agent.tuning import report as page_module
 from agent.tuning.report import SHOWN_TAGS, build_report, cold_references

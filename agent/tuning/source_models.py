@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.knowledge.base import KnowledgeBase, StudyRecord
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import StudyRecord
 from agent.surrogates.contract import SurrogateInputs
 from agent.surrogates.source_fits import MIN_SOURCE_POINTS, SourceFits, SourceTask, source_task, source_tasks
 from agent.surrogates.source_store import SourceModelStore

@@ -21,14 +21,14 @@ from typing import Any
 
 from agent.config import StudySettings
 from agent.errors import StudyError
-from agent.knowledge.base import (
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import (
     COUNTED_STATES,
     TRIAL_FAILED,
     TRIAL_KILLED,
     TRIAL_OK,
     TRIAL_PRUNED,
     TRIAL_RUNNING,
-    KnowledgeBase,
     StudyRecord,
     TrialRecord,
 )

@@ -32,15 +32,8 @@ import pytest
 from agent.config import StudySettings
 from agent.errors import StoreError
 from agent.knowledge import open_knowledge_base
-from agent.knowledge.base import (
-    COUNTED_STATES,
-    TRIAL_FAILED,
-    TRIAL_KILLED,
-    TRIAL_OK,
-    TRIAL_RUNNING,
-    KnowledgeBase,
-    StudyRecord,
-)
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.records import COUNTED_STATES, TRIAL_FAILED, TRIAL_KILLED, TRIAL_OK, TRIAL_RUNNING, StudyRecord
 
 BACKENDS = ["memory", "sqlite", "server"]
 LOCAL = ["memory", "sqlite"]
@@ -529,3 +522,29 @@ def test_model_runs_are_not_studies(kb: KnowledgeBase, job: str, tmp_path: Path)
     kb.finish_model_run(run_id, {"final_train_loss": 0.4, "final_val_loss": math.nan}, [str(tmp_path / "model.onnx")])
     assert run_id not in {s.study_id for s in kb.list_studies()}
     assert [s.study_id for s in mine(kb, job)] == [study.study_id]
+
+
+def test_the_contract_is_split_as_mlflow_splits_its_stores(tmp_path: Path) -> None:
+    """Studies and trials, meta-models, kept models with the registry: every store is a
+    KnowledgeBase and a MetaModelStore; only one that keeps artifacts keeps models, and registering
+    a best model on another is refused in one line."""
+    from agent.errors import StoreError
+    from agent.knowledge import open_knowledge_base
+    from agent.knowledge.stores import KeptModels, MetaModelStore, kept_models
+
+    memory = open_knowledge_base("memory:")
+    mlflow = open_knowledge_base(f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts"))
+    for kb in (memory, mlflow):
+        assert isinstance(kb, KnowledgeBase) and isinstance(kb, MetaModelStore)
+    assert kept_models(memory) is None and isinstance(kept_models(mlflow), KeptModels)
+    memory.open()
+    memory.check_artifact_root("mlp")  # nothing to prepare, no root to refuse
+    from types import SimpleNamespace
+
+    from agent.ops.models import register_best
+
+    record = new_study(memory, "mlp")
+    trial = memory.finish_trial(record, memory.start_trial(record, 0, {"lr": 0.1}, "init"), 1.0, TRIAL_OK)
+    study = SimpleNamespace(kb=memory, record=record, name=record.name, trials=lambda: [trial])
+    with pytest.raises(StoreError, match="has no model registry"):
+        register_best(study, lambda: (None, None, None), "m", 1)

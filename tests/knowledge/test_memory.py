@@ -16,9 +16,9 @@ import pytest
 
 from agent.errors import StoreError
 from agent.knowledge import open_knowledge_base
-from agent.knowledge.base import TRIAL_OK
 from agent.knowledge.memory import InMemoryKnowledgeBase
 from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+from agent.knowledge.records import TRIAL_OK
 from tests.knowledge.test_contract import new_study
 
 

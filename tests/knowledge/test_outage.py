@@ -159,8 +159,8 @@ def _wait_for(lines: list[str], text: str, timeout: float) -> float:
 
 
 def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) -> None:
-    from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+    from agent.knowledge.records import TRIAL_OK
 
     agent = _agent(server.url, "outage", trials=3)
     out: list[str] = []
@@ -206,8 +206,8 @@ def test_server_killed_and_restarted_mid_study_loses_nothing(server: _Server) ->
 
 def test_epoch_metrics_are_kept_while_the_server_is_unreachable(capsys) -> None:
     """Training does not stop or fail for the store: a trial's logger keeps what it cannot write."""
-    from agent.knowledge.base import StudyRecord, TrialRecord
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+    from agent.knowledge.records import StudyRecord, TrialRecord
 
     kb = MlflowKnowledgeBase.__new__(MlflowKnowledgeBase)  # no server to check at construction: none runs
     kb._tracking_uri, kb.artifact_root, kb._root_given, kb._client_instance = (
@@ -303,8 +303,8 @@ def test_a_study_whose_answers_are_lost_logs_everything_once(server: _Server) ->
     import numpy as np
     import torch
 
-    from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+    from agent.knowledge.records import TRIAL_OK
     from mlflow import MlflowClient
 
     port = server.port

@@ -127,8 +127,8 @@ def _agent(url: str, dataset: str, name: str, **creds: str) -> subprocess.Popen[
 
 
 def test_four_agents_log_into_postgres_at_once(team_server, monkeypatch) -> None:
-    from agent.knowledge.base import TRIAL_OK
     from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+    from agent.knowledge.records import TRIAL_OK
     from agent.ops.postgres import pg_binary
 
     url, data, pg_port, proc = team_server

@@ -50,7 +50,7 @@ def _sources(tasks) -> tuple:
 def _run(name: str, sources: tuple, models_dir, seed: int, steps: int = 10) -> list[tuple[dict, str]]:
     """``steps`` suggestions of the product's sampler on the surrogate ``name``."""
     from agent.config import StudySettings
-    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.knowledge.records import TRIAL_OK, TrialRecord
     from agent.samplers.bo import BoSampler
     from agent.space import Float, SearchSpace
     from agent.surrogates import registry

@@ -92,7 +92,7 @@ def test_bo_step_handles_categoricals_and_failures() -> None:
 
 def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
     """Interleaved random search (SMAC's): steps 4, 8, ... after the design; 0 turns it off."""
-    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.knowledge.records import TRIAL_OK, TrialRecord
     from agent.samplers.acquisition import interleaved_random, random_unseen
 
     assert [s for s in range(1, 13) if interleaved_random(s, 4)] == [4, 8, 12]
@@ -134,7 +134,7 @@ def test_every_fourth_cold_gp_step_is_an_unseen_random_configuration() -> None:
 
 
 def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:
-    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.knowledge.records import TRIAL_OK, TrialRecord
     from agent.samplers.bo import FALLBACK_ORIGIN, stalled
 
     def trials(values: list[float], origins: list[str]) -> list[TrialRecord]:
@@ -156,7 +156,7 @@ def test_stall_detector_fires_after_five_bo_steps_without_improvement() -> None:
 def test_a_stalled_transfer_surrogate_alternates_with_the_target_gp() -> None:
     """The sampler hands every other step to the surrogate's fallback (the target's own GP) while
     the transfer model has not improved for five BO steps, and only then."""
-    from agent.knowledge.base import TRIAL_OK, TrialRecord
+    from agent.knowledge.records import TRIAL_OK, TrialRecord
     from agent.samplers.bo import FALLBACK_ORIGIN, BoSampler
     from agent.surrogates.contract import StepModel, Surrogate, SurrogateInputs
     from agent.surrogates.gp import fit_gp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.config import StudySettings
-from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
+from agent.knowledge.records import TRIAL_OK, TRIAL_RUNNING, TrialRecord
 from agent.samplers.bo import BoSampler
 from agent.samplers.hts import HtsSampler
 from agent.space import Float, SearchSpace

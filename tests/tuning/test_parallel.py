@@ -187,7 +187,7 @@ def test_queued_workers_fill_every_slot_once(store, pending: str) -> None:
     from agent.execution.resources import ExecutionSettings
     from agent.execution.runner import run_study
     from agent.execution.workers import QueuedExecutor, make_executor
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
     from agent.tuning.service import prepare_study
 
     req = StudyRequest(
@@ -222,7 +222,7 @@ def test_the_study_loop_keeps_the_trial_list_the_store_holds(store) -> None:
     from agent.execution.resources import ExecutionSettings
     from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
-    from agent.knowledge.base import TRIAL_KILLED
+    from agent.knowledge.records import TRIAL_KILLED
     from agent.tuning.service import prepare_study
 
     req = StudyRequest(
@@ -344,7 +344,7 @@ def test_a_study_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, store, t
     study stops in one line that names --ray-working-dir, and resumes with it. Then the first
     trial's worker SIGKILLs itself: it runs again on a fresh worker, and the study ends with every
     trial logged exactly once."""
-    from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
+    from agent.knowledge.records import TRIAL_KILLED, TRIAL_OK
 
     address, env = ray_cluster
     # the job's module is in a folder of this machine only: the nodes cannot unpickle the job
@@ -485,7 +485,7 @@ def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> 
     from agent.execution.resources import ExecutionSettings, TrialResources
     from agent.execution.runner import run_study
     from agent.execution.workers import make_executor
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
     from agent.tuning.service import prepare_study
 
     class ShareOnCpu(TrialResources):
@@ -523,7 +523,7 @@ def test_trials_with_a_gpu_share_train_on_the_same_long_lived_workers(store) -> 
 def test_trials_that_fit_no_node_wait_for_one_that_joins(ray_cluster, store) -> None:
     """--cpus-per-trial 2 on a cluster of one-CPU nodes: the study says no node fits and waits (as
     for an autoscaler); a two-CPU node joins, the study says so and finishes."""
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
 
     address, env = ray_cluster
     study = subprocess.Popen(
@@ -589,7 +589,7 @@ def test_a_local_ray_study_runs_on_workers_started_before_it_was_prepared(store,
     thread (its processes would die with that thread, were it to end), its workers warmed, every
     trial logged once, trained on three torch threads in a Ray worker, and nothing from Ray's start
     on stderr."""
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
 
     threads = tmp_path / "threads"
     threads.mkdir()
@@ -676,7 +676,7 @@ def test_a_study_whose_ray_head_is_killed_ends_in_one_line_and_resumes(ray_clust
     """SIGKILL of the head's GCS and every raylet mid-study: within seconds (not Ray's own 60 s and a
     log line) the study closes its running trials as killed and says how to resume, exit 2; the
     resume, on this machine without Ray, finishes the budget with every slot once."""
-    from agent.knowledge.base import COUNTED_STATES, TRIAL_KILLED, TRIAL_RUNNING
+    from agent.knowledge.records import COUNTED_STATES, TRIAL_KILLED, TRIAL_RUNNING
 
     address, env = ray_cluster
     proc = subprocess.Popen(
@@ -742,7 +742,7 @@ def test_tpe_sees_running_trials_only_through_its_constant_liar() -> None:
     """With ``--pending liar`` Optuna's TPE gets the running trials as RUNNING (constant liar): a
     worker asking while the proposal of the same slot is running is sent elsewhere; by default,
     and without running trials, the slot's seed decides alone."""
-    from agent.knowledge.base import TRIAL_OK, TRIAL_RUNNING, TrialRecord
+    from agent.knowledge.records import TRIAL_OK, TRIAL_RUNNING, TrialRecord
     from agent.samplers.tpe import TpeSampler
 
     space, U, y = _bowl()
@@ -819,7 +819,7 @@ def test_asked_ahead_trials_start_before_the_finished_one_is_told(store) -> None
     """With --ask-ahead 1 one trial more than the workers is asked and held: when a trial ends,
     the held one starts before the ended one is told (and the next asked). With 0, a trial starts
     only after the one whose worker it takes was told, knowing its result."""
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
 
     for ahead in (0, 1):
         study, events, _ = _events(store, f"ahead-{ahead}", ahead)
@@ -835,7 +835,7 @@ def test_asked_ahead_trials_start_before_the_finished_one_is_told(store) -> None
 def test_a_timeout_closes_the_trials_asked_ahead_and_the_study_resumes(store) -> None:
     """A trial asked ahead that no worker started before --timeout is closed as killed, so its
     slot stays free: nothing is left running and the slots left are the resume's."""
-    from agent.knowledge.base import TRIAL_KILLED, TRIAL_OK
+    from agent.knowledge.records import TRIAL_KILLED, TRIAL_OK
 
     study, events, timing = _events(store, "ahead-timeout", 1, timeout=1.0, training=1.2)
     trials = study.trials()
@@ -876,7 +876,7 @@ def test_trials_that_end_together_are_all_told_before_the_next_ask(store) -> Non
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
     from agent.execution.workers import QueuedExecutor
-    from agent.knowledge.base import TRIAL_OK
+    from agent.knowledge.records import TRIAL_OK
     from agent.tuning.service import prepare_study
 
     class Together(QueuedExecutor):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.execution.pruning import PruningState, pruner_named, study_curves
-from agent.knowledge.base import TRIAL_OK, TRIAL_PRUNED, TrialRecord
+from agent.knowledge.records import TRIAL_OK, TRIAL_PRUNED, TrialRecord
 from agent.samplers.base import encoded
 from agent.space import Float, SearchSpace
 

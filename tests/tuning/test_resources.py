@@ -107,7 +107,7 @@ def test_the_gpu_setting_reaches_lightning(store) -> None:
     from agent.execution.progress import SilentReporter
     from agent.execution.runner import run_study
     from agent.execution.workers import InlineExecutor, make_executor
-    from agent.knowledge.base import TRIAL_FAILED, TRIAL_OK
+    from agent.knowledge.records import TRIAL_FAILED, TRIAL_OK
     from agent.tuning.service import prepare_study
 
     req = StudyRequest(

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.knowledge import layout
-from agent.knowledge.base import TRIAL_RUNNING, StudyRecord, TrialRecord
 from agent.knowledge.mlflow.imports import MlflowImports
 from agent.knowledge.mlflow.kept import MlflowKeptModels
 from agent.knowledge.mlflow.meta_models import MlflowMetaModels
 from agent.knowledge.mlflow.model_registry import MlflowModels
 from agent.knowledge.mlflow.store_file import T
+from agent.knowledge.records import TRIAL_RUNNING, StudyRecord, TrialRecord
 
 
 class MlflowKnowledgeBase(MlflowImports, MlflowModels, MlflowKeptModels, MlflowMetaModels):

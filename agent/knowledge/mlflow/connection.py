@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import TRIAL_KILLED, TRIAL_RUNNING, KnowledgeBase, StudyRecord, TrialRecord
+from agent.knowledge.base import KnowledgeBase
 from agent.knowledge.mlflow.retry import CREATE_TOKEN, RetriedCalls
 from agent.knowledge.mlflow.store_file import (
     DEFAULT_ARTIFACT_ROOT,
@@ -27,6 +27,7 @@ from agent.knowledge.mlflow.store_file import (
     store_exists,
     unwritable,
 )
+from agent.knowledge.records import TRIAL_KILLED, TRIAL_RUNNING, StudyRecord, TrialRecord
 
 # MLflow 3's UI opens an experiment in the view its kind names; without it, its GenAI view came first
 # (MLflow 3.17's UI reads the kind only behind a flag it keeps off: the sidebar's workflow, which the

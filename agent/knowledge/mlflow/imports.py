@@ -13,11 +13,11 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord
 from agent.knowledge.imports import best_imported
 from agent.knowledge.mlflow.connection import runs_view_state
 from agent.knowledge.mlflow.store_file import INLINE_TRIALS, T
 from agent.knowledge.mlflow.studies import BEST_MARK, MlflowStudies, _local_user
+from agent.knowledge.records import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord
 
 # Inside ``many_imports`` the listing version of an experiment changes once per VERSION_EVERY studies.
 VERSION_EVERY = 50

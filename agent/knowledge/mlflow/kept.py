@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.knowledge.base import StudyRecord, TrialRecord
 from agent.knowledge.mlflow.connection import MlflowConnection
 from agent.knowledge.mlflow.store_file import T
+from agent.knowledge.records import StudyRecord, TrialRecord
+from agent.knowledge.stores import KeptModels
 
 MODEL = "model"
 NETWORK = "network"
@@ -99,10 +100,8 @@ def warm_model_saving() -> None:
     thread.start()
 
 
-class MlflowKeptModels(MlflowConnection):
-    """The knowledge base's kept-model methods (:class:`agent.knowledge.base.KnowledgeBase`)."""
-
-    keeps_models = True
+class MlflowKeptModels(MlflowConnection, KeptModels):
+    """A study's best trials' models kept on their runs (:class:`agent.knowledge.stores.KeptModels`)."""
 
     def keep_model_files(self, study: StudyRecord, trial: TrialRecord, folder: Path) -> int:
         size = 0

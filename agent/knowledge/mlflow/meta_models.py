@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from agent.errors import StoreError
-from agent.knowledge.base import MetaModelsRecord
 from agent.knowledge.mlflow.connection import EXPERIMENT_KIND, KNOWLEDGE_EXPERIMENT, MODEL_TRAINING, MlflowConnection
 from agent.knowledge.mlflow.store_file import T, store_exists
+from agent.knowledge.records import MetaModelsRecord
 
 EXPERIMENT = KNOWLEDGE_EXPERIMENT
 KIND = "meta-models"

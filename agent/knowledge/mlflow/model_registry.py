@@ -10,14 +10,16 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout
-from agent.knowledge.base import StudyRecord, TrialRecord
 from agent.knowledge.mlflow.connection import MlflowConnection
 from agent.knowledge.mlflow.retry import CLOCK_SKEW_MS
 from agent.knowledge.mlflow.store_file import T
+from agent.knowledge.records import StudyRecord, TrialRecord
+from agent.knowledge.stores import KeptModels
 
 
-class MlflowModels(MlflowConnection):
-    """The model registry (a study's best model) and the meta-model runs of the DVC pipeline."""
+class MlflowModels(MlflowConnection, KeptModels):
+    """The model registry (a study's best model, :class:`agent.knowledge.stores.KeptModels`) and the
+    meta-model runs of the DVC pipeline."""
 
     def register_model(
         self,

@@ -14,10 +14,10 @@ from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge import layout, study_cache
-from agent.knowledge.base import StudyRecord
 from agent.knowledge.mlflow.connection import MlflowConnection, runs_view_state
 from agent.knowledge.mlflow.retry import TAG_RACE_ATTEMPTS, _unique_key_race
 from agent.knowledge.mlflow.store_file import T, store_exists
+from agent.knowledge.records import StudyRecord
 
 BEST_MARK = "**Best**"  # where a study description's closing line starts (replaced on every finish)
 
