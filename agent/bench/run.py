@@ -13,7 +13,7 @@ import numpy as np
 
 from agent.bench.fingerprint import engine_fingerprint, environment
 from agent.bench.report import summarise, write_report
-from agent.bench.transfer import BenchConfig, check_methods, load_yahpo_job
+from agent.bench.transfer import QUICK_SEEDS, BenchConfig, check_methods, load_yahpo_job
 from agent.bench.transfer_run import run_benchmark
 from agent.errors import TuneAgentError
 
@@ -33,7 +33,7 @@ def run_transfer_benchmark(
     maximize: bool | None = None,
     fidelity: Mapping[str, float] | None = None,
     quick: bool = False,
-    seeds: int = 5,
+    seeds: int | None = None,
     tasks: int | None = None,
     budget: int = 30,
     workers: int = 2,
@@ -69,7 +69,7 @@ def run_transfer_benchmark(
         target=target,
         mode=mode,
         fidelity=dict(fidelity or {}),
-        seeds=seeds,
+        seeds=seeds if seeds is not None else (QUICK_SEEDS if quick else 5),
         budget=budget,
         workers=workers,
         quick=quick,

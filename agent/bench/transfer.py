@@ -109,7 +109,7 @@ class BenchConfig:
         return f"yahpo:{Path(self.scenario).resolve()}" + (f"?{urlencode(query)}" if query else "")
 
     def resolve(self, instances: Sequence[str]) -> BenchConfig:
-        """Explicit task list and seed count (quick mode: 4 tasks spread over the list, 2 seeds)."""
+        """Explicit task list (quick mode: 4 tasks spread over the list)."""
         if self.control not in ("none", "shuffled"):
             raise TuneAgentError(f"unknown control {self.control!r}; choose none or shuffled")
         if self.tasks is not None:
@@ -120,7 +120,7 @@ class BenchConfig:
         if not self.quick:
             return replace(self, tasks=tuple(instances))
         step = max(len(instances) // QUICK_TASKS, 1)
-        return replace(self, tasks=tuple(instances[::step][:QUICK_TASKS]), seeds=min(self.seeds, QUICK_SEEDS))
+        return replace(self, tasks=tuple(instances[::step][:QUICK_TASKS]))
 
 
 # -- protocol ------------------------------------------------------------------------------------

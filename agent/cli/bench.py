@@ -47,14 +47,14 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
 
 
 @bench.command("lcbench")
-@click.option("--quick", is_flag=True, help="4 tasks x 2 seeds (minutes) instead of every task x 5.")
+@click.option("--quick", is_flag=True, help="4 tasks spread over the scenario (2 seeds unless --seeds).")
 @click.option(
     "--methods",
     default="random,tpe,gp,portfolio_gp,rgpe,tnp",
     show_default=True,
     help="Comma-separated samplers (random, tpe) and registry surrogates (gp, portfolio_gp, neighbour_gp, rgpe, tnp).",
 )
-@click.option("--seeds", type=int, default=5, show_default=True)
+@click.option("--seeds", type=int, default=None, help="Seeds per task [default: 5; 2 with --quick].")
 @click.option("--tasks", type=int, default=None, help="Only the first N tasks.")
 @click.option("--budget", type=int, default=30, show_default=True, help="Trials per study.")
 @click.option("--workers", type=int, default=2, show_default=True)
@@ -131,7 +131,7 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
 def bench_lcbench(
     quick: bool,
     methods: str,
-    seeds: int,
+    seeds: int | None,
     tasks: int | None,
     budget: int,
     workers: int,
@@ -153,9 +153,9 @@ def bench_lcbench(
     from agent.bench.run import run_transfer_benchmark
     from agent.config import check_positive
 
-    for option, value in (("--seeds", seeds), ("--budget", budget), ("--workers", workers), ("--batch", batch)):
+    for option, value in (("--budget", budget), ("--workers", workers), ("--batch", batch)):
         check_positive(option, value)
-    for option, given in (("--tasks", tasks), ("--history", history_size), ("--sources", sources)):
+    for option, given in (("--seeds", seeds), ("--tasks", tasks), ("--history", history_size), ("--sources", sources)):
         if given is not None:
             check_positive(option, given)
     check_execution(workers, ask_ahead=ask_ahead)
