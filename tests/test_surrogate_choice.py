@@ -99,7 +99,7 @@ def _tags(tags: dict, key: str) -> str:
 
 def test_each_surrogate_runs_a_study_and_is_recorded(history, cli, tmp_path) -> None:
     models = tmp_path / "models"  # no TNP here
-    for requested, used in (("gp", "gp"), ("rgpe", "rgpe"), ("auto", "portfolio_gp")):  # a conditional space
+    for requested, used in (("gp", "gp"), ("rgpe", "rgpe"), ("auto", "rgpe")):
         tags, trials = _study(cli, history, f"iris-{requested}", requested, models)
         assert _tags(tags, "surrogate") == used, (requested, tags)
         assert len(trials) == 3 and all(np.isfinite(t.value) for t in trials)
@@ -213,13 +213,6 @@ def test_auto_picks_the_tnp_once_history_and_meta_training_cover_enough_tasks(tm
     # a TNP meta-trained for another search space is never used
     (models / TNP_META).write_text(json.dumps({"job": "x", "space_signature": "other", "sources": 99}))
     assert registry.resolve("auto", SurrogateInputs(space, many, models)).name == "rgpe"
-    # on a conditional space without a TNP, the portfolio start and the target's GP, saying why
-    from tests.surrogates.test_arc import depth_space
-
-    conditional = depth_space()
-    few = tuple(SourceTask(s.key, s.name, rng.random((50, conditional.dim)), s.y) for s in many[:5])
-    picked = registry.resolve("auto", SurrogateInputs(conditional, few, models))
-    assert picked.name == "portfolio_gp" and picked.why.startswith(registry.CONDITIONAL_WHY)
 
 
 def _space4():

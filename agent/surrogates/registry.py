@@ -8,9 +8,8 @@ surrogate is a :class:`~agent.surrogates.contract.SurrogateSpec`.
 ``auto`` picks by the history: none for this job and space → ``gp``; a TNP meta-trained for this
 space in ``models_dir`` on at least ``TNP_MIN_SOURCES`` tasks, with at least as many source tasks in
 the history now (or ``TNP_MIN_POINTS`` points, too many for RGPE to answer quickly) → ``tnp``;
-a conditional space → ``portfolio_gp`` (:data:`CONDITIONAL_WHY`); otherwise ``rgpe`` (it needs no
-meta-training, so it is the choice while the history is too small for a neural process to
-generalise from).
+otherwise ``rgpe`` (it needs no meta-training, so it is the choice while the history is too small
+for a neural process to generalise from).
 """
 
 from __future__ import annotations
@@ -31,14 +30,6 @@ TNP_MIN_SOURCES = 20
 # RGPE's suggestion cost grows with the history (one GP per source, every point kernelised); the
 # TNP's does not (it attends to the top-m similar sources).
 TNP_MIN_POINTS = 20000
-# On the mixed, conditional stand-in (`tune-agent-bench mixed-scenario`, 117 sources, 8 of them
-# conditional hyperparameters; metrics/lcbench_mixed_quick.json) the portfolio start with the
-# target's arc-kernel GP leads RGPE from trial 3 to trial 20 (regret .052 against .067 at trial 5,
-# .027 against .042 at 20) at half its seconds per suggestion (1.7 s against 3.3 s): with few target
-# points RGPE's ranking weights spread over the sources and its mean stays near the portfolio's.
-CONDITIONAL_WHY = (
-    "; on a conditional space the portfolio and the target's GP lead RGPE to trial 20, at half its seconds"
-)
 
 
 def register(spec: SurrogateSpec) -> None:
@@ -115,8 +106,6 @@ def resolve(requested: str, inputs: SurrogateInputs) -> Resolution:
         if meta is not None
         else ""
     )
-    if inputs.space.has_conditions:
-        return Resolution("portfolio_gp", CONDITIONAL_WHY + why)
     return Resolution("rgpe", why)
 
 
