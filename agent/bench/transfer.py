@@ -332,8 +332,13 @@ class RunArgs:
 
 
 def pin_threads() -> None:
+    """A benchmark worker: one torch thread, and no torch.jit deprecation notice per process (the
+    product's command line hides it the same way)."""
+    import warnings
+
     import torch
 
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit.*")
     torch.set_num_threads(1)
 
 

@@ -123,7 +123,9 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
                 continue
             say(f"meta-model cache: {path} is corrupt; fetching it again")
         todo.append(name)
-    if todo:
+    if todo and kept:  # the version grew (a study's end adds a chunk): only what is new is fetched
+        say(f"meta-models: fetching {len(todo)} new file(s) of version {record.version} of {scope} into {folder}")
+    elif todo:
         say(
             f"meta-models: fetching version {record.version} of {scope} ({len(todo)} file(s)) from {kb.tracking_uri} "
             f"into {folder} (once)"

@@ -95,6 +95,16 @@ def test_a_corrupt_cache_is_fetched_again_and_a_corrupt_chunk_is_left_out(
     scope = scope_of("mlp", load_job("mlp").space)
     first = fetch(history, scope)
     chunk = first.paths("source_models/")[0]
+    added = tmp_path / "added.jsonl"
+    added.write_text('{"type": "none"}\n')
+    from agent.knowledge.meta_cache import chunk_name
+
+    history.add_meta_model_file(first.record, chunk_name(added.read_bytes()), added)
+    grown: list[str] = []
+    fetch(history, scope, grown.append)  # a study's end added a chunk: only it is fetched, and said so
+    assert [line for line in grown if line.startswith("meta-models: fetching")] == [
+        f"meta-models: fetching 1 new file(s) of version 1 of {scope} into {first.folder}"
+    ], grown
     chunk.write_text("damaged\n")
     lines: list[str] = []
     again = fetch(history, scope, lines.append)
