@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agent.surrogates.source_gp import JITTER
+from agent.surrogates.stored_means import JITTER
 
 
 def _matern52(x1: Tensor, x2: Tensor, lengthscale: Tensor, outputscale: Tensor) -> Tensor:
@@ -89,6 +89,25 @@ def member_of(model: Any) -> Member:
     tf = getattr(model, "outcome_transform", None)
     stats = (float(tf.means.reshape(())), float(tf.stdvs.reshape(()))) if tf is not None else (0.0, 1.0)
     return _read_member(model, model.train_inputs[0], model.train_targets, stats)
+
+
+def stack_summary(model: Any) -> dict[str, Any] | None:
+    """What a plain-kernel source GP's means need beside its data, as plain numbers (kept with its
+    stored fit, so :func:`agent.surrogates.stored_means.stored_means` evaluates them without torch);
+    None for a GP that does not stack or has the arc kernel."""
+    if not _is_stackable(model):
+        return None
+    kind, base, outputscale = _kernel_parts(model)  # type: ignore[misc]
+    if kind == "arc":
+        return None
+    with torch.no_grad():
+        return {
+            "kind": kind,
+            "lengthscale": base.lengthscale.double().reshape(-1).tolist(),
+            "outputscale": float(outputscale.double().reshape(())) if outputscale is not None else 1.0,
+            "noise": float(model.likelihood.noise.double().reshape(())),
+            "constant": float(model.mean_module.constant.double().reshape(())),
+        }
 
 
 def _read_member(model: Any, X: Tensor, targets: Tensor, stats: tuple[float, float]) -> Member:

@@ -31,7 +31,7 @@ from torch import Tensor
 from agent.surrogates.base import SingleOutputModel
 from agent.surrogates.gp import fit_gp, standardise, torch_threads
 from agent.surrogates.gp_stack import _predictor
-from agent.surrogates.source_gp import JITTER
+from agent.surrogates.stored_means import JITTER
 
 CHANCE_MIN_POINTS = 5
 CHANCE_Z = 1.0

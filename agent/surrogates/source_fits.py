@@ -144,18 +144,26 @@ class SourceFits:
     def means_on(
         self, sources: Sequence[SourceTask], points: np.ndarray, inputs: FitInputs | None = None
     ) -> np.ndarray:
-        """Every source's GP posterior mean at ``points`` (`s x n`), the GPs not yet asked evaluated
-        stacked, all at once (:mod:`agent.surrogates.gp_stack`: one batched kernel call, not one
-        posterior per source, 10 ms each), the rest from :meth:`mean_on`'s cache."""
-        import torch
-
-        from agent.surrogates.gp_stack import _GPStack
-
+        """Every source's GP posterior mean at ``points`` (`s x n`). The GPs not yet asked are
+        evaluated all at once: from their stored constrained hyperparameters in numpy when every one
+        has them (:mod:`agent.surrogates.stored_means`: no torch import before a study's first
+        trial), else stacked (:mod:`agent.surrogates.gp_stack`: one batched kernel call, not one
+        posterior per source, 10 ms each); the rest come from :meth:`mean_on`'s cache."""
         digest = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:20]
         kernel = inputs.kernel if inputs is not None else "plain"
         todo = [s for s in sources if (s.digest, digest, kernel) not in self._means]
-        if len(todo) > 1:
+        stored = self._stored_summaries(todo, kernel) if len(todo) > 1 else None
+        if stored is not None:  # every one a plain-kernel fit kept with its constrained hyperparameters
+            from agent.surrogates.stored_means import stored_means
+
+            means = stored_means([(s.U, s.y, summary) for s, summary in zip(todo, stored)], points)
+            for source, row in zip(todo, means):
+                self._means[(source.digest, digest, kernel)] = row
+        elif len(todo) > 1:
+            import torch
+
             from agent.surrogates.gp import torch_threads
+            from agent.surrogates.gp_stack import _GPStack
 
             members = self._members(todo, inputs)
             if members is not None:
@@ -163,13 +171,26 @@ class SourceFits:
                 step = max(1, int(4e6 // (len(todo) * stack.X.shape[1])))  # bounded memory: s x step x N values
                 X = torch.as_tensor(points, dtype=torch.double)
                 with torch_threads(1), torch.no_grad():
-                    means = torch.cat([stack.means_at(X[i : i + step]) for i in range(0, len(X), step)], dim=-1)
-                for source, row in zip(todo, means.numpy()):
+                    stacked = torch.cat([stack.means_at(X[i : i + step]) for i in range(0, len(X), step)], dim=-1)
+                for source, row in zip(todo, stacked.numpy()):
                     self._means[(source.digest, digest, kernel)] = row
         if not sources:
             return np.empty((0, len(points)))
         rows = [self._means.get((s.digest, digest, kernel)) for s in sources]
         return np.stack([self.mean_on(s, points, inputs) if r is None else r for s, r in zip(sources, rows)])
+
+    def _stored_summaries(self, sources: Sequence[SourceTask], kernel: str) -> list[dict[str, Any]] | None:
+        """The stored stack summaries of ``sources``' plain-kernel GPs (none of them in memory yet),
+        or None when one lacks its summary: their means need no torch then."""
+        if kernel != "plain" or self.store is None:
+            return None
+        out = []
+        for s in sources:
+            stored = None if s.dims is not None or s.digest in self._gps else self.store.fit(s.digest, kernel)
+            if stored is None or not isinstance(stored.get("stack"), dict):
+                return None
+            out.append(stored["stack"])
+        return out
 
     def _members(self, sources: Sequence[SourceTask], inputs: FitInputs | None) -> list[Any] | None:
         """The sources' GPs as stack members (:class:`agent.surrogates.gp_stack.Member`): from the
@@ -196,9 +217,9 @@ class SourceFits:
 
     def target_range(self, source: SourceTask) -> tuple[float, float]:
         """(min, max) of the standardised values ``source``'s GP is conditioned on, without the GP."""
-        from agent.surrogates.source_gp import conditioned_targets, source_data
+        from agent.surrogates.stored_means import conditioned_targets, source_targets
 
-        z = conditioned_targets(source_data(source.U, source.y)[1].numpy())
+        z = conditioned_targets(source_targets(source.y))
         return float(z.min()), float(z.max())
 
     def gp(self, source: SourceTask, inputs: FitInputs | None = None) -> tuple[Any, bool]:
@@ -220,6 +241,7 @@ class SourceFits:
                 except (ValueError, KeyError, TypeError, RuntimeError):
                     pass  # a record that does not fit this model (another kernel's layout): refit it
             from agent.surrogates.gp import gp_state
+            from agent.surrogates.gp_stack import stack_summary
             from agent.surrogates.source_gp import SIGNAL_MIN_R2, source_signal
 
             model = fit_source_gps([(source.U, source.y)], covar=covar, dims=source.dims)[0]
@@ -227,7 +249,9 @@ class SourceFits:
             self._r2[key] = source_signal(model)
             self._gps[key] = (model, self._r2[key] >= SIGNAL_MIN_R2)  # as source_gp.informative decides
             if self.store is not None:
-                self.store.add_fit(source.digest, kernel, gp_state(model), self._gps[key][1], self._r2[key])
+                self.store.add_fit(
+                    source.digest, kernel, gp_state(model), self._gps[key][1], self._r2[key], stack_summary(model)
+                )
         return self._gps[key]
 
     def fit_many(
@@ -235,6 +259,7 @@ class SourceFits:
     ) -> None:
         """The GPs of ``sources`` (:meth:`missing` ones) fitted ``workers`` processes at a time
         (:func:`agent.surrogates.source_gp.fit_states`), then held and stored as :meth:`gp` does."""
+        from agent.surrogates.gp_stack import stack_summary
         from agent.surrogates.source_gp import SIGNAL_MIN_R2, fit_states, restore_source_gp
 
         tasks = [(s.U, s.y, s.dims) for s in sources]
@@ -248,7 +273,7 @@ class SourceFits:
             self._r2[key] = r2
             self._gps[key] = (model, r2 >= SIGNAL_MIN_R2)
             if self.store is not None:
-                self.store.add_fit(source.digest, kernel, state, r2 >= SIGNAL_MIN_R2, r2)
+                self.store.add_fit(source.digest, kernel, state, r2 >= SIGNAL_MIN_R2, r2, stack_summary(model))
             tick(i + 1)
 
     def verdict(self, source: SourceTask, inputs: FitInputs | None = None) -> tuple[bool, float]:

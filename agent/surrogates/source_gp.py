@@ -19,8 +19,8 @@ from botorch.models.model import Model
 from torch import Tensor
 
 from agent.surrogates.gp import fit_gp, impute_failures, standardise, torch_threads
+from agent.surrogates.stored_means import JITTER
 
-JITTER = 1e-8
 SIGNAL_MIN_R2 = 0.4
 
 
@@ -68,14 +68,6 @@ def source_data(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
     y = np.where(np.isfinite(y), y, 0.0)
     z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
     return torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1)
-
-
-def conditioned_targets(Y: np.ndarray) -> np.ndarray:
-    """The targets (`n`) a GP of :func:`agent.surrogates.gp.make_gp` on ``Y`` (`n x 1`) is conditioned
-    on: ``Y`` through its ``Standardize`` outcome transform (unbiased spread; none below 1e-8)."""
-    Y = np.asarray(Y, dtype=float).reshape(-1)
-    spread = float(Y.std(ddof=1)) if len(Y) > 1 else 1.0
-    return (Y - Y.mean()) / (spread if spread >= 1e-8 else 1.0)
 
 
 def _frozen(model: Any) -> Any:

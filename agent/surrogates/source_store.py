@@ -171,20 +171,28 @@ class SourceModelStore:
         return len(self._fits) + len(unparsed)
 
     # -- writing ---------------------------------------------------------------------------------
-    def add_fit(self, digest: str, kernel: str, state: dict[str, Any], informative: bool, r2: float) -> None:
-        self._append(
-            [
-                {
-                    "type": "fit",
-                    "digest": digest,
-                    "kernel": kernel,
-                    "revision": FIT_REVISION,
-                    "informative": bool(informative),
-                    "r2": float(r2),
-                    "state": state,
-                }
-            ]
-        )
+    def add_fit(
+        self,
+        digest: str,
+        kernel: str,
+        state: dict[str, Any],
+        informative: bool,
+        r2: float,
+        stack: dict[str, Any] | None = None,
+    ) -> None:
+        """Keeps a source GP's fit: its raw hyperparameters (``state``), its signal check and, for a
+        plain kernel, its constrained hyperparameters (``stack``: what a study's portfolio scores it
+        with, without torch)."""
+        record = {
+            "type": "fit",
+            "digest": digest,
+            "kernel": kernel,
+            "revision": FIT_REVISION,
+            "informative": bool(informative),
+            "r2": float(r2),
+            "state": state,
+        }
+        self._append([record if stack is None else {**record, "stack": stack}])
 
     def add_source(self, task: SourceTask, stamp: str) -> None:
         self._append(

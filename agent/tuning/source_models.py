@@ -361,6 +361,7 @@ def transplanted_source_models(
     What a study loads is the same kind of record a fit stores; only how the hyperparameters were
     found differs. Returns the number of fits."""
     from agent.surrogates.gp import gp_state
+    from agent.surrogates.gp_stack import stack_summary
     from agent.surrogates.source_gp import SIGNAL_MIN_R2, restore_source_gp, source_signal
 
     store = SourceModelStore(models)
@@ -374,6 +375,7 @@ def transplanted_source_models(
             templates[task] = gp_state(fits.gp(source, inputs)[0])
             continue
         if store.fit(source.digest, kernel) is None:
-            r2 = source_signal(restore_source_gp(source.U, source.y, templates[task], covar=inputs.covar))
-            store.add_fit(source.digest, kernel, templates[task], r2 >= SIGNAL_MIN_R2, r2)
+            restored = restore_source_gp(source.U, source.y, templates[task], covar=inputs.covar)
+            r2 = source_signal(restored)
+            store.add_fit(source.digest, kernel, templates[task], r2 >= SIGNAL_MIN_R2, r2, stack_summary(restored))
     return fits.fitted

@@ -65,9 +65,61 @@ def test_a_state_that_does_not_fit_the_template_is_refused() -> None:
 
 
 def test_the_targets_a_source_gp_is_conditioned_on_are_known_without_the_gp() -> None:
-    from agent.surrogates.source_gp import conditioned_targets
+    from agent.surrogates.stored_means import conditioned_targets
 
     space = SearchSpace([Float("a", 0.0, 1.0), Int("b", 1, 9)])
     for U, y in _sources(space):
         model = restore_source_gp(U, y, gp_state(fit_source_gps([(U, y)])[0]))
         assert np.allclose(conditioned_targets(source_data(U, y)[1].numpy()), model.train_targets.numpy(), atol=1e-12)
+
+
+def test_stored_means_of_plain_kernel_fits_equal_the_stacked_gps_without_torch(tmp_path) -> None:
+    """A plain-kernel fit stored with its constrained hyperparameters gives the means its GP gives,
+    in numpy (BoTorch's default RBF and a scaled Matérn-5/2), and a study process scoring a
+    portfolio over such stored fits imports no torch."""
+    import json
+    import subprocess
+    import sys
+
+    from gpytorch.kernels import MaternKernel, ScaleKernel
+
+    from agent.surrogates.gp_stack import stack_summary
+    from agent.surrogates.source_fits import SourceFits, SourceTask
+    from agent.surrogates.source_store import SourceModelStore
+    from agent.surrogates.stored_means import stored_means
+
+    space = SearchSpace([Float("a", 0.0, 1.0), Int("b", 1, 9)])
+    sources = _sources(space)
+    X = np.random.default_rng(5).random((11, space.dim))
+    for covar in (None, lambda: ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=space.dim))):
+        models = fit_source_gps(sources, covar=covar)
+        summaries = [stack_summary(m) for m in models]
+        expected = _GPStack.of_models(models).means_at(torch.as_tensor(X)).numpy()
+        got = stored_means([(U, y, s) for (U, y), s in zip(sources, summaries)], X)
+        assert np.allclose(got, expected, atol=1e-9), np.abs(got - expected).max()
+
+    store = SourceModelStore(tmp_path / "models")
+    tasks = [SourceTask(f"k{i}", f"t{i}", U, y) for i, (U, y) in enumerate(sources)]
+    for task in tasks:
+        SourceFits(store).gp(task)  # fitted and stored with its summary
+    np.savez(
+        tmp_path / "data.npz",
+        X=X,
+        **{f"U{i}": t.U for i, t in enumerate(tasks)},
+        **{f"y{i}": t.y for i, t in enumerate(tasks)},
+    )
+    code = f"""
+import json, sys
+import numpy as np
+from agent.surrogates.source_fits import SourceFits, SourceTask
+from agent.surrogates.source_store import SourceModelStore
+data = np.load({str(tmp_path / "data.npz")!r})
+tasks = [SourceTask(f"k{{i}}", f"t{{i}}", data[f"U{{i}}"], data[f"y{{i}}"]) for i in range({len(tasks)})]
+means = SourceFits(SourceModelStore({str(tmp_path / "models")!r})).means_on(tasks, data["X"])
+print(json.dumps({{"torch": "torch" in sys.modules, "means": means.tolist()}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout)
+    direct = _GPStack.of_models(fit_source_gps(sources)).means_at(torch.as_tensor(X)).numpy()
+    assert answer["torch"] is False and np.allclose(answer["means"], direct, atol=1e-9)
