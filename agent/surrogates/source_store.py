@@ -4,7 +4,7 @@ A transfer surrogate needs one GP per historical dataset (a *source*), the negat
 verdict on it and a greedy portfolio over all of them. All three depend on the history alone, so
 they are computed once — by ``tune-agent meta source-models`` (the ``source-models`` DVC stage),
 ``bootstrap starter``, or the end of the study that adds a source — and every later study loads
-them: rebuilding a GP from stored hyperparameters takes ~2 ms, fitting it ~0.1-0.4 s (6 s on a
+them: rebuilding a GP from stored hyperparameters takes ~8 ms, fitting it ~0.1-0.4 s (6 s on a
 busy machine).
 
 The file, ``models_dir/source_models.jsonl``, holds three kinds of record, one JSON line each,
@@ -13,7 +13,9 @@ line cut short by a crash is skipped):
 
 - ``fit``: a source GP's fitted hyperparameters and whether it passed the signal check, keyed by
   the source's content digest (:attr:`SourceTask.digest`), the kernel and :data:`FIT_REVISION`.
-  Content-keyed, so it is right for any store that holds the same data.
+  Content-keyed, so it is right for any store that holds the same data. A plain-kernel fit also
+  keeps its constrained hyperparameters (``stack``), from which a study scores its portfolio in
+  numpy (:mod:`agent.surrogates.stored_means`).
 - ``source``: a source's training data (cube points, normal scores) keyed by its dataset key and
   the *stamp* of the studies it was read from (ids, states, best values: see
   :func:`agent.tuning.source_models.study_stamp`), so a study reads no trial of an unchanged
