@@ -26,7 +26,7 @@ import lightning.pytorch as pl
 
 from agent.api import create_study, load_study
 from agent.execution.checkpoints import describe, wants_model
-from agent.execution.pruning import PruningState, curve_metrics, pruner_named, study_curves
+from agent.execution.pruning import PruningState, curve_metrics, study_curves
 from agent.execution.trial import quiet_lightning
 from agent.execution.trial_callback import TrialCallback, save_model
 from agent.tuning.scratch import CHECKPOINT
@@ -85,13 +85,12 @@ class TuneAgentCallback(TrialCallback):
 
     def on_fit_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         if self._pruner != "none":
-            self.pruning = PruningState(
-                pruner_named(self._pruner),
+            self.pruning = PruningState.named(
+                self._pruner,
                 self.metric,
                 self._sign,
                 int(trainer.max_epochs or 1),
                 study_curves(self.trial.study.trials()),
-                name=self._pruner,
             )
             self.restore_curve()
         if self._checkpoint:

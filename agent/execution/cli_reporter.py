@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 
 from agent.execution.checkpoints import wants_model
 from agent.execution.cli_trial import METRICS, SETTINGS
-from agent.execution.pruning import PruningState, pruner_named
+from agent.execution.pruning import PruningState
 from agent.execution.trial_callback import TrialCallback, save_model, scalar_metrics
 from agent.tuning.scratch import CHECKPOINT
 
@@ -36,13 +36,8 @@ class TrialReporter(TrialCallback):
         super().__init__(str(self.settings["metric"]))
         if self.settings.get("pruner", "none") != "none":
             peers = {int(k): [float(v) for v in vs] for k, vs in self.settings.get("curves", {}).items()}
-            self.pruning = PruningState(
-                pruner_named(self.settings["pruner"]),
-                self.metric,
-                float(self.settings["sign"]),
-                int(self.settings["epochs"]),
-                peers,
-                name=self.settings["pruner"],
+            self.pruning = PruningState.named(
+                self.settings["pruner"], self.metric, float(self.settings["sign"]), int(self.settings["epochs"]), peers
             )
         self.start = time.perf_counter()
 

@@ -141,6 +141,13 @@ class PruningState:
     reason: str = ""
     name: str = "the pruner"  # the --pruner name, for the reason line
 
+    @classmethod
+    def named(
+        cls, name: str, metric: str, sign: float, max_epochs: int, peers: Mapping[int, list[float]]
+    ) -> PruningState:
+        """The state of the registry's pruner ``name`` (:func:`pruner_named`)."""
+        return cls(pruner_named(name), metric, sign, max_epochs, peers, name=name)
+
     def observe(self, epoch: int, value: float) -> bool:
         """Records the trial's (unsigned) value after ``epoch`` (from 1); True when it must stop."""
         self.curve[epoch] = float(value)
@@ -158,14 +165,7 @@ def pruning_state(settings: Any, trials: Callable[[], Iterable[TrialRecord]]) ->
     ``trials`` reads the study's trials; it is called only when a pruner needs their curves."""
     if getattr(settings, "pruner", "none") == "none":
         return None
-    return PruningState(
-        pruner_named(settings.pruner),
-        settings.metric,
-        settings.sign,
-        settings.epochs,
-        study_curves(trials()),
-        name=settings.pruner,
-    )
+    return PruningState.named(settings.pruner, settings.metric, settings.sign, settings.epochs, study_curves(trials()))
 
 
 def pruning_callback(state: PruningState) -> Any:

@@ -173,16 +173,23 @@ def restore_gp(
 ) -> Any:
     """The GP :func:`fit_gp` fitted to these data, rebuilt from :func:`gp_state` without fitting
     (same construction, then the stored hyperparameters: its posterior is the fitted one's)."""
-    import torch
 
     model = make_gp(train_X, train_Y, covar_module=covar_module, input_dims=input_dims)
+    load_state(model, state)
+    return model
+
+
+def load_state(model: Any, state: dict[str, Any]) -> None:
+    """Sets ``model``'s hyperparameters to ``state`` (:func:`gp_state`); ``ValueError`` when their
+    names differ, ``RuntimeError`` when a shape does."""
+    import torch
+
     current = dict(model.named_parameters())
     if set(current) != set(state):
         raise ValueError(f"stored GP hyperparameters {sorted(state)} do not fit this model's {sorted(current)}")
     with torch.no_grad():
         for name, entry in state.items():
             current[name].copy_(torch.tensor(entry["values"], dtype=current[name].dtype).reshape(entry["shape"]))
-    return model
 
 
 def ucb_beta(iteration: int, dim: int, delta: float = UCB_DELTA) -> float:

@@ -97,17 +97,16 @@ def stack_summary(model: Any) -> dict[str, Any] | None:
     None for a GP that does not stack or has the arc kernel."""
     if not _is_stackable(model):
         return None
-    kind, base, outputscale = _kernel_parts(model)  # type: ignore[misc]
-    if kind == "arc":
+    m = member_of(model)
+    if m.kind == "arc":
         return None
-    with torch.no_grad():
-        return {
-            "kind": kind,
-            "lengthscale": base.lengthscale.double().reshape(-1).tolist(),
-            "outputscale": float(outputscale.double().reshape(())) if outputscale is not None else 1.0,
-            "noise": float(model.likelihood.noise.double().reshape(())),
-            "constant": float(model.mean_module.constant.double().reshape(())),
-        }
+    return {
+        "kind": m.kind,
+        "lengthscale": m.ls.reshape(-1).tolist(),
+        "outputscale": float(m.outputscale),
+        "noise": float(m.noise),
+        "constant": float(m.const),
+    }
 
 
 def _read_member(model: Any, X: Tensor, targets: Tensor, stats: tuple[float, float]) -> Member:
@@ -151,25 +150,18 @@ class StateMembers:
 
     def member(self, X: Tensor, Y: Tensor, state: dict[str, Any]) -> Member:
         """The member of the GP on ``X`` (`n x d`) and ``Y`` (`n x 1`) with hyperparameters ``state``;
-        ``ValueError`` when the state does not fit the template's parameters."""
+        ``ValueError`` (``RuntimeError``) when the state's names (shapes) do not fit the template's."""
         from botorch.models.transforms.outcome import Standardize
 
-        from agent.surrogates.gp import make_gp
+        from agent.surrogates.gp import load_state, make_gp
 
         if self._template is None:
             self._template = make_gp(X, Y, covar_module=self.covar() if self.covar is not None else None)
             self._template.eval()
             if not _is_stackable(self._template):
                 raise ValueError("the template GP cannot be stacked")
-        params = dict(self._template.named_parameters())
-        if set(params) != set(state):
-            raise ValueError(f"stored GP hyperparameters {sorted(state)} do not fit {sorted(params)}")
+        load_state(self._template, state)
         with torch.no_grad():
-            for name, entry in state.items():
-                values = torch.tensor(entry["values"], dtype=params[name].dtype).reshape(entry["shape"])
-                if values.shape != params[name].shape:
-                    raise ValueError(f"stored {name} has shape {tuple(values.shape)}, not {tuple(params[name].shape)}")
-                params[name].copy_(values)
             transform = Standardize(m=1)
             targets, _ = transform(Y.double())
             transform.eval()

@@ -152,7 +152,7 @@ class SourceFits:
         digest = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()[:20]
         kernel = inputs.kernel if inputs is not None else "plain"
         todo = [s for s in sources if (s.digest, digest, kernel) not in self._means]
-        stored = self._stored_summaries(todo, kernel) if len(todo) > 1 else None
+        stored = self._stored_summaries(todo, inputs) if len(todo) > 1 else None
         if stored is not None:  # every one a plain-kernel fit kept with its constrained hyperparameters
             from agent.surrogates.stored_means import stored_means
 
@@ -179,14 +179,15 @@ class SourceFits:
         rows = [self._means.get((s.digest, digest, kernel)) for s in sources]
         return np.stack([self.mean_on(s, points, inputs) if r is None else r for s, r in zip(sources, rows)])
 
-    def _stored_summaries(self, sources: Sequence[SourceTask], kernel: str) -> list[dict[str, Any]] | None:
+    def _stored_summaries(self, sources: Sequence[SourceTask], inputs: FitInputs | None) -> list[dict[str, Any]] | None:
         """The stored stack summaries of ``sources``' plain-kernel GPs (none of them in memory yet),
         or None when one lacks its summary: their means need no torch then."""
-        if kernel != "plain" or self.store is None:
+        if (inputs is not None and inputs.kernel != "plain") or self.store is None:
             return None
         out = []
         for s in sources:
-            stored = None if s.dims is not None or s.digest in self._gps else self.store.fit(s.digest, kernel)
+            kernel, key = _fit_key(s, inputs)
+            stored = None if s.dims is not None or key in self._gps else self.store.fit(s.digest, kernel)
             if stored is None or not isinstance(stored.get("stack"), dict):
                 return None
             out.append(stored["stack"])

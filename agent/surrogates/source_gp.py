@@ -18,8 +18,8 @@ import torch
 from botorch.models.model import Model
 from torch import Tensor
 
-from agent.surrogates.gp import fit_gp, impute_failures, standardise, torch_threads
-from agent.surrogates.stored_means import JITTER
+from agent.surrogates.gp import fit_gp, standardise, torch_threads
+from agent.surrogates.stored_means import JITTER, imputed
 
 SIGNAL_MIN_R2 = 0.4
 
@@ -64,9 +64,7 @@ def restore_source_gp(
 
 def source_data(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
     """A source's training tensors: failures imputed with its worst value, y standardised."""
-    y = impute_failures(np.asarray(y, dtype=float).reshape(-1))
-    y = np.where(np.isfinite(y), y, 0.0)
-    z, _, _ = standardise(torch.as_tensor(y, dtype=torch.double))
+    z, _, _ = standardise(torch.as_tensor(imputed(y), dtype=torch.double))
     return torch.as_tensor(np.asarray(X), dtype=torch.double), z.reshape(-1, 1)
 
 

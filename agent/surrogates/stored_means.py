@@ -20,13 +20,20 @@ import numpy as np
 JITTER = 1e-8  # added to every source GP's noise when its kernel matrix is factorised
 
 
-def source_targets(y: np.ndarray) -> np.ndarray:
-    """A source's values as its GP is fitted to them: failures imputed with its worst value, then
-    standardised (the ``Y`` of :func:`agent.surrogates.source_gp.source_data`)."""
-    from agent.surrogates.gp import impute_failures, standardise
+def imputed(y: np.ndarray) -> np.ndarray:
+    """A source's values with failures imputed with its worst value (0 where none is finite)."""
+    from agent.surrogates.gp import impute_failures
 
     z = impute_failures(np.asarray(y, dtype=float).reshape(-1))
-    return standardise(np.where(np.isfinite(z), z, 0.0))[0]
+    return np.where(np.isfinite(z), z, 0.0)
+
+
+def source_targets(y: np.ndarray) -> np.ndarray:
+    """A source's values as its GP is fitted to them: :func:`imputed`, then standardised (the ``Y``
+    of :func:`agent.surrogates.source_gp.source_data`)."""
+    from agent.surrogates.gp import standardise
+
+    return standardise(imputed(y))[0]
 
 
 def conditioned_targets(Y: np.ndarray) -> np.ndarray:
