@@ -6,15 +6,20 @@ params and tags). On a team server with 157 studies and 10,000 trial runs that o
 experiment, under the experiment's ``tune_agent.studies_version`` tag:
 
 - every write of tune-agent that ends a study or changes an ended study's record (``update_study``
-  with an end status, ``set_study_tags``) sets that tag to a new random value *after* the write;
+  with an end status, ``set_study_tags``, an import) logs the time of the change on the study run
+  (the metric :data:`CHANGED_METRIC`, in the same write) and then sets that tag to a new random value;
 - a reader takes the tag *before* it searches, so a write it may have missed always leaves a tag
-  that differs from the one its cache was saved under, and the next reader searches again;
+  that differs from the one its cache was saved under;
+- a reader whose tag differs reads again only what changed: the ended studies whose change time
+  is at or after the newest one it holds, less :data:`SLACK_MS` (writers' clocks may differ), and
+  the studies it held as running that run no longer. A history of thousands of studies is read
+  whole only when there is no cache, when the cache holds no change time (a store written before
+  the metric), and once every :data:`FULL_EVERY_S` seconds;
 - running studies are never cached: every listing reads them fresh, and a fresh record wins over
-  a cached one (a resumed study); a study that was running when the cache was saved and runs no
-  longer makes the cache stale, whoever ended it.
+  a cached one (a resumed study).
 
-Runs changed outside tune-agent (a tag edited or a run deleted in the MLflow UI) are seen once any
-study of that job ends again; ``TUNE_AGENT_STUDY_CACHE=0`` turns the cache off. Files live under
+Runs changed outside tune-agent (a tag edited or a run deleted in the MLflow UI) are seen at the
+next whole read, within a day; ``TUNE_AGENT_STUDY_CACHE=0`` turns the cache off. Files live under
 ``$XDG_CACHE_HOME/tune-agent/studies`` (``~/.cache``), one per store and experiment, written
 atomically; a cache that cannot be read or written is ignored.
 """
@@ -25,11 +30,15 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 VERSION_TAG = "tune_agent.studies_version"
-FORMAT = 1
+CHANGED_METRIC = "tune_agent.changed_at"  # milliseconds since the epoch, by the writer's clock
+SLACK_MS = 15 * 60 * 1000  # how far writers' clocks may lag the newest change a reader holds
+FULL_EVERY_S = 24 * 3600  # a reader reads every study again at least this often
+FORMAT = 2
 
 
 def enabled() -> bool:
@@ -50,23 +59,40 @@ def _path(store_key: str, experiment_id: str, created: int) -> Path:
     return _folder() / f"{digest}.json"
 
 
-def load(store_key: str, experiment_id: str, created: int, version: str) -> dict[str, list[Any]] | None:
-    """``{"ended": [run rows], "running": [run ids]}`` saved under ``version``, or None (absent,
-    saved under another version, unreadable)."""
+def load(store_key: str, experiment_id: str, created: int) -> dict[str, Any] | None:
+    """``{"version", "ended": [run rows], "running": [run ids], "watermark", "full_at"}`` as last
+    saved, or None (absent, unreadable, another format)."""
     try:
         data = json.loads(_path(store_key, experiment_id, created).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != version:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("version"), str):
         return None
     if not isinstance(data.get("ended"), list) or not isinstance(data.get("running"), list):
         return None
-    return {"ended": data["ended"], "running": data["running"]}
+    return data
 
 
-def save(store_key: str, experiment_id: str, created: int, version: str, entry: dict[str, list[Any]]) -> None:
-    """Keeps ``entry`` (the ended studies' rows and the ids of the running ones) for ``version``;
-    does nothing where it cannot write."""
+def changed_since(entry: dict[str, Any] | None) -> int | None:
+    """The change time (ms) from which a reader holding ``entry`` reads the ended studies again,
+    or None when it reads them all (no entry, no change time held, the last whole read too old)."""
+    if entry is None or not isinstance(entry.get("watermark"), int) or not isinstance(entry.get("full_at"), float):
+        return None
+    if not 0 <= time.time() - entry["full_at"] < FULL_EVERY_S:
+        return None
+    return int(entry["watermark"]) - SLACK_MS
+
+
+def watermark(rows: list[dict[str, Any]]) -> int | None:
+    """The newest change time among ``rows`` (never ahead of this reader's clock), or None."""
+    times = [r["changed"] for r in rows if isinstance(r.get("changed"), int)]
+    return min(max(times), int(time.time() * 1000)) if times else None
+
+
+def save(store_key: str, experiment_id: str, created: int, version: str, entry: dict[str, Any]) -> None:
+    """Keeps ``entry`` (``ended``: the ended studies' rows, ``running``: the ids of the running
+    ones, ``full_at``: when the rows were last read whole) for ``version``; does nothing where it
+    cannot write."""
     path = _path(store_key, experiment_id, created)
     partial = None
     try:
@@ -75,7 +101,7 @@ def save(store_key: str, experiment_id: str, created: int, version: str, entry: 
             partial = f.name
             # dumps, not dump: json.dump streams through the pure-Python encoder, about 3x slower on
             # the thousands of rows of a large history
-            f.write(json.dumps({"format": FORMAT, "version": version, **entry}))
+            f.write(json.dumps({"format": FORMAT, "version": version, "watermark": watermark(entry["ended"]), **entry}))
         os.replace(partial, path)
     except OSError:
         if partial is not None:

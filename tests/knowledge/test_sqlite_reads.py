@@ -114,6 +114,15 @@ def test_every_read_is_the_same_through_sqlite_as_through_mlflow(store, cli, tmp
     assert states == sorted(t.state for t in slow.trials(slow.find_study("open's"))) and len(set(states)) == 3
     assert len(fast.trials(fast.find_study("done"))) == 3  # the deleted trial run is not read
     assert fast.find_study("nobody") is None
+    # the listing's re-read of what changed since a time (agent.knowledge.study_cache)
+    from agent.knowledge.mlflow.studies import _changed_after
+
+    ended = "tags.`tune_agent.kind` = 'study' and attributes.status != 'RUNNING' and "
+    ids = fast._experiment_ids()
+    for since in (0, 2**62):
+        got = sorted(r.info.run_id for r in fast._search(ended + _changed_after(since), ids))
+        assert got == sorted(r.info.run_id for r in slow._search(ended + _changed_after(since), ids))
+        assert len(got) == (2 if since == 0 else 0)  # the finished study and the imported one
     assert fast._client._client is None  # all of that without MLflow's client
 
 

@@ -69,6 +69,49 @@ def test_ended_studies_are_cached_and_every_change_is_seen(store, tmp_path, monk
     assert _view(b)[0] == ("done", "finished", 0.125, "retagged")
 
 
+def test_a_stale_listing_reads_again_only_the_studies_that_changed(store, tmp_path, monkeypatch) -> None:
+    import json
+
+    from agent.knowledge import study_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a, b = store.kb(), store.kb()
+    for name in ("one", "two", "three"):
+        a.update_study(a.create_study(name, _settings(name[0]), [], {}, None, ""), "finished", 1.0, {})
+    live = a.create_study("live", _settings("l"), [], {}, None, "")
+    a.update_study(live, "running")
+    assert [s.name for s in b.list_studies()] == ["one", "two", "three", "live"]
+
+    seen = _searches(b, monkeypatch)
+    a.update_study(live, "finished", 0.5, {"x": 1})  # ends: the version changes
+    a.set_study_tags(a.find_study("one"), {"note": "retagged"})
+    assert _view(b) == [
+        ("one", "finished", 1.0, "retagged"),
+        ("two", "finished", 1.0, None),
+        ("three", "finished", 1.0, None),
+        ("live", "finished", 0.5, None),
+    ]
+    ended = [f for f in seen if "!= 'RUNNING'" in f]
+    assert ended and all(study_cache.CHANGED_METRIC in f for f in ended), seen  # only what changed was read
+
+    # a running study's lease tags leave the listing's version as it is
+    again = a.create_study("again", _settings("g"), [], {}, None, "")
+    again = a.update_study(again, "running")
+    _view(b)
+    seen.clear()
+    a.set_study_tags(again, {"lease": "mine"})
+    _view(b)
+    assert not any("!= 'RUNNING'" in f for f in seen), seen
+
+    # once a day (or with no change time held) the ended studies are read whole
+    for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "version": "old", "full_at": data["full_at"] - study_cache.FULL_EVERY_S}))
+    seen.clear()
+    assert [s.name for s in b.list_studies()] == ["one", "two", "three", "live", "again"]
+    assert any("!= 'RUNNING'" in f and study_cache.CHANGED_METRIC not in f for f in seen), seen
+
+
 def test_the_cache_can_be_turned_off_and_a_foreign_file_is_ignored(store, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("TUNE_AGENT_STUDY_CACHE", "0")

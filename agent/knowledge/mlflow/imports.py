@@ -16,7 +16,7 @@ from agent.knowledge import layout
 from agent.knowledge.imports import best_imported
 from agent.knowledge.mlflow.connection import runs_view_state
 from agent.knowledge.mlflow.store_file import INLINE_TRIALS, T
-from agent.knowledge.mlflow.studies import BEST_MARK, MlflowStudies, _local_user
+from agent.knowledge.mlflow.studies import BEST_MARK, MlflowStudies, _local_user, changed_now
 from agent.knowledge.records import IMPORT_ORIGIN, TRIAL_OK, StudyRecord, TrialRecord
 
 # Inside ``many_imports`` the listing version of an experiment changes once per VERSION_EVERY studies.
@@ -107,7 +107,13 @@ class MlflowImports(MlflowStudies):
             self._call(self._client.log_inputs, rid, [self._dataset_input(settings, summary)])
             self._call(self._client.set_terminated, rid, "FINISHED")
             params = [Param(k, v) for k, v in layout.study_params(settings, summary).items()]
-            self._call(self._client.log_batch, rid, metrics=metrics, params=params, tags=[RunTag(T + "kind", kind)])
+            self._call(
+                self._client.log_batch,
+                rid,
+                metrics=[*metrics, changed_now()],
+                params=params,
+                tags=[RunTag(T + "kind", kind)],
+            )
         except BaseException:
             self._drop_unfinished(rid)
             raise

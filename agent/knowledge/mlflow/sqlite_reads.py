@@ -30,8 +30,9 @@ from agent.errors import StoreError
 
 KNOWN_REVISIONS = frozenset({"dc11669786a5"})  # MLflow 3.17's schema head
 _CLAUSE = re.compile(
-    r"\s*(?:tags\.`(?P<tag>[^`]+)`|attributes\.(?P<attr>status))\s*(?P<op>!?=)\s*"
-    r"""(?:'(?P<value>[^']*)'|"(?P<dq>[^"]*)")\s*(?:and\b|$)""",
+    r"\s*(?:(?:tags\.`(?P<tag>[^`]+)`|attributes\.(?P<attr>status))\s*(?P<op>!?=)\s*"
+    r"""(?:'(?P<value>[^']*)'|"(?P<dq>[^"]*)")"""
+    r"|metrics\.`(?P<metric>[^`]+)`\s*>=\s*(?P<number>-?\d+))\s*(?:and\b|$)",
     re.I,
 )
 
@@ -47,16 +48,19 @@ def revision(path: Path) -> str | None:
 
 
 def parse_filter(text: str) -> list[tuple[str, str, str, str]]:
-    """``[(kind, key, op, value)]`` for a conjunction of ``tags.`k` = 'v'`` and ``attributes.status
-    (!)= 'v'`` clauses; ValueError for anything else (the caller then asks MLflow)."""
+    """``[(kind, key, op, value)]`` for a conjunction of ``tags.`k` = 'v'``, ``attributes.status
+    (!)= 'v'`` and ``metrics.`k` >= integer`` clauses; ValueError for anything else (the caller
+    then asks MLflow)."""
     clauses, at = [], 0
     while at < len(text):
         m = _CLAUSE.match(text, at)
         if not m or m.end() == at:
             raise ValueError(f"filter not read here: {text!r}")
-        kind = "tag" if m["tag"] is not None else "status"
-        value = m["value"] if m["value"] is not None else m["dq"]
-        clauses.append((kind, m["tag"] or "status", m["op"], value))
+        if m["metric"] is not None:
+            clauses.append(("metric", m["metric"], ">=", m["number"]))
+        else:
+            value = m["value"] if m["value"] is not None else m["dq"]
+            clauses.append(("tag" if m["tag"] is not None else "status", m["tag"] or "status", m["op"], value))
         at = m.end()
     return clauses
 
@@ -206,6 +210,12 @@ class SqliteReads:
                     "and t.key = ? and t.value = ?)"
                 )
                 args += [key, value]
+            elif kind == "metric":  # the latest value, as MLflow compares it
+                where.append(
+                    "exists (select 1 from latest_metrics m where m.run_uuid = r.run_uuid "
+                    "and m.key = ? and m.is_nan = 0 and m.value >= ?)"
+                )
+                args += [key, int(value)]
             else:
                 where.append(f"r.status {op} ?")
                 args.append(value)

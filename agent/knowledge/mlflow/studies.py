@@ -100,7 +100,8 @@ class MlflowStudies(MlflowConnection):
     def list_studies(self) -> list[StudyRecord]:
         """Every study, oldest first. Ended studies come from :mod:`agent.knowledge.study_cache`
         where an experiment's version tag still matches the cache and every study that was running
-        when it was saved still runs; running studies are always read fresh."""
+        when it was saved still runs, and are read again where they changed since; running studies
+        are always read fresh."""
         if not store_exists(self.tracking_uri):
             return []
         exps = self._tune_experiments()
@@ -115,40 +116,51 @@ class MlflowStudies(MlflowConnection):
         # leaves a version that differs from the one saved below.
         running = {r.info.run_id: _cache_row(r) for r in self._search(flt + " and attributes.status = 'RUNNING'", ids)}
         rows: dict[str, dict[str, Any]] = {}
-        stale = []
-        versions: dict[str, str | None] = {}
         for e in exps:
-            version = versions[e.experiment_id] = e.tags.get(study_cache.VERSION_TAG) or self._first_version(
-                e.experiment_id
-            )
-            cached = study_cache.load(key, e.experiment_id, e.creation_time, version) if version else None
-            if cached is None or not set(cached["running"]) <= set(running):
-                stale.append(e)
-            else:
+            version = e.tags.get(study_cache.VERSION_TAG) or self._first_version(e.experiment_id)
+            cached = study_cache.load(key, e.experiment_id, e.creation_time) if version else None
+            if cached is not None and cached["version"] == version and set(cached["running"]) <= set(running):
                 rows.update((r["run_id"], r) for r in cached["ended"])
-        if stale:
-            ended: dict[str, list[dict[str, Any]]] = {e.experiment_id: [] for e in stale}
-            for r in self._search(flt + " and attributes.status != 'RUNNING'", list(ended)):
-                ended[r.info.experiment_id].append(_cache_row(r))
-            for e in stale:
-                rows.update((r["run_id"], r) for r in ended[e.experiment_id])
-                version = versions[e.experiment_id]
-                if version:
-                    study_cache.save(
-                        key,
-                        e.experiment_id,
-                        e.creation_time,
-                        version,
-                        {
-                            "ended": ended[e.experiment_id],
-                            "running": [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id],
-                        },
-                    )
+                continue
+            ended, full_at = self._ended_rows(e.experiment_id, cached, running)
+            rows.update((r["run_id"], r) for r in ended)
+            if version:
+                mine = [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id]
+                study_cache.save(
+                    key,
+                    e.experiment_id,
+                    e.creation_time,
+                    version,
+                    {"ended": ended, "running": mine, "full_at": full_at},
+                )
         rows.update(running)  # a resumed study: its fresh record wins over the cached one
         ordered = sorted(rows.values(), key=lambda r: (r["start_time"], r["run_id"]))
         return [
             layout.study_record(r["run_id"], r["start_time"], r["tags"], r["params"], r["run_name"]) for r in ordered
         ]
+
+    def _ended_rows(
+        self, experiment_id: str, cached: dict[str, Any] | None, running: Mapping[str, Any]
+    ) -> tuple[list[dict[str, Any]], float]:
+        """The ended studies of an experiment whose cache is stale, and when they were last read
+        whole: all of them read again, or (:func:`study_cache.changed_since`) the cached ones with
+        those changed since and those that ran and run no longer read again."""
+        flt = f"tags.`{T}kind` = 'study' and attributes.status != 'RUNNING'"
+        since = study_cache.changed_since(cached)
+        if cached is None or since is None:
+            return [_cache_row(r) for r in self._search(flt, [experiment_id])], time.time()
+        rows = {r["run_id"]: r for r in cached["ended"]}
+        rows.update(
+            (r.info.run_id, _cache_row(r)) for r in self._search(f"{flt} and {_changed_after(since)}", [experiment_id])
+        )
+        for rid in (rid for rid in cached["running"] if rid not in running and rid not in rows):
+            try:  # ended by a writer that logs no change time, or deleted
+                run = self._call(self._client.get_run, rid)
+            except StoreError:
+                continue
+            if run.info.lifecycle_stage == "active" and run.info.status != "RUNNING":
+                rows[rid] = _cache_row(run)
+        return list(rows.values()), float(cached["full_at"])
 
     def _first_version(self, experiment_id: str) -> str | None:
         """A version for an experiment that has none (a store written before the cache): setting
@@ -203,8 +215,10 @@ class MlflowStudies(MlflowConnection):
                     metrics.append(Metric(f"best.{key}", float(value), now, 0))
                 else:
                     tags.append(RunTag(f"best.{key}", str(value)[: layout.REASON_LIMIT]))
-        self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
         run_status = {"finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}.get(status)
+        if run_status:
+            metrics.append(changed_now())
+        self._call(self._client.log_batch, study.study_id, metrics=metrics, tags=tags)
         if run_status:
             self._call(self._client.set_terminated, study.study_id, run_status)
         else:
@@ -245,9 +259,14 @@ class MlflowStudies(MlflowConnection):
 
         values = layout.split_long({k: layout.tag_value(v) for k, v in tags.items()})
         batch = [RunTag(T + k, v) for k, v in values.items()]
+        # a running study is read fresh by every listing: its tags (the lease's, every few seconds)
+        # leave the cached listing as it is
+        listed = study.status != "running"
         for i in range(0, len(batch), 100):  # MLflow takes at most 100 tags per batch
-            self._call(self._client.log_batch, study.study_id, tags=batch[i : i + 100])
-        self._studies_changed(self._experiment_of(study))
+            changed = [changed_now()] if listed and i + 100 >= len(batch) else []
+            self._call(self._client.log_batch, study.study_id, tags=batch[i : i + 100], metrics=changed)
+        if listed:
+            self._studies_changed(self._experiment_of(study))
 
     def claim_study_value(self, study: StudyRecord, key: str, value: str) -> str:
         """A write-once MLflow param (``tune_agent.claim.<key>``): MLflow refuses to change a param's
@@ -300,7 +319,25 @@ def _cache_row(run: Any) -> dict[str, Any]:
         "run_name": run.info.run_name,
         "params": dict(run.data.params),
         "tags": {k[len(T) :]: v for k, v in run.data.tags.items() if k.startswith(T)},
+        "changed": _changed_time(run),
     }
+
+
+def _changed_time(run: Any) -> int | None:
+    value = run.data.metrics.get(study_cache.CHANGED_METRIC)
+    return int(value) if value is not None and math.isfinite(value) else None
+
+
+def _changed_after(since: int) -> str:
+    return f"metrics.`{study_cache.CHANGED_METRIC}` >= {int(since)}"
+
+
+def changed_now() -> Any:
+    """The metric that marks a study run's record as changed now (:mod:`agent.knowledge.study_cache`)."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return Metric(study_cache.CHANGED_METRIC, float(now), now, 0)
 
 
 def _local_user() -> str:
