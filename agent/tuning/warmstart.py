@@ -37,14 +37,7 @@ from agent.knowledge.history import (
     surface_data,
     with_evaluations_loaded,
 )
-from agent.meta.neighbours import (
-    HandcraftedFeaturizer,
-    Neighbour,
-    distinct_first,
-    nearest,
-    pairwise_distances,
-    vectors_for,
-)
+from agent.meta.neighbours import HandcraftedFeaturizer, Neighbour, distinct_first, nearest, own_nearest, vectors_for
 from agent.registry import WARM_STARTS
 from agent.samplers.pareto import front_ends
 from agent.space import SpaceMatch
@@ -140,21 +133,22 @@ class Nearness:
 
 def nearness(query: np.ndarray, vectors: np.ndarray, sources: list[str], standardise: bool) -> Nearness | None:
     """The query's nearest distance and the history's nearest other-source distances, all measured
-    in one standardisation (history and query together, as :func:`nearest` does)."""
+    in one standardisation (history and query together, as :func:`nearest` does). Beyond
+    :data:`agent.meta.neighbours.OWN_SAMPLE` datasets the history's own distances (median, largest)
+    are those of a fixed sample of them to every dataset (memory and time linear in the history)."""
     if len(vectors) < 2:
         return None
-    D = pairwise_distances(
-        np.vstack([np.asarray(vectors, dtype=float), np.asarray(query, dtype=float)[None]]), standardise
-    )
-    src = np.array(sources)
-    own = []
-    for i in range(len(vectors)):
-        other = src != src[i]
-        if other.any():
-            own.append(float(D[i, :-1][other].min()))
-    if not own:
+    M = np.vstack([np.asarray(vectors, dtype=float), np.asarray(query, dtype=float)[None]])
+    if standardise:
+        from agent.meta.handcrafted import standardise_columns
+
+        M = standardise_columns(M)[0]
+    M = np.nan_to_num(M, nan=0.0)
+    own = own_nearest(M[:-1], sources)
+    if own.size == 0:
         return None
-    return Nearness(float(D[-1, :-1].min()), float(np.median(own)), float(max(own)))
+    to_query = np.sqrt(((M[:-1] - M[-1]) ** 2).sum(axis=1))
+    return Nearness(float(to_query.min()), float(np.median(own)), float(own.max()))
 
 
 def _featurizer(requested: str, models_dir: Path, scope: str | None = None) -> tuple[Any, str]:

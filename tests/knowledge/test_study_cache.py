@@ -93,6 +93,9 @@ def test_a_stale_listing_reads_again_only_the_studies_that_changed(store, tmp_pa
     ]
     ended = [f for f in seen if "!= 'RUNNING'" in f]
     assert ended and all(study_cache.CHANGED_METRIC in f for f in ended), seen  # only what changed was read
+    with monkeypatch.context() as m:  # listed again by the same object, unchanged: not read from the file again
+        m.setattr(study_cache, "load", lambda *a: pytest.fail("the cache file was read again"))
+        assert [s.name for s in b.list_studies()] == ["one", "two", "three", "live"]
 
     # a running study's lease tags leave the listing's version as it is
     again = a.create_study("again", _settings("g"), [], {}, None, "")
@@ -107,8 +110,9 @@ def test_a_stale_listing_reads_again_only_the_studies_that_changed(store, tmp_pa
     for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"):
         data = json.loads(path.read_text())
         path.write_text(json.dumps({**data, "version": "old", "full_at": data["full_at"] - study_cache.FULL_EVERY_S}))
-    seen.clear()
-    assert [s.name for s in b.list_studies()] == ["one", "two", "three", "live", "again"]
+    c = store.kb()  # another process
+    seen = _searches(c, monkeypatch)
+    assert [s.name for s in c.list_studies()] == ["one", "two", "three", "live", "again"]
     assert any("!= 'RUNNING'" in f and study_cache.CHANGED_METRIC not in f for f in seen), seen
 
 

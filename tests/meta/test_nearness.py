@@ -22,6 +22,26 @@ def test_a_dataset_farther_than_any_historical_one_is_far() -> None:
     assert nearness(vectors[0], vectors[:1], sources[:1], standardise=False) is None  # nothing to compare
 
 
+def test_the_history_own_distances_are_exact_in_blocks_and_sampled_beyond_a_size(monkeypatch) -> None:
+    """Each dataset's nearest other-source distance, a few rows at a time, equals the all-pairs
+    answer; beyond OWN_SAMPLE datasets a fixed sample of them gives nearly the same median."""
+    import agent.meta.neighbours as neighbours
+    from agent.meta.neighbours import own_nearest, pairwise_distances
+
+    rng = np.random.default_rng(3)
+    M = rng.normal(size=(300, 6))
+    sources = [f"s{i // 4}" for i in range(300)] + ["alone"]
+    M = np.vstack([M, rng.normal(size=(1, 6))])
+    D = pairwise_distances(M, standardise=False)
+    src = np.array(sources)
+    brute = np.array([D[i][src != src[i]].min() for i in range(len(M))])
+    assert np.allclose(own_nearest(M, sources, block=7), brute)
+    monkeypatch.setattr(neighbours, "OWN_SAMPLE", 120)
+    sampled = own_nearest(M, sources, block=7)
+    assert len(sampled) == 120 and abs(np.median(sampled) / np.median(brute) - 1) < 0.1
+    assert np.allclose(sampled, own_nearest(M, sources))  # the same sample every time
+
+
 def test_a_far_dataset_takes_no_seeds_from_its_neighbours() -> None:
     n = NeighbourInfo("iris", "k", 9.0, {"x": 1}, 0.5)
     assert WarmStart("handcrafted", (n,), far=False).seeds == [({"x": 1}, "warm:handcrafted:iris")]

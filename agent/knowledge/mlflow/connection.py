@@ -95,6 +95,9 @@ class MlflowConnection(RetriedCalls, KnowledgeBase):
         if artifact_root is None and self._tracking_uri == DEFAULT_TRACKING_URI:
             self.artifact_root = DEFAULT_ARTIFACT_ROOT
         self._client_instance: Any = None
+        # the ended studies this object listed, parsed, by (experiment id, listing version), with the
+        # ids of the studies that ran then (:meth:`MlflowStudies.list_studies`)
+        self._listed: dict[tuple[str, str], tuple[set[str], list[Any]]] = {}
 
     @property
     def tracking_uri(self) -> str:

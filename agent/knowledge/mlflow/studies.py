@@ -115,29 +115,35 @@ class MlflowStudies(MlflowConnection):
         # Versions are read (above) before any search: a write that lands after this point
         # leaves a version that differs from the one saved below.
         running = {r.info.run_id: _cache_row(r) for r in self._search(flt + " and attributes.status = 'RUNNING'", ids)}
-        rows: dict[str, dict[str, Any]] = {}
+        ended: list[StudyRecord] = []
         for e in exps:
             version = e.tags.get(study_cache.VERSION_TAG) or self._first_version(e.experiment_id)
+            held = self._listed.get((e.experiment_id, version or ""))
+            if version and held is not None and held[0] <= set(running):  # listed by this object already
+                ended += held[1]
+                continue
             cached = study_cache.load(key, e.experiment_id, e.creation_time) if version else None
             if cached is not None and cached["version"] == version and set(cached["running"]) <= set(running):
-                rows.update((r["run_id"], r) for r in cached["ended"])
-                continue
-            ended, full_at = self._ended_rows(e.experiment_id, cached, running)
-            rows.update((r["run_id"], r) for r in ended)
-            if version:
+                rows, mine = cached["ended"], cached["running"]
+            else:
+                rows, full_at = self._ended_rows(e.experiment_id, cached, running)
                 mine = [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id]
-                study_cache.save(
-                    key,
-                    e.experiment_id,
-                    e.creation_time,
-                    version,
-                    {"ended": ended, "running": mine, "full_at": full_at},
-                )
-        rows.update(running)  # a resumed study: its fresh record wins over the cached one
-        ordered = sorted(rows.values(), key=lambda r: (r["start_time"], r["run_id"]))
-        return [
-            layout.study_record(r["run_id"], r["start_time"], r["tags"], r["params"], r["run_name"]) for r in ordered
-        ]
+                if version:
+                    study_cache.save(
+                        key,
+                        e.experiment_id,
+                        e.creation_time,
+                        version,
+                        {"ended": rows, "running": mine, "full_at": full_at},
+                    )
+            records = [_record(r) for r in rows]
+            if version:
+                self._listed = {k: v for k, v in self._listed.items() if k[0] != e.experiment_id}
+                self._listed[(e.experiment_id, version)] = (set(mine), records)
+            ended += records
+        fresh = [_record(r) for r in running.values()]  # a resumed study: its fresh record wins over the cached one
+        out = [r for r in ended if r.study_id not in running] + fresh
+        return sorted(out, key=lambda r: (r.start_time, r.study_id))
 
     def _ended_rows(
         self, experiment_id: str, cached: dict[str, Any] | None, running: Mapping[str, Any]
@@ -321,6 +327,10 @@ def _cache_row(run: Any) -> dict[str, Any]:
         "tags": {k[len(T) :]: v for k, v in run.data.tags.items() if k.startswith(T)},
         "changed": _changed_time(run),
     }
+
+
+def _record(row: Mapping[str, Any]) -> StudyRecord:
+    return layout.study_record(row["run_id"], row["start_time"], row["tags"], row["params"], row["run_name"])
 
 
 def _changed_time(run: Any) -> int | None:
