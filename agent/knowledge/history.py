@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from agent.errors import TuneAgentError
 from agent.knowledge.base import KnowledgeBase
-from agent.knowledge.records import TRIAL_OK, StudyRecord, TrialRecord
+from agent.knowledge.records import TRIAL_OK, StudyRecord, TrialRecord, parse_param
 from agent.space import SearchSpace, SpaceMatch
 
 # A warm start seeds a dataset's fastest configuration instead of its best when that one is within
@@ -146,14 +146,14 @@ def load_history(
         evaluations = _evaluations(kb, studies) if with_evaluations else ()
         if with_evaluations and not evaluations:
             continue
-        summary = kb.dataset_summary(first)
+        summary = _DatasetSummary(kb, first)
         mf = first.tags.get("metafeatures")
         out.append(
             HistoricalDataset(
                 key=key,
                 name=first.dataset,
-                source=str(summary.get("source", first.dataset.split("?")[0])),
-                kind=str(summary.get("kind", "")),
+                source=str(_param(first, "dataset.source", first.dataset.split("?")[0])),
+                kind=str(_param(first, "dataset.kind", "")),
                 job=first.job,
                 space_signature=first.space_signature,
                 fingerprint=first.fingerprint,
@@ -168,6 +168,33 @@ def load_history(
             )
         )
     return sorted(out, key=lambda h: (h.name, h.key))
+
+
+def _param(study: StudyRecord, key: str, default: Any) -> Any:
+    return parse_param(study.params[key]) if key in study.params else default
+
+
+class _DatasetSummary(Mapping[str, Any]):
+    """A historical dataset's summary (:meth:`KnowledgeBase.dataset_summary`), parsed on first use:
+    a warm start ranks thousands of datasets and reads the summaries of a few."""
+
+    def __init__(self, kb: KnowledgeBase, study: StudyRecord) -> None:
+        self._kb, self._study = kb, study
+        self._parsed: dict[str, Any] | None = None
+
+    def _summary(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = self._kb.dataset_summary(self._study)
+        return self._parsed
+
+    def __getitem__(self, key: str) -> Any:
+        return self._summary()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._summary())
+
+    def __len__(self) -> int:
+        return len(self._summary())
 
 
 MIN_SHARED = 2  # hyperparameters another space must share (by name and type) for its history to count

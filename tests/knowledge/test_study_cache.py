@@ -44,7 +44,7 @@ def test_ended_studies_are_cached_and_every_change_is_seen(store, tmp_path, monk
     live = a.create_study("live", _settings("l"), [], {"kind": "tabular"}, None, "")
     expected = [("done", "finished", 0.5, None), ("live", "created", None, None)]
     assert _view(a) == expected
-    assert list((tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"))
+    assert list((tmp_path / "cache" / "tune-agent" / "studies").glob("*.marshal"))
 
     seen = _searches(b, monkeypatch)
     assert _view(b) == expected
@@ -70,7 +70,7 @@ def test_ended_studies_are_cached_and_every_change_is_seen(store, tmp_path, monk
 
 
 def test_a_stale_listing_reads_again_only_the_studies_that_changed(store, tmp_path, monkeypatch) -> None:
-    import json
+    import marshal
 
     from agent.knowledge import study_cache
 
@@ -107,9 +107,9 @@ def test_a_stale_listing_reads_again_only_the_studies_that_changed(store, tmp_pa
     assert not any("!= 'RUNNING'" in f for f in seen), seen
 
     # once a day (or with no change time held) the ended studies are read whole
-    for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"):
-        data = json.loads(path.read_text())
-        path.write_text(json.dumps({**data, "version": "old", "full_at": data["full_at"] - study_cache.FULL_EVERY_S}))
+    for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.marshal"):
+        data = marshal.loads(path.read_bytes())
+        path.write_bytes(marshal.dumps({**data, "version": "old", "full_at": data["full_at"] - study_cache.FULL_EVERY_S}))
     c = store.kb()  # another process
     seen = _searches(c, monkeypatch)
     assert [s.name for s in c.list_studies()] == ["one", "two", "three", "live", "again"]
@@ -126,8 +126,10 @@ def test_the_cache_can_be_turned_off_and_a_foreign_file_is_ignored(store, tmp_pa
     assert not (tmp_path / "cache" / "tune-agent" / "studies").exists()
     monkeypatch.setenv("TUNE_AGENT_STUDY_CACHE", "1")
     assert _view(kb) == [("one", "finished", 1.0, None)]
-    for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.json"):
-        path.write_text("{not json")
+    written = list((tmp_path / "cache" / "tune-agent" / "studies").glob("*.marshal"))
+    assert written
+    for path in written:
+        path.write_bytes(b"not marshal")
     assert _view(kb) == [("one", "finished", 1.0, None)]  # unreadable: searched again
 
 

@@ -265,13 +265,13 @@ class MlflowStudies(MlflowConnection):
 
         values = layout.split_long({k: layout.tag_value(v) for k, v in tags.items()})
         batch = [RunTag(T + k, v) for k, v in values.items()]
-        # a running study is read fresh by every listing: its tags (the lease's, every few seconds)
-        # leave the cached listing as it is
-        listed = study.status != "running"
         for i in range(0, len(batch), 100):  # MLflow takes at most 100 tags per batch
-            changed = [changed_now()] if listed and i + 100 >= len(batch) else []
-            self._call(self._client.log_batch, study.study_id, tags=batch[i : i + 100], metrics=changed)
-        if listed:
+            self._call(self._client.log_batch, study.study_id, tags=batch[i : i + 100])
+        # A study whose run is running (created, or running its trials: the lease's tags every few
+        # seconds) is read fresh by every listing, so its tags leave the cached listing as it is. One
+        # that ends meanwhile logs its own change time after these tags.
+        if self._call(self._client.get_run, study.study_id).info.status != "RUNNING":
+            self._call(self._client.log_batch, study.study_id, metrics=[changed_now()])
             self._studies_changed(self._experiment_of(study))
 
     def claim_study_value(self, study: StudyRecord, key: str, value: str) -> str:
