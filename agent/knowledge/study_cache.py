@@ -7,12 +7,14 @@ experiment, under the experiment's ``tune_agent.studies_version`` tag:
 
 - every write of tune-agent that ends a study or changes an ended study's record (``update_study``
   with an end status, ``set_study_tags``, an import) logs the time of the change on the study run
-  (the metric :data:`CHANGED_METRIC`, in the same write) and then sets that tag to a new random value;
+  (the metric :data:`CHANGED_METRIC`, with the write or right after it) and then sets that tag to a
+  new random value;
 - a reader takes the tag *before* it searches, so a write it may have missed always leaves a tag
   that differs from the one its cache was saved under;
 - a reader whose tag differs reads again only what changed: the ended studies whose change time
   is at or after the newest one it holds, less :data:`SLACK_MS` (writers' clocks may differ), and
-  the studies it held as running that run no longer. A history of thousands of studies is read
+  the studies it held as running that run no longer. On an embedded store it compares those change
+  times with the ones it holds and reads only the runs that differ. A history of thousands of studies is read
   whole only when there is no cache, when the cache holds no change time (a store written before
   the metric), and once every :data:`FULL_EVERY_S` seconds;
 - running studies are never cached: every listing reads them fresh, and a fresh record wins over
@@ -37,7 +39,7 @@ from typing import Any
 
 VERSION_TAG = "tune_agent.studies_version"
 CHANGED_METRIC = "tune_agent.changed_at"  # milliseconds since the epoch, by the writer's clock
-SLACK_MS = 15 * 60 * 1000  # how far writers' clocks may lag the newest change a reader holds
+SLACK_MS = 5 * 60 * 1000  # how far writers' clocks may lag the newest change a reader holds
 FULL_EVERY_S = 24 * 3600  # a reader reads every study again at least this often
 FORMAT = 2
 

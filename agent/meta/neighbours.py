@@ -165,21 +165,27 @@ OWN_SAMPLE = 4096  # datasets whose own nearest distances are measured, at most 
 def own_nearest(M: np.ndarray, sources: Sequence[str], block: int = 512) -> np.ndarray:
     """Each row's distance to its nearest row of another source (rows of ``M``, already scaled; rows
     whose source has no other are left out), for every row or, beyond :data:`OWN_SAMPLE` rows, a
-    fixed sample of them; computed ``block`` rows at a time so that memory stays linear in the rows."""
-    M = np.asarray(M, dtype=float)
-    src = np.unique(np.asarray(sources, dtype=object), return_inverse=True)[1]
+    fixed sample of them."""
     rows = np.arange(len(M))
     if len(M) > OWN_SAMPLE:
         rows = np.sort(np.random.default_rng(0).choice(len(M), OWN_SAMPLE, replace=False))
+    own = own_nearest_rows(M, sources, rows, block)
+    return own[np.isfinite(own)]
+
+
+def own_nearest_rows(M: np.ndarray, sources: Sequence[str], rows: np.ndarray, block: int = 512) -> np.ndarray:
+    """The distance of each of ``rows`` to its nearest row of ``M`` from another source (inf where
+    there is none), ``block`` rows at a time so that memory stays linear in ``M``'s rows."""
+    M = np.asarray(M, dtype=float)
+    src = np.unique(np.asarray(sources, dtype=object), return_inverse=True)[1]
     sq = (M**2).sum(1)
-    out = []
+    out = [np.empty(0)]
     for start in range(0, len(rows), block):
         r = rows[start : start + block]
         D2 = np.clip(sq[r, None] + sq[None, :] - 2.0 * (M[r] @ M.T), 0.0, None)
         D2[src[r, None] == src[None, :]] = np.inf  # the same source (and the row itself)
         out.append(np.sqrt(D2.min(axis=1)))
-    own = np.concatenate(out) if out else np.empty(0)
-    return own[np.isfinite(own)]
+    return np.concatenate(out)
 
 
 def vectors_for(featurizer: Any, datasets: Sequence[Any]) -> np.ndarray:

@@ -38,6 +38,7 @@ from agent.knowledge.history import (
     with_evaluations_loaded,
 )
 from agent.meta.neighbours import HandcraftedFeaturizer, Neighbour, distinct_first, nearest, own_nearest, vectors_for
+from agent.meta.own_distances import CACHED_FROM, history_distances
 from agent.registry import WARM_STARTS
 from agent.samplers.pareto import front_ends
 from agent.space import SpaceMatch
@@ -246,7 +247,13 @@ def _nearest(
     vectors = vectors_for(featurizer, history)
     query = featurizer.vector(sample[0], sample[1], dataset.kind, dataset.num_classes, summary)
     found = nearest(query, vectors, len(history), featurizer.standardise)
-    return found, nearness(query, vectors, [h.source for h in history], featurizer.standardise)
+    sources = [h.source for h in history]
+    if len(history) < CACHED_FROM:
+        return found, nearness(query, vectors, sources, featurizer.standardise)
+    # a large history's own distances are kept between starts (agent.meta.own_distances)
+    scope = f"{featurizer.method}\n{kb.tracking_uri}\n{history[0].job}/{history[0].space_signature}"
+    to_query, own = history_distances(query, vectors, [h.key for h in history], sources, featurizer.standardise, scope)
+    return found, Nearness(to_query, float(np.median(own)), float(own.max())) if own.size else None
 
 
 def _job_history(

@@ -123,6 +123,11 @@ def test_every_read_is_the_same_through_sqlite_as_through_mlflow(store, cli, tmp
         got = sorted(r.info.run_id for r in fast._search(ended + _changed_after(since), ids))
         assert got == sorted(r.info.run_id for r in slow._search(ended + _changed_after(since), ids))
         assert len(got) == (2 if since == 0 else 0)  # the finished study and the imported one
+        times = fast._client.changed_times(ids, ended + _changed_after(since), "tune_agent.changed_at")
+        assert times == {
+            r.info.run_id: r.data.metrics["tune_agent.changed_at"]
+            for r in slow._search(ended + _changed_after(since), ids)
+        }
     assert fast._client._client is None  # all of that without MLflow's client
 
 

@@ -109,11 +109,36 @@ def test_a_stale_listing_reads_again_only_the_studies_that_changed(store, tmp_pa
     # once a day (or with no change time held) the ended studies are read whole
     for path in (tmp_path / "cache" / "tune-agent" / "studies").glob("*.marshal"):
         data = marshal.loads(path.read_bytes())
-        path.write_bytes(marshal.dumps({**data, "version": "old", "full_at": data["full_at"] - study_cache.FULL_EVERY_S}))
+        path.write_bytes(
+            marshal.dumps({**data, "version": "old", "full_at": data["full_at"] - study_cache.FULL_EVERY_S})
+        )
     c = store.kb()  # another process
     seen = _searches(c, monkeypatch)
     assert [s.name for s in c.list_studies()] == ["one", "two", "three", "live", "again"]
     assert any("!= 'RUNNING'" in f and study_cache.CHANGED_METRIC not in f for f in seen), seen
+
+
+def test_on_an_embedded_store_studies_changed_minutes_ago_are_not_read_again_unless_they_changed(
+    store, tmp_path, monkeypatch
+) -> None:
+    """A history imported minutes ago is all within the clocks' slack: the reader compares change
+    times first and reads again only the runs whose time differs from the one it holds."""
+    from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
+    from agent.knowledge.mlflow.sqlite_reads import SqliteReads
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a = store.kb()
+    made = [a.create_study(f"s{i}", _settings(f"s{i}"), [], {}, None, "") for i in range(5)]
+    for s in made:
+        a.update_study(s, "finished", 1.0, {})
+    reader = MlflowKnowledgeBase(store.uri, store.artifacts, fast_reads=True)
+    assert len(reader.list_studies()) == 5 and isinstance(reader._client, SqliteReads)
+    read: list[str] = []
+    runs = reader._client.runs
+    monkeypatch.setattr(reader._client, "runs", lambda ids: read.extend(ids) or runs(ids))
+    a.set_study_tags(made[2], {"note": "changed"})  # the version changes; one study changed
+    assert [s.tags.get("note") for s in reader.list_studies()] == [None, None, "changed", None, None]
+    assert read == [made[2].study_id]
 
 
 def test_the_cache_can_be_turned_off_and_a_foreign_file_is_ignored(store, tmp_path, monkeypatch) -> None:

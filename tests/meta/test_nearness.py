@@ -131,3 +131,48 @@ def test_a_much_faster_configuration_of_nearly_the_best_value_is_seeded_instead(
     untimed = dataset(ev(1, 0.100, None), ev(2, 0.101, None))
     assert untimed.warm_pick(set()).config == {"x": 1}
     assert untimed.warm_pick({config_key({"x": 1}), config_key({"x": 2})}) is None
+
+
+def test_a_large_history_keeps_its_own_distances_and_measures_only_new_datasets(tmp_path, monkeypatch) -> None:
+    """From CACHED_FROM datasets on, the history's own distances are kept in the cache folder: the
+    next start with the same history measures nothing again, one with a few more datasets measures
+    only those, and the figures equal an all-pairs measurement in the kept standardisation."""
+    import agent.meta.neighbours as neighbours
+    from agent.meta.handcrafted import standardise_columns
+    from agent.meta.own_distances import CACHED_FROM, history_distances
+
+    monkeypatch.setenv("TUNE_AGENT_CACHE", str(tmp_path))
+    rng = np.random.default_rng(5)
+    n = CACHED_FROM + 40
+    V = rng.normal(size=(n + 6, 5)) * [1, 10, 100, 1, 1]
+    V[rng.random(V.shape) < 0.03] = np.nan
+    keys, sources = [f"k{i}" for i in range(n + 6)], [f"s{i // 3}" for i in range(n + 6)]
+    query = rng.normal(size=5)
+
+    def brute(rows: int, stats_from: int) -> tuple[float, np.ndarray]:
+        _, mean, std = standardise_columns(V[:stats_from])
+        Z = np.nan_to_num((V[:rows] - mean) / std, nan=0.0)
+        zq = np.nan_to_num((query - mean) / std, nan=0.0)
+        src = np.array(sources[:rows])
+        D = np.sqrt(((Z[:, None] - Z[None]) ** 2).sum(2))
+        own = np.array([D[i][src != src[i]].min() for i in range(rows)])
+        return float(np.sqrt(((Z - zq) ** 2).sum(1)).min()), own
+
+    first = history_distances(query, V[:n], keys[:n], sources[:n], True, "scope")
+    expected = brute(n, n)
+    assert np.isclose(first[0], expected[0]) and np.allclose(np.sort(first[1]), np.sort(expected[1]))
+
+    measured: list[int] = []
+    whole = neighbours.own_nearest_rows
+    monkeypatch.setattr(
+        neighbours, "own_nearest_rows", lambda M, s, rows, *a: measured.append(len(rows)) or whole(M, s, rows, *a)
+    )
+    again = history_distances(query, V[:n], keys[:n], sources[:n], True, "scope")
+    assert measured == [] and np.allclose(again[1], first[1])  # nothing measured again
+    grown = history_distances(query, V, keys, sources, True, "scope")
+    assert measured == [6]  # only the six new datasets
+    expected = brute(n + 6, n)  # in the kept standardisation
+    assert np.isclose(grown[0], expected[0]) and np.allclose(np.sort(grown[1]), np.sort(expected[1]))
+    V[3] += 1.0  # a dataset's vector changed: measured whole again
+    history_distances(query, V, keys, sources, True, "scope")
+    assert measured[-1] == n + 6

@@ -201,6 +201,19 @@ class SqliteReads:
                 page_token=page_token,
                 **kwargs,
             )
+        ids = self._matching(experiment_ids, clauses, "r.start_time asc, r.run_uuid asc" if order_by else None)
+        page = _Page()
+        for start in range(0, len(ids), 500):  # sqlite's bound-parameter limit
+            page.extend(self._runs(ids[start : start + 500]))
+        return page
+
+    def _matching(
+        self, experiment_ids: list[str], clauses: list[tuple[str, str, str, str]], order: str | None
+    ) -> list[str]:
+        """The ids of the active runs of ``experiment_ids`` that every clause holds for, in ``order``
+        (MLflow's default, newest first, when None)."""
+        if not experiment_ids:
+            return []
         where = ["r.lifecycle_stage = 'active'", f"r.experiment_id in ({','.join('?' * len(experiment_ids))})"]
         args: list[int | str] = [int(e) for e in experiment_ids]
         for kind, key, op, value in clauses:
@@ -219,19 +232,37 @@ class SqliteReads:
             else:
                 where.append(f"r.status {op} ?")
                 args.append(value)
-        if not experiment_ids:
-            return _Page()
-        order = "r.start_time asc, r.run_uuid asc" if order_by else "r.start_time desc, r.run_uuid asc"
-        ids = [
+        order = order or "r.start_time desc, r.run_uuid asc"
+        return [
             r[0]
             for r in self._rows(
                 f"select r.run_uuid from runs r where {' and '.join(where)} order by {order}", tuple(args)
             )
         ]
-        page = _Page()
+
+    def changed_times(self, experiment_ids: list[str], filter_string: str, metric: str) -> dict[str, float]:
+        """The latest value of ``metric`` of each run the filter finds, without reading the runs:
+        what a reader compares with what it holds before reading any run again."""
+        ids = self._matching(experiment_ids, parse_filter(filter_string), None)
+        out: dict[str, float] = {}
         for start in range(0, len(ids), 500):  # sqlite's bound-parameter limit
-            page.extend(self._runs(ids[start : start + 500]))
-        return page
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update(
+                self._rows(
+                    "select run_uuid, value from latest_metrics where key = ? and is_nan = 0 "
+                    f"and run_uuid in ({marks})",
+                    (metric, *chunk),
+                )
+            )
+        return out
+
+    def runs(self, ids: list[str]) -> list[Any]:
+        """The active runs ``ids`` (any missing or deleted left out), read in batches."""
+        out: list[Any] = []
+        for start in range(0, len(ids), 500):
+            out += [r for r in self._runs(ids[start : start + 500]) if r.info.lifecycle_stage == "active"]
+        return out
 
     # -- artifacts -----------------------------------------------------------------------------
     def download_artifacts(self, run_id: str, path: str, dst_path: str | None = None) -> str:

@@ -156,9 +156,7 @@ class MlflowStudies(MlflowConnection):
         if cached is None or since is None:
             return [_cache_row(r) for r in self._search(flt, [experiment_id])], time.time()
         rows = {r["run_id"]: r for r in cached["ended"]}
-        rows.update(
-            (r.info.run_id, _cache_row(r)) for r in self._search(f"{flt} and {_changed_after(since)}", [experiment_id])
-        )
+        rows.update((r.info.run_id, _cache_row(r)) for r in self._changed_runs(experiment_id, since, rows))
         for rid in (rid for rid in cached["running"] if rid not in running and rid not in rows):
             try:  # ended by a writer that logs no change time, or deleted
                 run = self._call(self._client.get_run, rid)
@@ -167,6 +165,19 @@ class MlflowStudies(MlflowConnection):
             if run.info.lifecycle_stage == "active" and run.info.status != "RUNNING":
                 rows[rid] = _cache_row(run)
         return list(rows.values()), float(cached["full_at"])
+
+    def _changed_runs(self, experiment_id: str, since: int, held: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+        """The ended study runs changed since ``since`` that ``held`` does not hold as they are now: on
+        an embedded store their change times are compared first (a history imported minutes ago is
+        all recent, and is not read again), elsewhere every recent one is read."""
+        flt = f"tags.`{T}kind` = 'study' and attributes.status != 'RUNNING' and {_changed_after(since)}"
+        times = getattr(self._client, "changed_times", None)
+        if times is None:
+            return list(self._search(flt, [experiment_id]))
+        found = self._call(times, [experiment_id], flt, study_cache.CHANGED_METRIC)
+        return self._call(
+            self._client.runs, [rid for rid, at in found.items() if (held.get(rid) or {}).get("changed") != int(at)]
+        )
 
     def _first_version(self, experiment_id: str) -> str | None:
         """A version for an experiment that has none (a store written before the cache): setting
