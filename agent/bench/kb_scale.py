@@ -6,8 +6,9 @@ meta-features perturbed), imported into a fresh sqlite store with ``bootstrap st
 source models built and published), and then, from a folder that is not the bootstrap's, measured
 in the same run: the default warm-started ``start`` against a cold one (``--warm-start none
 --surrogate gp``) to its first trial and to its end, the warm one again with an empty meta-model
-cache (a teammate's first start), ``neighbors``, ``history`` and ``meta publish``; the import and
-fit rates ``bootstrap`` reports; the sizes of the store and of the cache.
+cache (a teammate's first start), ``neighbors``, ``history``, ``meta publish`` and ``ui`` (until it
+says the MLflow UI answers); the import and fit rates ``bootstrap`` reports; the sizes of the store
+and of the cache.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ PROTOCOL = (
     "(80% of wine's rows, its own seed): the default warm-started `start --trials 1 --epochs 1` and a "
     "cold one (--warm-start none --surrogate gp) sharing a cache, and the warm one with an empty cache; "
     "first trial: the line 'trial 1/'; end: the process's exit; then neighbors, history and meta "
-    "publish, each a fresh process; medians over repeats"
+    "publish, each a fresh process, and ui until its line that the MLflow UI answers (then Ctrl-C); "
+    "medians over repeats"
 )
 
 
@@ -79,7 +81,7 @@ def _one_size(root: Path, size: int, repeats: int, say: Any) -> dict[str, Any]:
             runs[arm].append(run)
             n += 1
             say(f"x{size} {arm} {i + 1}: first trial {run['first_trial_s']} s, end {run['end_s']} s")
-    reading = {}
+    reading: dict[str, list[float | None]] = {}
     for name, args in (
         ("neighbors", ["neighbors", "--dataset", str(new_table(root / "n.csv", 999)), "--job", "mlp"]),
         ("history", ["history"]),
@@ -87,6 +89,8 @@ def _one_size(root: Path, size: int, repeats: int, say: Any) -> dict[str, Any]:
     ):
         reading[name] = [_wall([console_script(), *args, *store[:2]], teammate, cache) for _ in range(repeats)]
         say(f"x{size} {name}: {reading[name]} s")
+    reading["ui answers"] = [_ui_answers(store, teammate, cache) for _ in range(repeats)]
+    say(f"x{size} ui answers: {reading['ui answers']} s")
     summary = {
         "datasets": made["studies"],
         "bootstrap_s": round(boot["seconds"], 1),
@@ -127,6 +131,38 @@ def _wall(args: list[str], cwd: Path, cache: dict[str, str]) -> float:
     return round(time.perf_counter() - start, 3)
 
 
+def _ui_answers(store: list[str], cwd: Path, cache: dict[str, str]) -> float | None:
+    """Seconds from launching ``tune-agent ui`` to its line that the MLflow UI answers (None when it
+    does not within 10 minutes); then Ctrl-C stops it."""
+    import signal
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.perf_counter()
+    args = [console_script(), "ui", "--port", str(port), *store]
+    proc = subprocess.Popen(
+        args, cwd=cwd, env=bench_env(cache), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    answered = None
+    try:
+        for line in proc.stdout or ():
+            if "answers on" in line:
+                answered = round(time.perf_counter() - start, 3)
+                break
+            if time.perf_counter() - start > 600:
+                break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return answered
+
+
 def _median(values: Sequence[float | None]) -> float | None:
     done = sorted(v for v in values if v is not None)
     return round(done[len(done) // 2], 3) if done else None
@@ -155,8 +191,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for arm in (WARM_ARM, COLD_ARM, FIRST_FETCH):
         axes[0].plot(x, [s["first_trial_s"][arm] for s in sizes.values()], "o-", label=f"first trial, {arm}")
-    for name in ("neighbors", "history", "meta publish"):
-        axes[1].plot(x, [s["reading_s"][name] for s in sizes.values()], "o-", label=name)
+    for name in ("neighbors", "history", "meta publish", "ui answers"):
+        axes[1].plot(x, [s["reading_s"].get(name) for s in sizes.values()], "o-", label=name)
     axes[2].plot(x, [s["import_per_s"] for s in sizes.values()], "o-", label="import, studies per second")
     axes[0].set_ylabel("seconds")
     axes[1].set_ylabel("seconds")

@@ -140,10 +140,13 @@ def ui(port: int, host: str, tracking_uri: str | None, artifact_root: str | None
 
     with Heartbeat(click.echo) as beat:
         beat(f"MLflow UI on http://{shown}:{port}: starting it")
-        if store_exists(uri):  # the studies' experiments, one per job: where to start browsing
+
+        def links() -> None:  # the studies' experiments, one per job: where to start browsing
             phase(beat, "reading the studies' jobs for their links")
             _job_links(kb_for(tracking_uri, artifact_root), f"http://{shown}:{port}", beat)
-        code = serve_ui(args, f"http://{shown}:{port}", beat)
+
+        # read while the server starts (its own process): a store made by the server is not read
+        code = serve_ui(args, f"http://{shown}:{port}", beat, meanwhile=links if store_exists(uri) else None)
     if code:
         raise TuneAgentError(f"mlflow ui exited with code {code}")
 

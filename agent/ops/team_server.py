@@ -213,10 +213,13 @@ class TeamServer:
             say("tracking server and PostgreSQL stopped")
 
 
-def serve_ui(args: list[str], url: str, say: Callable[[str], None] = print) -> int:
+def serve_ui(
+    args: list[str], url: str, say: Callable[[str], None] = print, meanwhile: Callable[[], None] | None = None
+) -> int:
     """Runs ``mlflow ui`` (``args``) until Ctrl-C or its own exit, its output passed through ``say``
     line by line, and a line of its own once it answers at ``url``; while it starts, a heartbeat's
-    ``say`` speaks for it. Returns its exit code (0 when stopped by Ctrl-C)."""
+    ``say`` speaks for it, and ``meanwhile`` runs here (the server starts in its own process, in
+    parallel). Returns its exit code (0 when stopped by Ctrl-C)."""
     import threading
 
     from agent.tuning.heartbeat import phase
@@ -234,6 +237,8 @@ def serve_ui(args: list[str], url: str, say: Callable[[str], None] = print) -> i
     relay = threading.Thread(target=_relay, name="tune-agent-ui-output", daemon=True)
     relay.start()
     try:
+        if meanwhile is not None:
+            meanwhile()
         phase(say, "starting the MLflow UI")
         if wait_until_up(url, 600, proc):
             say(f"MLflow UI answers on {url} (Ctrl-C stops it)")
