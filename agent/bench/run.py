@@ -47,12 +47,14 @@ def run_transfer_benchmark(
     ask_ahead: int = 0,
     history_size: int = 100,
     sources: int | None = None,
+    random_every: int | None = None,
 ) -> dict[str, Any]:
     """Runs the benchmark and writes ``out/metrics/<scenario>[_control][_batchN[_pending][_aheadK]][_tag].json``
     and the plots; with ``batch`` > 1 the same runs one trial at a time are its baseline. ``tag``
     names a side run (other methods beside the main table) so that it writes files of its own;
     ``history_size`` (configurations per source) other than 100 and ``sources`` (source tasks per
-    run) add ``_historyN`` / ``_sourcesK`` to the names.
+    run) add ``_historyN`` / ``_sourcesK`` to the names, ``random_every`` (``start --random-every``
+    for every BO study, None: the product's default) ``_random_everyN``.
 
     Finished runs are journalled in ``out/data/bench-runs/<scenario>[_control].jsonl`` and reused by
     the next call with the same protocol; ``fresh`` deletes the journal first.
@@ -81,6 +83,7 @@ def run_transfer_benchmark(
         report_at=tuple(k for k in (1, 3, 5, 10, 20, 30, 50, 100) if k <= budget),
         history_size=history_size,
         sources=sources,
+        random_every=random_every,
     )
     job = load_yahpo_job(config.job_spec)  # refuses an unknown scenario, target or fidelity in one line
     if tasks is not None:
@@ -127,10 +130,11 @@ def _variant(config: BenchConfig) -> str:
 
 
 def _side(config: BenchConfig, tag: str | None) -> str:
-    """The side-run part of the report's name: ``[historyN][_sourcesK][_tag]``."""
+    """The side-run part of the report's name: ``[historyN][_sourcesK][_random_everyN][_tag]``."""
     parts = [
         f"history{config.history_size}" if config.history_size != 100 else "",
         f"sources{config.sources}" if config.sources is not None else "",
+        f"random_every{config.random_every}" if config.random_every is not None else "",
         tag or "",
     ]
     return "_".join(filter(None, parts))
@@ -154,6 +158,7 @@ def _report(result: dict[str, Any], config: BenchConfig, tag: str | None) -> dic
         "batch": batch,
         "history_size": config.history_size,
         "sources": config.sources,
+        **({"random_every": config.random_every} if config.random_every is not None else {}),
         **({"tag": tag} if tag else {}),
         "engine": engine_fingerprint("bench/transfer.py"),
         "environment": environment(),

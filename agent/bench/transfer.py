@@ -101,6 +101,7 @@ class BenchConfig:
     batch: int = 1  # trials in flight per study (parallel workers, simulated; see agent.execution.workers)
     pending: str = "auto"  # how those running trials enter a BO step (agent.config.PENDING)
     ask_ahead: int = 0  # trials asked beyond the batch, each started when one ends (start --ask-ahead)
+    random_every: int | None = None  # start --random-every for every BO study (None: the product's default)
 
     @property
     def job_spec(self) -> str:
@@ -262,6 +263,7 @@ def run_method(
     pending: str = "auto",
     ask_ahead: int = 0,
     timings: dict[str, float] | None = None,
+    random_every: int | None = None,
 ) -> tuple[list[dict[str, Any]], np.ndarray, list[float]]:
     """One study of ``method`` on ``task`` over the history in ``kb``, as ``tune-agent start
     [--workers batch --ask-ahead ask_ahead --pending pending]`` runs it: the product's study loop, with ``batch`` trials
@@ -278,6 +280,8 @@ def run_method(
     from agent.tuning.service import prepare_study
 
     req = _study_request(job_spec, task, method, seed, budget, models_dir, pending)
+    if random_every is not None:
+        req = replace(req, random_every=random_every)
     start = time.perf_counter()
     study, job, data, _ = prepare_study(req, echo=lambda _: None, kb=kb, fits=fits)
     if timings is not None:
@@ -383,6 +387,7 @@ def run_one(job_args: RunArgs) -> dict[str, Any]:
             config.pending,
             config.ask_ahead,
             timings,
+            config.random_every,
         )
         out["methods"][method] = {
             "regret": normalised_regret(np.nan_to_num(y, nan=-np.inf), low, high).tolist(),

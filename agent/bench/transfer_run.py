@@ -39,6 +39,7 @@ def protocol_key(config: BenchConfig, method: str) -> str:
         and not (k == "pending" and v == "auto")
         and not (k == "ask_ahead" and v == 0)
         and not (k == "sources" and v is None)
+        and not (k == "random_every" and v is None)
     }
     fields["scenario"] = Path(config.scenario).name
     revision = surrogate_revision(method)

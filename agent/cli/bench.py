@@ -128,6 +128,14 @@ def bench_latency(job: str, n_obs: tuple[int, ...], repeats: int) -> None:
         "Source tasks in each run's history, drawn once per task [default: every other task]; writes ..._sourcesK.json."
     ),
 )
+@click.option(
+    "--random-every",
+    "random_every",
+    type=int,
+    default=None,
+    help="start --random-every for every BO study (0: no interleaved random step) [default: the product's]; "
+    "writes ..._random_everyN.json.",
+)
 def bench_lcbench(
     quick: bool,
     methods: str,
@@ -148,6 +156,7 @@ def bench_lcbench(
     ask_ahead: int,
     history_size: int,
     sources: int | None,
+    random_every: int | None,
 ) -> None:
     """Leave-one-task-out transfer benchmark on a YAHPO Gym scenario, run as product studies."""
     from agent.bench.run import run_transfer_benchmark
@@ -159,6 +168,8 @@ def bench_lcbench(
         if given is not None:
             check_positive(option, given)
     check_execution(workers, ask_ahead=ask_ahead)
+    if random_every is not None and random_every < 0:
+        raise click.BadParameter("must be 0 (never) or a positive step count", param_hint="--random-every")
     report = run_transfer_benchmark(
         [m.strip() for m in methods.split(",") if m.strip()],
         Path(out),
@@ -180,6 +191,7 @@ def bench_lcbench(
         ask_ahead=ask_ahead,
         history_size=history_size,
         sources=sources,
+        random_every=random_every,
     )
     click.echo(json.dumps(report, indent=2))
 

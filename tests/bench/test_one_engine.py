@@ -193,6 +193,22 @@ def test_a_tagged_side_run_writes_its_own_files(cli, tmp_path: Path) -> None:
     assert not (tmp_path / "metrics" / "lcbench.json").exists()  # the main table is left alone
 
 
+def test_a_run_without_interleaved_random_steps_is_a_side_run_of_its_own(cli, tmp_path: Path) -> None:
+    """--random-every reaches every BO study of the run, its journal key and its file's name."""
+    from dataclasses import replace
+
+    from agent.bench.transfer import BenchConfig
+    from agent.bench.transfer_run import protocol_key
+
+    args = ["bench", "lcbench", "--methods", "gp", "--tasks", "1", "--seeds", "1", "--budget", "3", "--workers", "1"]
+    res = cli(*args, "--random-every", "0", "--out", str(tmp_path))
+    assert res.code == 0, res.err
+    metrics = json.loads((tmp_path / "metrics" / "lcbench_random_every0.json").read_text())
+    assert metrics["random_every"] == 0 and set(metrics["methods"]) == {"gp"}
+    config = BenchConfig(scenario=str(FOLDER))
+    assert protocol_key(replace(config, random_every=0), "gp") != protocol_key(config, "gp")
+
+
 def test_versus_sequential_pairs_runs_and_bounds_the_difference() -> None:
     from agent.bench.run import versus_sequential
 
