@@ -162,14 +162,17 @@ def pairwise_distances(vectors: np.ndarray, standardise: bool) -> np.ndarray:
 OWN_SAMPLE = 4096  # datasets whose own nearest distances are measured, at most (a fixed sample beyond)
 
 
+def own_rows(n: int) -> np.ndarray:
+    """The rows whose own nearest distances are measured: all ``n``, or a fixed sample of :data:`OWN_SAMPLE`."""
+    if n <= OWN_SAMPLE:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, OWN_SAMPLE, replace=False))
+
+
 def own_nearest(M: np.ndarray, sources: Sequence[str], block: int = 512) -> np.ndarray:
     """Each row's distance to its nearest row of another source (rows of ``M``, already scaled; rows
-    whose source has no other are left out), for every row or, beyond :data:`OWN_SAMPLE` rows, a
-    fixed sample of them."""
-    rows = np.arange(len(M))
-    if len(M) > OWN_SAMPLE:
-        rows = np.sort(np.random.default_rng(0).choice(len(M), OWN_SAMPLE, replace=False))
-    own = own_nearest_rows(M, sources, rows, block)
+    whose source has no other are left out), for the rows :func:`own_rows` picks."""
+    own = own_nearest_rows(M, sources, own_rows(len(M)), block=block)
     return own[np.isfinite(own)]
 
 

@@ -21,8 +21,6 @@ with thousands of datasets, one more row moves the column statistics by less tha
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,13 +81,11 @@ def _scaled(V: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 def _measured_whole(Z: np.ndarray, sources: Sequence[str]) -> np.ndarray:
     """Every row's own distance (inf: not measured, or no other source), a fixed sample beyond OWN_SAMPLE."""
-    from agent.meta import neighbours
+    from agent.meta.neighbours import own_nearest_rows, own_rows
 
-    rows = np.arange(len(Z))
-    if len(Z) > neighbours.OWN_SAMPLE:
-        rows = np.sort(np.random.default_rng(0).choice(len(Z), neighbours.OWN_SAMPLE, replace=False))
+    rows = own_rows(len(Z))
     own = np.full(len(Z), np.inf)
-    own[rows] = neighbours.own_nearest_rows(Z, sources, rows)
+    own[rows] = own_nearest_rows(Z, sources, rows)
     return own
 
 
@@ -139,14 +135,10 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 
 def _save(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Written atomically; nothing where the cache cannot be written."""
-    partial = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=".partial-", suffix=".npz", delete=False) as f:
-            partial = f.name
-            np.savez(f, keys=arrays["keys"], V=arrays["V"], mean=arrays["mean"], std=arrays["std"], own=arrays["own"])
-        os.replace(partial, path)
-    except OSError:
-        if partial is not None:
-            Path(partial).unlink(missing_ok=True)
+    import io
+
+    from agent.knowledge.study_cache import write_cache_file
+
+    buffer = io.BytesIO()
+    np.savez(buffer, keys=arrays["keys"], V=arrays["V"], mean=arrays["mean"], std=arrays["std"], own=arrays["own"])
+    write_cache_file(path, buffer.getvalue())
