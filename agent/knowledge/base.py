@@ -111,6 +111,18 @@ class KnowledgeBase(MetaModelStore):
     def list_studies(self) -> list[StudyRecord]:
         """Every study (imported ones included, meta-model runs not), oldest first."""
 
+    def study_index(self) -> list[StudyRecord]:
+        """Every study as :meth:`list_studies` gives them, possibly as light records (``light``:
+        only what choosing a history's sources reads), which a store with thousands of studies
+        keeps far cheaper to read; :meth:`full_study` gives a light record's whole one."""
+        return self.list_studies()
+
+    def full_study(self, study: StudyRecord) -> StudyRecord:
+        """``study``'s whole record (itself unless it is a light one)."""
+        if not study.light:
+            return study
+        return next((s for s in self.list_studies() if s.study_id == study.study_id), study)
+
     @abc.abstractmethod
     def update_study(
         self,

@@ -148,6 +148,7 @@ def load_history(
             continue
         summary = _DatasetSummary(kb, first)
         mf = first.tags.get("metafeatures")
+        metafeatures = first.metafeatures if first.light else None if mf is None else _floats(mf)
         out.append(
             HistoricalDataset(
                 key=key,
@@ -164,7 +165,7 @@ def load_history(
                 summary=summary,
                 evaluations=evaluations,
                 sample=kb.load_dataset_sample(first.study_id) if with_samples else None,
-                metafeatures=None if mf is None else _floats(mf),
+                metafeatures=metafeatures,
             )
         )
     return sorted(out, key=lambda h: (h.name, h.key))
@@ -183,8 +184,8 @@ class _DatasetSummary(Mapping[str, Any]):
         self._parsed: dict[str, Any] | None = None
 
     def _summary(self) -> dict[str, Any]:
-        if self._parsed is None:
-            self._parsed = self._kb.dataset_summary(self._study)
+        if self._parsed is None:  # a light record's dataset.* params are in its whole one
+            self._parsed = self._kb.dataset_summary(self._kb.full_study(self._study))
         return self._parsed
 
     def __getitem__(self, key: str) -> Any:

@@ -122,6 +122,60 @@ def study_record(
     )
 
 
+# what the study index keeps of a study (:meth:`agent.knowledge.base.KnowledgeBase.study_index`):
+# enough to group, rank and stamp the history's datasets; the rest stays in the store
+LIGHT_TAGS = ("study", "job", "dataset", "fingerprint", "space_signature", "status", "best_value", "dataset_kind")
+LIGHT_PARAMS = ("dataset.source", "dataset.kind")
+
+
+def light_row(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str, Any]:
+    """The light part of a study's (unprefixed) tags and params, as plain data: its stored
+    meta-features parsed (names interned, so a file of thousands keeps each name once)."""
+    import sys
+
+    if any(PART in k for k in tags):
+        tags = join_long(tags)
+    settings = json.loads(tags.get("settings", "{}"))
+    try:
+        raw = json.loads(tags["metafeatures"]) if "metafeatures" in tags else None
+        mf = None if not isinstance(raw, dict) else {sys.intern(k): _float(v) for k, v in raw.items()}
+    except (ValueError, TypeError):
+        mf = None
+    return {
+        "light": 1,
+        "tags": {k: tags[k] for k in LIGHT_TAGS if k in tags},
+        "params": {k: params[k] for k in LIGHT_PARAMS if k in params},
+        "settings": {k: settings[k] for k in ("metric", "mode") if k in settings},
+        "mf": mf,
+    }
+
+
+def _float(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def light_study_record(row: Mapping[str, Any]) -> StudyRecord:
+    """The light record of a study index row (:func:`light_row` with its run's id, start and name)."""
+    tags = row["tags"]
+    best = tags.get("best_value")
+    return StudyRecord(
+        study_id=row["run_id"],
+        name=tags.get("study", row["run_name"]),
+        job=tags.get("job", ""),
+        dataset=tags.get("dataset", ""),
+        fingerprint=tags.get("fingerprint", ""),
+        space_signature=tags.get("space_signature", ""),
+        status=tags.get("status", ""),
+        settings=row["settings"],
+        best_value=float(best) if best not in (None, "") else None,
+        start_time=row["start_time"] or 0,
+        tags=tags,
+        params=row["params"],
+        light=True,
+        metafeatures=row["mf"],
+    )
+
+
 def short(value: Any) -> str:
     """A configuration value as a description shows it (floats to 4 significant digits)."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -35,6 +35,11 @@ class StudyRecord:
     start_time: int = 0
     tags: Mapping[str, str] = field(default_factory=dict)  # tune_agent.* tags, prefix stripped
     params: Mapping[str, str] = field(default_factory=dict)
+    # a record of the study index (:meth:`KnowledgeBase.study_index`): ``tags`` and ``params`` hold
+    # only what choosing a history's sources reads, ``settings`` only the metric and mode;
+    # :meth:`KnowledgeBase.full_study` gives the whole record
+    light: bool = False
+    metafeatures: Mapping[str, float] | None = None  # a light record's stored meta-features, parsed
 
 
 @dataclass(frozen=True)

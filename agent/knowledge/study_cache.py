@@ -20,9 +20,16 @@ experiment, under the experiment's ``tune_agent.studies_version`` tag:
 - running studies are never cached: every listing reads them fresh, and a fresh record wins over
   a cached one (a resumed study).
 
+The same protocol keeps a second, light file per store and experiment: the study index
+(:meth:`agent.knowledge.base.KnowledgeBase.study_index`), each study reduced to what choosing a
+history's sources reads (:func:`agent.knowledge.layout.light_row`: name, job, space, fingerprint,
+status, best value, metric, mode, the dataset's source and kind, the parsed meta-features), about a
+tenth of the whole row. A start ranks thousands of historical datasets on it and reads the whole
+records and trials of the few it seeds from.
+
 Runs changed outside tune-agent (a tag edited or a run deleted in the MLflow UI) are seen at the
 next whole read, within a day; ``TUNE_AGENT_STUDY_CACHE=0`` turns the cache off. Files live under
-``$XDG_CACHE_HOME/tune-agent/studies`` (``~/.cache``), one per store, experiment and Python (in
+``$XDG_CACHE_HOME/tune-agent/studies`` (``~/.cache``), two per store, experiment and Python (in
 :mod:`marshal`'s format), written atomically; a cache that cannot be read or written is ignored.
 """
 
@@ -57,17 +64,17 @@ def _folder() -> Path:
     return user_cache_dir() / "studies"
 
 
-def _path(store_key: str, experiment_id: str, created: int) -> Path:
+def _path(store_key: str, experiment_id: str, created: int, light: bool) -> Path:
     # marshal's format is this interpreter's: another Python keeps a file of its own
     digest = hashlib.sha256(f"{store_key}\n{experiment_id}\n{created}\n{sys.version}".encode()).hexdigest()[:24]
-    return _folder() / f"{digest}.marshal"
+    return _folder() / f"{digest}{'.light' if light else ''}.marshal"
 
 
-def load(store_key: str, experiment_id: str, created: int) -> dict[str, Any] | None:
+def load(store_key: str, experiment_id: str, created: int, light: bool = False) -> dict[str, Any] | None:
     """``{"version", "ended": [run rows], "running": [run ids], "watermark", "full_at"}`` as last
-    saved, or None (absent, unreadable, another format)."""
+    saved (``light``: the study index's rows), or None (absent, unreadable, another format)."""
     try:
-        data = marshal.loads(_path(store_key, experiment_id, created).read_bytes())
+        data = marshal.loads(_path(store_key, experiment_id, created, light).read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("version"), str):
@@ -93,14 +100,16 @@ def watermark(rows: list[dict[str, Any]]) -> int | None:
     return min(max(times), int(time.time() * 1000)) if times else None
 
 
-def save(store_key: str, experiment_id: str, created: int, version: str, entry: dict[str, Any]) -> None:
+def save(
+    store_key: str, experiment_id: str, created: int, version: str, entry: dict[str, Any], light: bool = False
+) -> None:
     """Keeps ``entry`` (``ended``: the ended studies' rows, ``running``: the ids of the running
     ones, ``full_at``: when the rows were last read whole) for ``version``; does nothing where it
     cannot write."""
     # marshal, not JSON: plain strings, numbers, lists and dicts, written and read several times
     # faster on the thousands of rows of a large history
     entry = {"format": FORMAT, "version": version, "watermark": watermark(entry["ended"]), **entry}
-    write_cache_file(_path(store_key, experiment_id, created), marshal.dumps(entry))
+    write_cache_file(_path(store_key, experiment_id, created, light), marshal.dumps(entry))
 
 
 def write_cache_file(path: Path, data: bytes) -> None:

@@ -253,13 +253,9 @@ def _clean(value: Any) -> float:
 
 def metafeature_matrix(rows: Sequence[Mapping[str, float]]) -> np.ndarray:
     """Stacks meta-feature dicts into `n x len(HANDCRAFTED_NAMES)`; missing entries become NaN."""
-    M = np.full((len(rows), len(HANDCRAFTED_NAMES)), np.nan)
-    for i, row in enumerate(rows):
-        for j, name in enumerate(HANDCRAFTED_NAMES):
-            value = row.get(name)
-            if value is not None:
-                M[i, j] = float(value)
-    return M
+    nan = math.nan
+    table = [[nan if (v := row.get(name)) is None else v for name in HANDCRAFTED_NAMES] for row in rows]
+    return np.array(table, dtype=float).reshape(len(rows), len(HANDCRAFTED_NAMES))
 
 
 def standardise_columns(M: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

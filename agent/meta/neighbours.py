@@ -193,16 +193,25 @@ def own_nearest_rows(M: np.ndarray, sources: Sequence[str], rows: np.ndarray, bl
 
 def vectors_for(featurizer: Any, datasets: Sequence[Any]) -> np.ndarray:
     """Meta-feature vectors of historical datasets (their stored samples and summaries)."""
-    from agent.meta.handcrafted import is_current
+    from agent.meta.handcrafted import is_current, metafeature_matrix
 
-    rows = []
+    if not datasets:
+        return np.empty((0, 0))
+    index = getattr(featurizer, "index", {})
+    stored = featurizer.method == "handcrafted"
+    rows: list[np.ndarray | None] = []
+    records = []  # stored hand-crafted meta-features, stacked at once (thousands of datasets)
     for h in datasets:
-        cached = getattr(featurizer, "index", {}).get(h.key)
+        cached = index.get(h.key)
         if cached is not None:
             rows.append(np.asarray(cached, dtype=float))
-        elif featurizer.method == "handcrafted" and is_current(h.metafeatures):
-            rows.append(featurizer.from_record(h.metafeatures))
+        elif stored and is_current(h.metafeatures):
+            rows.append(None)
+            records.append(h.metafeatures)
         else:
             X, y = h.sample
             rows.append(featurizer.vector(X, y, h.kind, h.num_classes, h.summary))
-    return np.vstack(rows) if rows else np.empty((0, 0))
+    if len(records) == len(rows):
+        return metafeature_matrix(records)
+    stacked = iter(metafeature_matrix(records)) if records else iter(())
+    return np.vstack([next(stacked) if r is None else r for r in rows])

@@ -62,7 +62,7 @@ def history_sources(
     keys) only those are read: the records of the rest are not parsed."""
     from agent.knowledge.history import compatible_history, group_studies, load_history
 
-    listed = studies if studies is not None else kb.list_studies()
+    listed = studies if studies is not None else kb.study_index()
     groups = {
         key: group
         for key, group in group_studies(listed, job_name, space.signature()).items()
@@ -273,7 +273,7 @@ def history_revision(kb: KnowledgeBase, job_name: str, space: Any) -> str:
     """A digest of the ended studies of ``job_name`` in ``space``: the history a published version covers."""
     from agent.knowledge.history import group_studies
 
-    studies = [s for group in group_studies(kb.list_studies(), job_name, space.signature()).values() for s in group]
+    studies = [s for group in group_studies(kb.study_index(), job_name, space.signature()).values() for s in group]
     return study_stamp([s for s in studies if s.status != "running"]) or "empty"
 
 

@@ -195,7 +195,8 @@ def plan_warm_start(
     WARM_STARTS.check(requested)
     if requested == "none":
         return WarmStart("none", message="warm start off (--warm-start none)")
-    listed = kb.list_studies()  # once: the history, the fallback match and the neighbours' records all read it
+    # once, light records: the history, the fallback match and the neighbours' records all read it
+    listed = kb.study_index()
     history, match, matched_note = _job_history(kb, job, dataset, listed)
     if not history:
         return WarmStart(
@@ -362,7 +363,7 @@ def neighbour_mean_factory(warm: WarmStart, space: Any, kb: Any = None) -> Calla
     history = {h.key: h for h in warm.history if h.evaluations}
     if kb is not None and any(n.key not in history for n in warm.neighbours):
         keys = {n.key for n in warm.neighbours}
-        listed = kb.list_studies()
+        listed = kb.study_index()
         studies = {s.study_id: s for s in listed}
         for h in load_history(
             kb, space_signature=space.signature(), with_samples=False, with_evaluations=False, studies=listed

@@ -3,6 +3,8 @@ sqlite MLflow store: what two agents and an outside writer see stays what the st
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent.knowledge.mlflow.backend import MlflowKnowledgeBase
@@ -216,3 +218,40 @@ def test_a_version_tag_write_that_loses_a_race_is_retried(store, tmp_path, monke
     with pytest.raises(StoreError):
         kb.update_study(study, "finished", 0.25, {"x": 2})
     assert len(calls) == before + 1  # no retry of a refusal
+
+
+def _light_view(kb: MlflowKnowledgeBase, light: bool) -> list[tuple[object, ...]]:
+    studies = kb.study_index() if light else kb.list_studies()
+    assert all(s.light is light for s in studies)
+
+    def features(s) -> object:
+        return s.metafeatures if light else "metafeatures" in s.tags and json.loads(s.tags["metafeatures"])
+
+    return [
+        (s.study_id, s.name, s.job, s.fingerprint, s.space_signature, s.status, s.best_value,
+         s.settings.get("metric"), s.settings.get("mode"), s.params.get("dataset.kind"), features(s) or None)
+        for s in studies
+    ]  # fmt: skip
+
+
+def test_the_study_index_holds_the_light_part_of_every_listed_study_and_follows_its_changes(
+    store, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    a, b = store.kb(), store.kb()
+    tags = {"metafeatures": {"log_n_instances": 5.0, "num_classes": 3.0, "version": 2.0}}
+    done = a.create_study("done", _settings("d"), [], {"kind": "tabular"}, None, "")
+    a.set_study_tags(done, tags)
+    a.update_study(done, "finished", 0.5, {"x": 1})
+    a.create_study("live", _settings("l"), [], {"kind": "image"}, None, "")
+    assert _light_view(b, True) == _light_view(b, False)
+    assert _light_view(b, True)[0][-1] == {"log_n_instances": 5.0, "num_classes": 3.0, "version": 2.0}
+    assert list((tmp_path / "cache" / "tune-agent" / "studies").glob("*.light.marshal"))
+
+    a.set_study_tags(done, {"metafeatures": {"log_n_instances": 6.0, "version": 2.0}})  # an ended study changed
+    a.update_study(done, "finished", 0.25, {"x": 2})
+    index = b.study_index()
+    assert _light_view(b, True) == _light_view(b, False)
+    assert index[0].best_value == 0.25 and index[0].metafeatures == {"log_n_instances": 6.0, "version": 2.0}
+    whole = b.full_study(index[0])  # a light record's whole one, from the store
+    assert not whole.light and whole.best_config == {"x": 2} and whole.params == b.list_studies()[0].params

@@ -292,7 +292,8 @@ def test_a_study_on_a_large_history_reads_only_the_records_of_the_sources_it_att
             values = [v + float(rng.normal(0, 0.01)) for v in e["values"][:8]]
             settings = {**e["settings"], "dataset_name": name, "dataset": name, "fingerprint": fingerprint}
             summary = {**e["summary"], "name": name, "source": name, "fingerprint": fingerprint}
-            features = {k: v * (1 + float(rng.normal(0, 0.05))) for k, v in e["metafeatures"].items()}
+            features = {k: v if k == "version" else v * (1 + float(rng.normal(0, 0.05)))
+                        for k, v in e["metafeatures"].items()}  # fmt: skip
             copies.append({**e, "name": f"{e['name']}~{c}", "settings": settings, "summary": summary,
                            "configs": e["configs"][:8], "values": values, "metafeatures": features})  # fmt: skip
     kb = store.kb()
@@ -300,6 +301,11 @@ def test_a_study_on_a_large_history_reads_only_the_records_of_the_sources_it_att
     models = tmp_path / "models"
     assert source_models.update_for_job(kb, models, "mlp")["sources"] == 30
     monkeypatch.setattr(source_models, "MAX_SOURCES", 5)
+    read: dict[str, list[str]] = {"trials": [], "whole records": [], "whole listings": []}
+    trials, full_study, list_studies = kb.trials, kb.full_study, kb.list_studies
+    monkeypatch.setattr(kb, "trials", lambda s: read["trials"].append(s.study_id) or trials(s))
+    monkeypatch.setattr(kb, "full_study", lambda s: read["whole records"].append(s.study_id) or full_study(s))
+    monkeypatch.setattr(kb, "list_studies", lambda: read["whole listings"].append("") or list_studies())
 
     job, data = load_job("mlp"), load_dataset("wine")
     warm = plan_warm_start(
@@ -327,3 +333,7 @@ def test_a_study_on_a_large_history_reads_only_the_records_of_the_sources_it_att
     assert fits.fitted == 0 and store_file.parsed <= 5 + 5 + 1  # 5 sources' data and fits, and a portfolio
     assert fits.rebuilt == 0  # the portfolio is scored on a stack made from the stored states, no BoTorch model
     assert any("30 source datasets; the surrogate attends to the 5 nearest" in line for line in said), said
+    # from the tracking store: the light study index, and the trials of the 3 neighbours it seeds from alone
+    neighbours = {i for h in warm.history if h.key in {n.key for n in warm.neighbours} for i in h.study_ids}
+    assert len(warm.neighbours) == 3 and not read["whole listings"], read
+    assert set(read["trials"]) == neighbours and set(read["whole records"]) <= neighbours, read

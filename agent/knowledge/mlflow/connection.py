@@ -97,7 +97,7 @@ class MlflowConnection(RetriedCalls, KnowledgeBase):
         self._client_instance: Any = None
         # the ended studies this object listed, parsed, by (experiment id, listing version), with the
         # ids of the studies that ran then (:meth:`MlflowStudies.list_studies`)
-        self._listed: dict[tuple[str, str], tuple[set[str], list[Any]]] = {}
+        self._listed: dict[tuple[str, str, bool], tuple[set[str], list[Any]]] = {}
 
     @property
     def tracking_uri(self) -> str:

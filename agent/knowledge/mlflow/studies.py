@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,20 @@ class MlflowStudies(MlflowConnection):
         where an experiment's version tag still matches the cache and every study that was running
         when it was saved still runs, and are read again where they changed since; running studies
         are always read fresh."""
+        return self._listing(light=False)
+
+    def study_index(self) -> list[StudyRecord]:
+        """Every study as a light record (:attr:`StudyRecord.light`), oldest first: kept in a cache
+        file of its own, brought up to date as :meth:`list_studies`' is, a tenth of its size, so a
+        start chooses among thousands of historical datasets without reading their whole records."""
+        return self._listing(light=True)
+
+    def full_study(self, study: StudyRecord) -> StudyRecord:
+        if not study.light:
+            return study
+        return self._to_study(self._call(self._client.get_run, study.study_id))
+
+    def _listing(self, light: bool) -> list[StudyRecord]:
         if not store_exists(self.tracking_uri):
             return []
         exps = self._tune_experiments()
@@ -115,55 +129,56 @@ class MlflowStudies(MlflowConnection):
         # Versions are read (above) before any search: a write that lands after this point
         # leaves a version that differs from the one saved below.
         running = {r.info.run_id: _cache_row(r) for r in self._search(flt + " and attributes.status = 'RUNNING'", ids)}
+        shape = _light_row if light else _same
         ended: list[StudyRecord] = []
         for e in exps:
             version = e.tags.get(study_cache.VERSION_TAG) or self._first_version(e.experiment_id)
-            held = self._listed.get((e.experiment_id, version or ""))
+            held = self._listed.get((e.experiment_id, version or "", light))
             if version and held is not None and held[0] <= set(running):  # listed by this object already
                 ended += held[1]
                 continue
-            cached = study_cache.load(key, e.experiment_id, e.creation_time) if version else None
+            cached = study_cache.load(key, e.experiment_id, e.creation_time, light) if version else None
             if cached is not None and cached["version"] == version and set(cached["running"]) <= set(running):
                 rows, mine = cached["ended"], cached["running"]
             else:
-                rows, full_at = self._ended_rows(e.experiment_id, cached, running)
+                rows, full_at = self._ended_rows(e.experiment_id, cached, running, shape)
                 mine = [rid for rid, r in running.items() if r["experiment_id"] == e.experiment_id]
                 if version:
-                    study_cache.save(
-                        key,
-                        e.experiment_id,
-                        e.creation_time,
-                        version,
-                        {"ended": rows, "running": mine, "full_at": full_at},
-                    )
+                    entry = {"ended": rows, "running": mine, "full_at": full_at}
+                    study_cache.save(key, e.experiment_id, e.creation_time, version, entry, light)
             records = [_record(r) for r in rows]
             if version:
-                self._listed = {k: v for k, v in self._listed.items() if k[0] != e.experiment_id}
-                self._listed[(e.experiment_id, version)] = (set(mine), records)
+                self._listed = {k: v for k, v in self._listed.items() if k[0] != e.experiment_id or k[2] != light}
+                self._listed[(e.experiment_id, version, light)] = (set(mine), records)
             ended += records
-        fresh = [_record(r) for r in running.values()]  # a resumed study: its fresh record wins over the cached one
+        # a resumed study: its fresh record wins over the cached one
+        fresh = [_record(shape(r)) for r in running.values()]
         out = [r for r in ended if r.study_id not in running] + fresh
         return sorted(out, key=lambda r: (r.start_time, r.study_id))
 
     def _ended_rows(
-        self, experiment_id: str, cached: dict[str, Any] | None, running: Mapping[str, Any]
+        self,
+        experiment_id: str,
+        cached: dict[str, Any] | None,
+        running: Mapping[str, Any],
+        shape: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> tuple[list[dict[str, Any]], float]:
-        """The ended studies of an experiment whose cache is stale, and when they were last read
-        whole: all of them read again, or (:func:`study_cache.changed_since`) the cached ones with
-        those changed since and those that ran and run no longer read again."""
+        """The ended studies of an experiment whose cache is stale (as ``shape`` keeps them), and
+        when they were last read whole: all of them read again, or (:func:`study_cache.changed_since`)
+        the cached ones with those changed since and those that ran and run no longer read again."""
         flt = f"tags.`{T}kind` = 'study' and attributes.status != 'RUNNING'"
         since = study_cache.changed_since(cached)
         if cached is None or since is None:
-            return [_cache_row(r) for r in self._search(flt, [experiment_id])], time.time()
+            return [shape(_cache_row(r)) for r in self._search(flt, [experiment_id])], time.time()
         rows = {r["run_id"]: r for r in cached["ended"]}
-        rows.update((r.info.run_id, _cache_row(r)) for r in self._changed_runs(experiment_id, since, rows))
+        rows.update((r.info.run_id, shape(_cache_row(r))) for r in self._changed_runs(experiment_id, since, rows))
         for rid in (rid for rid in cached["running"] if rid not in running and rid not in rows):
             try:  # ended by a writer that logs no change time, or deleted
                 run = self._call(self._client.get_run, rid)
             except StoreError:
                 continue
             if run.info.lifecycle_stage == "active" and run.info.status != "RUNNING":
-                rows[rid] = _cache_row(run)
+                rows[rid] = shape(_cache_row(run))
         return list(rows.values()), float(cached["full_at"])
 
     def _changed_runs(self, experiment_id: str, since: int, held: Mapping[str, Mapping[str, Any]]) -> list[Any]:
@@ -341,7 +356,21 @@ def _cache_row(run: Any) -> dict[str, Any]:
 
 
 def _record(row: Mapping[str, Any]) -> StudyRecord:
+    if "light" in row:
+        return layout.light_study_record(row)
     return layout.study_record(row["run_id"], row["start_time"], row["tags"], row["params"], row["run_name"])
+
+
+def _same(row: dict[str, Any]) -> dict[str, Any]:
+    return row
+
+
+def _light_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A cache row as the study index keeps it (:func:`agent.knowledge.layout.light_row`)."""
+    return {
+        **layout.light_row(row["tags"], row["params"]),
+        **{k: row[k] for k in ("run_id", "experiment_id", "start_time", "run_name", "changed")},
+    }
 
 
 def _changed_time(run: Any) -> int | None:
