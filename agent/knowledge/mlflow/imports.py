@@ -77,7 +77,7 @@ class MlflowImports(MlflowStudies):
         dataset_sample: tuple[Any, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> StudyRecord:
-        """One finished study holding evaluations made elsewhere, written in five MLflow calls.
+        """One finished study holding evaluations made elsewhere, written in five MLflow calls (four on the store and one upload).
 
         The rows are one ``trials.json`` artifact of the study run (one MLflow run per row would make
         a 64-row study cost seconds), marked by the tag ``tune_agent.trials_inline``; :meth:`trials`
@@ -103,7 +103,7 @@ class MlflowImports(MlflowStudies):
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 self._import_files(Path(tmp), space, summary, configs, values, dataset_sample)
-                self._call(self._client.log_artifacts, rid, tmp)
+                self._upload(run, tmp)
             self._call(self._client.log_inputs, rid, [self._dataset_input(settings, summary)])
             self._call(self._client.set_terminated, rid, "FINISHED")
             params = [Param(k, v) for k, v in layout.study_params(settings, summary).items()]
@@ -121,6 +121,17 @@ class MlflowImports(MlflowStudies):
         return layout.study_record(
             rid, run.info.start_time or now, {k[len(T) :]: v for k, v in prefixed.items() if k.startswith(T)}, {}, name
         )
+
+    def _upload(self, run: Any, folder: str) -> None:
+        """``folder``'s files into ``run``'s artifacts: straight into a local artifact folder (the
+        client would read the run back first to find it, a sixth call a study), else through MLflow."""
+        uri = run.info.artifact_uri or ""
+        if uri.startswith("file:") or uri.startswith("/"):
+            from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+            self._call(get_artifact_repository(uri).log_artifacts, folder)
+            return
+        self._call(self._client.log_artifacts, run.info.run_id, folder)
 
     def _import_experiment(self, job: str, space: list[dict[str, Any]]) -> str:
         """The id of ``job``'s experiment for ``space``, looked up once per batch."""
