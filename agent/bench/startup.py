@@ -159,7 +159,7 @@ def bootstrap_starter(
 ) -> dict[str, Any]:
     """Imports ``starter`` and builds and publishes its source models (``bootstrap starter`` in
     ``builder``): the seconds it took and the report it printed last (counts, rate, stages)."""
-    builder.mkdir()
+    builder.mkdir(parents=True, exist_ok=True)
     say(f"importing {starter} and building and publishing its source models (once, in {builder})")
     start = time.perf_counter()
     built = subprocess.run(

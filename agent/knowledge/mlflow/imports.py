@@ -77,7 +77,7 @@ class MlflowImports(MlflowStudies):
         dataset_sample: tuple[Any, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
     ) -> StudyRecord:
-        """One finished study holding evaluations made elsewhere, written in five MLflow calls (four on the store and one upload).
+        """One finished study holding evaluations made elsewhere: four MLflow calls on the store, one upload.
 
         The rows are one ``trials.json`` artifact of the study run (one MLflow run per row would make
         a 64-row study cost seconds), marked by the tag ``tune_agent.trials_inline``; :meth:`trials`
