@@ -5,8 +5,9 @@ A version of a scope's meta-models (:class:`~agent.knowledge.base.MetaModelsReco
 ``$XDG_CACHE_HOME/tune-agent``, else ``~/.cache/tune-agent``; ``<store>`` a digest of the
 tracking store's address, so two stores never share files. Published files never change under
 their name (source-model chunks are named by their content's digest), so a file fetched once is
-fetched never again; ``manifest.json`` keeps each file's digest, and a file whose bytes no
-longer match it is said to be corrupt and fetched again. A cache folder that is not the user's own
+fetched never again; ``manifest.json`` keeps each file's digest, size and modification time, and
+a file whose size or time changed and whose bytes no longer match the digest is said to be corrupt
+and fetched again. A cache folder that is not the user's own
 (another owner, or writable by others) is not trusted: the command says so and uses a private
 temporary folder instead.
 """
@@ -21,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.errors import StoreError
 from agent.knowledge.base import KnowledgeBase
@@ -118,7 +120,7 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
     for name in record.files:
         path = folder / name
         if name in manifest and path.is_file():
-            if digest(path) == manifest[name]:
+            if _intact(path, manifest[name]):
                 kept.append(name)
                 continue
             say(f"meta-model cache: {path} is corrupt; fetching it again")
@@ -148,22 +150,42 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
                 "match its name); left out, what it holds is built here"
             )
             continue
-        manifest[name] = sha
+        manifest[name] = {"sha": sha, **_stat(path)}
         kept.append(name)
     if todo:
         _write_manifest(folder, {n: manifest[n] for n in kept})
     return Fetched(record, folder, tuple(sorted(kept)))
 
 
-def _read_manifest(folder: Path) -> dict[str, str]:
+def _stat(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _intact(path: Path, held: dict[str, Any]) -> bool:
+    """Whether a cached file is the one fetched: the same size and modification time as when it was
+    fetched (a version of thousands of sources is hundreds of megabytes, too much to hash at every
+    start), else the same content hash."""
+    try:
+        if {k: held.get(k) for k in ("size", "mtime_ns")} == _stat(path):
+            return True
+    except OSError:
+        return False
+    return digest(path) == held.get("sha")
+
+
+def _read_manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each cached file's content hash (``sha``) and its size and modification time when fetched."""
     try:
         data = json.loads((folder / MANIFEST).read_text())
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v if isinstance(v, dict) else {"sha": str(v)} for k, v in data.items()}
 
 
-def _write_manifest(folder: Path, manifest: dict[str, str]) -> None:
+def _write_manifest(folder: Path, manifest: dict[str, dict[str, Any]]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest-")
     with os.fdopen(fd, "w") as f:

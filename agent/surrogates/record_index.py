@@ -3,7 +3,8 @@
 A file of source-model records (:mod:`agent.surrogates.source_store`: a published chunk, or
 ``models/source_models.jsonl``) holds every source of a history; a study attends to at most a few
 hundred. The index maps each record's key to its line's offset and length. It is built by reading
-the file once and kept beside it (``<file>.index.json``); a file that grew since (appended lines)
+the file once and kept beside it (``<file>.index.marshal``, in :mod:`marshal`'s format, which reads
+the index of tens of thousands of records several times faster than JSON); a file that grew since (appended lines)
 has only its new lines indexed, and one that changed otherwise (another first block, or shorter) is
 indexed again. Where the index cannot be written (a read-only folder) it is built in memory.
 """
@@ -12,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SUFFIX = ".index.json"
-FORMAT = 1
+SUFFIX = f".index.{sys.implementation.cache_tag}.marshal"  # marshal's format is this interpreter's
+FORMAT = 2
 HEAD = 4096  # bytes whose digest tells the same file grown from another file
 
 Entry = tuple[tuple[str, ...], int, int]  # (record key, offset, length)
@@ -36,7 +39,7 @@ def index_of(path: Path, key: Callable[[dict[str, Any]], tuple[str, ...]]) -> li
     entries: list[Entry] = []
     start = 0
     if stored is not None and stored["head"] == head and stored["size"] <= size:
-        entries = [(tuple(k), int(o), int(n)) for k, o, n in stored["entries"]]
+        entries = stored["entries"]
         start = int(stored["size"])
     if start == size and stored is not None:
         return entries
@@ -51,7 +54,7 @@ def index_of(path: Path, key: Callable[[dict[str, Any]], tuple[str, ...]]) -> li
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass  # a line of another format
             end += len(line)
-    _write(side, {"format": FORMAT, "head": head, "size": end, "entries": [[list(k), o, n] for k, o, n in entries]})
+    _write(side, {"format": FORMAT, "head": head, "size": end, "entries": entries})
     return entries
 
 
@@ -77,8 +80,8 @@ def _head(path: Path) -> str:
 
 def _read(side: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(side.read_text())
-    except (OSError, ValueError):
+        data = marshal.loads(side.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
         return None
     ok = isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("entries"), list)
     return data if ok else None
@@ -88,7 +91,7 @@ def _write(side: Path, data: dict[str, Any]) -> None:
     """Whole or not at all: written aside, then renamed over (two writers leave one whole index)."""
     tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, separators=(",", ":")))
+        tmp.write_bytes(marshal.dumps(data))
         os.replace(tmp, side)
     except OSError:
         try:
