@@ -81,6 +81,9 @@ class TrialRecord:
 
 
 def parse_param(value: str) -> Any:
+    first = value[:1]
+    if first and not (first.isdigit() or first.isspace() or first in "+-.nNiI"):
+        return value  # no int or float starts so (the history's dataset names: thousands a start)
     for cast in (int, float):
         try:
             return cast(value)
