@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from agent.bench.silence import copied_starter
 from agent.bench.startup import bootstrap_starter, new_table, warm_run
 from agent.bench.startup_summary import FIRST_FETCH
@@ -146,33 +144,10 @@ def shared_fits(starter: Path, models_dir: Path) -> int:
     ``bootstrap`` fits none. Returns how many copies got one."""
     from agent.jobs import load_job
     from agent.knowledge.starter import read_starter
-    from agent.surrogates.gp import gp_state, impute_failures, normal_scores
-    from agent.surrogates.gp_stack import stack_summary
-    from agent.surrogates.source_fits import SourceTask
-    from agent.surrogates.source_gp import SIGNAL_MIN_R2, fit_source_gps, source_signal
-    from agent.surrogates.source_store import SourceModelStore
+    from agent.tuning.shared_fits import store_shared_fits
 
     header, entries = read_starter(starter)
-    space = load_job(header["job"]).space
-    store = SourceModelStore(models_dir)
-    fitted: dict[str, tuple[Any, float, Any]] = {}
-    count = 0
-    for e in entries:
-        sign = -1.0 if e["settings"].get("mode", "min") == "min" else 1.0
-        pairs = [(c, v) for c, v in zip(e["configs"], e["values"]) if v is not None and np.isfinite(v)]
-        if len(pairs) < 2:
-            continue
-        U = np.array([space.encode(c) for c, _ in pairs])
-        task = SourceTask("", "", U, normal_scores(impute_failures(np.array([sign * v for _, v in pairs]))))
-        original = e["name"].split("~")[0]
-        if original not in fitted:
-            model = fit_source_gps([(task.U, task.y)])[0]
-            fitted[original] = (gp_state(model), source_signal(model), stack_summary(model))
-        else:
-            count += 1
-        state, r2, stack = fitted[original]
-        store.add_fit(task.digest, "plain", state, r2 >= SIGNAL_MIN_R2, r2, stack)
-    return count
+    return store_shared_fits(entries, load_job(header["job"]).space, models_dir, lambda e: e["name"].split("~")[0])
 
 
 def _wall(args: list[str], cwd: Path, cache: dict[str, str]) -> float:
