@@ -117,10 +117,14 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
     manifest = _read_manifest(folder)
     kept: list[str] = []
     todo: list[str] = []
+    restamped = False  # a file found whole by its hash gets its size and time kept, to be hashed no more
     for name in record.files:
         path = folder / name
         if name in manifest and path.is_file():
-            if _intact(path, manifest[name]):
+            held = _intact(path, manifest[name])
+            if held is not None:
+                restamped = restamped or held != manifest[name]
+                manifest[name] = held
                 kept.append(name)
                 continue
             say(f"meta-model cache: {path} is corrupt; fetching it again")
@@ -152,7 +156,7 @@ def fetch(kb: KnowledgeBase, scope: str, progress: Progress | None = None) -> Fe
             continue
         manifest[name] = {"sha": sha, **_stat(path)}
         kept.append(name)
-    if todo:
+    if todo or restamped:
         _write_manifest(folder, {n: manifest[n] for n in kept})
     return Fetched(record, folder, tuple(sorted(kept)))
 
@@ -162,16 +166,18 @@ def _stat(path: Path) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _intact(path: Path, held: dict[str, Any]) -> bool:
-    """Whether a cached file is the one fetched: the same size and modification time as when it was
-    fetched (a version of thousands of sources is hundreds of megabytes, too much to hash at every
-    start), else the same content hash."""
+def _intact(path: Path, held: dict[str, Any]) -> dict[str, Any] | None:
+    """A cached file's manifest entry when it is the one fetched, else None: the same size and
+    modification time as when it was fetched (a version of thousands of sources is hundreds of
+    megabytes, too much to hash at every start), else the same content hash (the entry then carries
+    the file's size and time now)."""
     try:
-        if {k: held.get(k) for k in ("size", "mtime_ns")} == _stat(path):
-            return True
+        now = _stat(path)
     except OSError:
-        return False
-    return digest(path) == held.get("sha")
+        return None
+    if {k: held.get(k) for k in now} == now:
+        return held
+    return {"sha": held.get("sha"), **now} if digest(path) == held.get("sha") else None
 
 
 def _read_manifest(folder: Path) -> dict[str, dict[str, Any]]:

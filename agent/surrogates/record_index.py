@@ -3,7 +3,7 @@
 A file of source-model records (:mod:`agent.surrogates.source_store`: a published chunk, or
 ``models/source_models.jsonl``) holds every source of a history; a study attends to at most a few
 hundred. The index maps each record's key to its line's offset and length. It is built by reading
-the file once and kept beside it (``<file>.index.marshal``, in :mod:`marshal`'s format, which reads
+the file once and kept beside it (``<file>.index.<python>.marshal``, in :mod:`marshal`'s format, which reads
 the index of tens of thousands of records several times faster than JSON); a file that grew since (appended lines)
 has only its new lines indexed, and one that changed otherwise (another first block, or shorter) is
 indexed again. Where the index cannot be written (a read-only folder) it is built in memory.
